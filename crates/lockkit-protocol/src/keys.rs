@@ -1,0 +1,188 @@
+//! Key and channel naming.
+//!
+//! Every object (a lock, and in later primitives a semaphore, a latch, ...) is known by a user
+//! name. Its keys and channels are `<prefix>:<kind>:<tagged name>[:<suffix>]`, where the tagged
+//! name carries a Redis Cluster hash tag:
+//!
+//! - a name that already holds a valid tag (`{` followed later by `}` with at least one byte
+//!   between) keeps it, so users can co-locate objects on purpose (`cart:{user42}` and
+//!   `wallet:{user42}` share a slot);
+//! - any other name is wrapped whole: `order:42` becomes `{order:42}`;
+//! - a name that contains `}` but no valid tag (say `}x`) would make an empty tag when wrapped, so
+//!   its tag is the name with every `}` replaced by `_`, followed by the name itself:
+//!   `}x` becomes `{_x}}x`. The full name stays in the key, so distinct names never collide.
+//!
+//! The prefix may not contain braces, so the first `{` of every key is the tag's.
+
+use std::borrow::Cow;
+
+/// The longest object name accepted, in bytes.
+pub const MAX_NAME_LEN: usize = 4096;
+
+/// The default key prefix.
+pub const DEFAULT_PREFIX: &str = "lockkit";
+
+/// A name or prefix that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// The object name is empty.
+    #[error("the name is empty")]
+    EmptyName,
+    /// The object name is longer than [`MAX_NAME_LEN`].
+    #[error("the name is {len} bytes long; at most {max} are accepted")]
+    NameTooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The prefix is empty or contains `{` or `}`.
+    #[error("invalid key prefix {0:?}: it must be non-empty and contain no braces")]
+    BadPrefix(String),
+}
+
+/// The key space of one application: a prefix shared by all of its keys and channels.
+///
+/// ```
+/// use lockkit_protocol::keys::Namespace;
+/// let ns = Namespace::new("billing").unwrap();
+/// assert_eq!(ns.lock("invoice:7").unwrap().key, "billing:lock:{invoice:7}");
+/// assert!(Namespace::new("bad{prefix").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Namespace {
+    prefix: String,
+}
+
+impl Default for Namespace {
+    fn default() -> Self {
+        Self {
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+}
+
+/// The keys and channel of one reentrant lock.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct LockKeys {
+    /// The HASH holding the lock's owners, hold counts and hold markers.
+    pub key: String,
+    /// The pub/sub channel on which releases are announced.
+    pub channel: String,
+}
+
+impl Namespace {
+    /// A namespace with the given prefix.
+    pub fn new(prefix: impl Into<String>) -> Result<Self, KeyError> {
+        let prefix = prefix.into();
+        if prefix.is_empty() || prefix.contains(['{', '}']) {
+            return Err(KeyError::BadPrefix(prefix));
+        }
+        Ok(Self { prefix })
+    }
+
+    /// The prefix of every key and channel.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The base `<prefix>:<kind>:<tagged name>` of an object's keys.
+    pub fn object_base(&self, kind: &str, name: &str) -> Result<String, KeyError> {
+        validate_name(name)?;
+        let tagged = tagged_name(name);
+        let mut base = String::with_capacity(self.prefix.len() + kind.len() + tagged.len() + 2);
+        base.push_str(&self.prefix);
+        base.push(':');
+        base.push_str(kind);
+        base.push(':');
+        base.push_str(&tagged);
+        Ok(base)
+    }
+
+    /// The keys of the reentrant lock called `name`.
+    pub fn lock(&self, name: &str) -> Result<LockKeys, KeyError> {
+        let key = self.object_base("lock", name)?;
+        let channel = format!("{key}:released");
+        Ok(LockKeys { key, channel })
+    }
+}
+
+/// Checks that `name` can name an object.
+pub fn validate_name(name: &str) -> Result<(), KeyError> {
+    if name.is_empty() {
+        return Err(KeyError::EmptyName);
+    }
+    if name.len() > MAX_NAME_LEN {
+        return Err(KeyError::NameTooLong {
+            len: name.len(),
+            max: MAX_NAME_LEN,
+        });
+    }
+    Ok(())
+}
+
+/// The part of `key` that Redis Cluster hashes: the content of the first `{…}` when it is
+/// non-empty, else the whole key.
+pub fn hash_tag(key: &[u8]) -> &[u8] {
+    if let Some(open) = key.iter().position(|&b| b == b'{') {
+        if let Some(len) = key[open + 1..].iter().position(|&b| b == b'}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+/// `name` with a hash tag, following the rules in the module docs.
+pub fn tagged_name(name: &str) -> Cow<'_, str> {
+    if hash_tag(name.as_bytes()).len() < name.len() {
+        return Cow::Borrowed(name);
+    }
+    if !name.contains('}') {
+        return Cow::Owned(format!("{{{name}}}"));
+    }
+    Cow::Owned(format!("{{{}}}{name}", name.replace('}', "_")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_plain_names() {
+        assert_eq!(tagged_name("order:42"), "{order:42}");
+    }
+
+    #[test]
+    fn keeps_a_users_tag() {
+        assert_eq!(tagged_name("cart:{user42}"), "cart:{user42}");
+    }
+
+    #[test]
+    fn names_with_stray_braces_get_a_non_empty_tag() {
+        for name in ["}", "}x", "a{}b", "{}", "x}", "{", "{{}}", "}{"] {
+            let tagged = tagged_name(name);
+            let tag = hash_tag(tagged.as_bytes());
+            assert!(!tag.is_empty() && tag.len() < tagged.len(), "{name:?} -> {tagged:?}");
+            assert!(tagged.contains(name), "{name:?} must stay in {tagged:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_empty_and_overlong_names() {
+        let ns = Namespace::default();
+        assert_eq!(ns.lock(""), Err(KeyError::EmptyName));
+        let long = "x".repeat(MAX_NAME_LEN + 1);
+        assert!(matches!(ns.lock(&long), Err(KeyError::NameTooLong { .. })));
+        assert!(ns.lock(&"x".repeat(MAX_NAME_LEN)).is_ok());
+    }
+
+    #[test]
+    fn rejects_bad_prefixes() {
+        assert!(Namespace::new("").is_err());
+        assert!(Namespace::new("a}").is_err());
+        assert_eq!(Namespace::new("app").map(|n| n.prefix().to_owned()), Ok("app".into()));
+    }
+}

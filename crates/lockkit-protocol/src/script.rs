@@ -1,0 +1,60 @@
+//! A Lua script as a value: its name, source and SHA1, computed once.
+
+use std::sync::OnceLock;
+
+/// One Lua script of the protocol.
+///
+/// The runtime sends it with `EVALSHA` and falls back to `EVAL` (which also caches it) when the
+/// server answers `NOSCRIPT`, as it does after a restart or failover.
+///
+/// ```
+/// use lockkit_protocol::lock;
+/// let script = &lock::ACQUIRE;
+/// assert_eq!(script.name(), "lock_acquire");
+/// assert_eq!(script.sha1().len(), 40);
+/// ```
+#[derive(Debug)]
+pub struct Script {
+    name: &'static str,
+    source: &'static str,
+    sha1: OnceLock<String>,
+}
+
+impl Script {
+    /// A script with the given name (the file name without `.lua`) and source.
+    pub const fn new(name: &'static str, source: &'static str) -> Self {
+        Self {
+            name,
+            source,
+            sha1: OnceLock::new(),
+        }
+    }
+
+    /// The script's name, used in errors and traces.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The Lua source.
+    pub fn source(&self) -> &'static str {
+        self.source
+    }
+
+    /// The hex SHA1 of the source, as `SCRIPT LOAD` returns it.
+    pub fn sha1(&self) -> &str {
+        self.sha1
+            .get_or_init(|| sha1_smol::Sha1::from(self.source).digest().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sha1_matches_known_digest() {
+        // SHA1 of "return 1", as `redis-cli SCRIPT LOAD "return 1"` prints it.
+        let s = Script::new("one", "return 1");
+        assert_eq!(s.sha1(), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+    }
+}

@@ -1,0 +1,34 @@
+-- lock_acquire: take one hold of a reentrant lock.
+--
+-- KEYS[1]  lock key: a HASH. Field <owner> = that owner's hold count; field #<hold> = owner of one
+--          outstanding hold (the hold marker). The key's TTL is the lease.
+-- ARGV[1]  owner id   (<client id>:<task>)
+-- ARGV[2]  hold marker (#<client id>:<sequence>), unique per acquire request
+-- ARGV[3]  lease in milliseconds (> 0)
+--
+-- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
+--          {0, pttl}        held by another owner; pttl is the key's remaining TTL in ms
+--                           (-1 when the key has no expiry)
+--
+-- Idempotent per request: when the connection drops after the script ran, the client re-sends the
+-- same request; the marker is already there, so the hold is not counted twice.
+-- The TTL is never shortened: a re-entry with a shorter lease keeps the longer one.
+local key, owner, marker, lease = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+
+if redis.call('HEXISTS', key, marker) == 1 then
+  if redis.call('PTTL', key) < lease then
+    redis.call('PEXPIRE', key, lease)
+  end
+  return {1, tonumber(redis.call('HGET', key, owner) or 0)}
+end
+
+if redis.call('EXISTS', key) == 0 or redis.call('HEXISTS', key, owner) == 1 then
+  local count = redis.call('HINCRBY', key, owner, 1)
+  redis.call('HSET', key, marker, owner)
+  if redis.call('PTTL', key) < lease then
+    redis.call('PEXPIRE', key, lease)
+  end
+  return {1, count}
+end
+
+return {0, redis.call('PTTL', key)}

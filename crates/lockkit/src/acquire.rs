@@ -1,0 +1,78 @@
+//! The one acquire loop shared by every primitive that waits on a release channel.
+//!
+//! A primitive supplies an [`Attempt`]: one atomic try in Redis that either takes the object or
+//! says how long the current holder may still hold it. The loop does the rest, in the order that
+//! closes the lost-wakeup race (see [`crate::waiters`]): try; if busy, register on the channel and
+//! confirm the subscription; try again; sleep until woken, the holder's lease ends, or the
+//! deadline passes; repeat.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::client::ClientInner;
+use crate::error::Error;
+
+/// The result of one try.
+pub(crate) enum Outcome<T> {
+    /// Taken.
+    Acquired(T),
+    /// Held by someone else, for at most `retry_in` (unknown: `None`).
+    Busy { retry_in: Option<Duration> },
+}
+
+/// One primitive's way of trying to take its object.
+pub(crate) trait Attempt {
+    /// What a successful try yields (a guard).
+    type Output;
+    /// The channel on which releases of the object are announced.
+    fn channel(&self) -> &str;
+    /// One try. Must be cancel-safe: dropping it mid-flight must give back whatever it took.
+    fn attempt(&self) -> impl Future<Output = Result<Outcome<Self::Output>, Error>> + Send;
+}
+
+/// Tries until acquired or until `wait` has passed (`None`: no bound). `Ok(None)`: not acquired
+/// in time.
+pub(crate) async fn acquire<A>(
+    client: &ClientInner,
+    attempt: &A,
+    wait: Option<Duration>,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt + Sync,
+{
+    client.check_open()?;
+    // A wait too long to represent is no bound at all.
+    let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+    if let Outcome::Acquired(out) = attempt.attempt().await? {
+        return Ok(Some(out));
+    }
+    if wait == Some(Duration::ZERO) {
+        return Ok(None);
+    }
+    let waiter = client.hub.register(attempt.channel()).await?;
+    loop {
+        let retry_in = match attempt.attempt().await? {
+            Outcome::Acquired(out) => return Ok(Some(out)),
+            Outcome::Busy { retry_in } => retry_in,
+        };
+        let now = Instant::now();
+        if deadline.is_some_and(|deadline| now >= deadline) {
+            return Ok(None);
+        }
+        // Without a known lease (a key without expiry), re-check at the watchdog period.
+        let bound = retry_in
+            .unwrap_or(client.settings.watchdog_timeout / 3)
+            .max(Duration::from_millis(1));
+        let mut wake_at = now + bound;
+        if let Some(deadline) = deadline {
+            wake_at = wake_at.min(deadline);
+        }
+        tokio::select! {
+            () = waiter.woken() => {}
+            () = tokio::time::sleep_until(wake_at) => {}
+            () = client.shutdown.cancelled() => return Err(Error::Shutdown),
+        }
+    }
+}

@@ -1,0 +1,95 @@
+//! The one error type of lockkit.
+
+use std::fmt;
+
+use lockkit_protocol::{keys::KeyError, DecodeError};
+
+/// Everything that can go wrong in lockkit.
+///
+/// Bad input is reported as [`Error::InvalidArgument`] before anything is sent to Redis; a lock
+/// that is no longer yours is [`Error::NotHeld`]; Redis trouble is [`Error::Redis`], which says
+/// what lockkit was doing at the time.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The hold being released or extended is no longer in Redis: its lease ran out, the lock was
+    /// force-unlocked, or Redis lost it (a restart without persistence, a failover).
+    #[error("`{name}` is no longer held by this guard: its lease ran out, it was force-unlocked, or Redis lost it")]
+    NotHeld {
+        /// The object's name.
+        name: String,
+    },
+    /// An argument was rejected before anything was sent to Redis.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The key that lockkit uses for an object holds a Redis value of another type, written by
+    /// something else.
+    #[error("the key `{key}` holds a value of another type than a lockkit {kind} uses (written by someone else?)")]
+    WrongType {
+        /// The Redis key.
+        key: String,
+        /// The kind of lockkit object that was expected there.
+        kind: &'static str,
+    },
+    /// Redis could not be reached, did not answer in time, or refused a command.
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    /// The client was shut down with [`Client::shutdown`](crate::Client::shutdown).
+    #[error("the lockkit client has been shut down")]
+    Shutdown,
+    /// A script answered with a reply of the wrong shape: a bug, or another program using the same
+    /// keys.
+    #[error(transparent)]
+    Protocol(#[from] DecodeError),
+}
+
+impl From<KeyError> for Error {
+    fn from(err: KeyError) -> Self {
+        Error::InvalidArgument(err.to_string())
+    }
+}
+
+/// A Redis failure, with what lockkit was doing when it happened.
+#[derive(Debug)]
+pub struct RedisError {
+    operation: &'static str,
+    source: fred::error::Error,
+}
+
+impl RedisError {
+    pub(crate) fn new(operation: &'static str, source: fred::error::Error) -> Self {
+        Self { operation, source }
+    }
+
+    /// What lockkit was doing: a script's name (`lock_acquire`, ...), `connect`, `subscribe`, ...
+    pub fn operation(&self) -> &'static str {
+        self.operation
+    }
+
+    /// Whether the failure leaves the outcome unknown: the connection broke or the command timed
+    /// out, so the command may or may not have run.
+    pub fn is_ambiguous(&self) -> bool {
+        use fred::error::ErrorKind;
+        matches!(
+            self.source.kind(),
+            ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled
+        )
+    }
+}
+
+impl fmt::Display for RedisError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "redis error during {}: {}", self.operation, self.source)
+    }
+}
+
+impl std::error::Error for RedisError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// Wraps a fred error with the operation it interrupted.
+pub(crate) fn redis(operation: &'static str) -> impl FnOnce(fred::error::Error) -> Error {
+    move |source| Error::Redis(RedisError::new(operation, source))
+}

@@ -1,0 +1,218 @@
+//! One hold on a Redis object, and the guard core that every primitive's guard wraps.
+//!
+//! A [`Hold`] is what the watchdog renews and what a release gives back: the object's key, the
+//! hold's marker, its lease and its lost-signal. A [`HoldGuard`] owns one hold: dropping it
+//! releases the hold in the background, [`HoldGuard::release`] releases it now. A guard exists
+//! from just before the acquire script is sent, so an acquire future dropped mid-flight gives back
+//! whatever the script may have taken.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_protocol::lock::{ReleaseReply, RELEASE};
+use parking_lot::Mutex;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::client::ClientInner;
+use crate::error::Error;
+use crate::exec::{Exec, Resend};
+
+/// How many times a release is sent when the connection breaks under it.
+const RELEASE_ATTEMPTS: u32 = 3;
+
+/// One hold on one object.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    /// Client-unique sequence number; the registry key.
+    pub(crate) seq: u64,
+    pub(crate) name: Arc<str>,
+    pub(crate) kind: &'static str,
+    pub(crate) key: String,
+    pub(crate) marker: String,
+    pub(crate) channel: String,
+    pub(crate) lease: Duration,
+    /// Renewed by the watchdog (watchdog mode) or left to expire (fixed lease).
+    pub(crate) watchdog: bool,
+    /// Cancelled when the hold is known lost, or once it was released.
+    lost: CancellationToken,
+    /// Local, conservative end of the lease: measured from when the last successful acquire or
+    /// renewal was *sent*, so it is never later than the server's expiry.
+    expires_at: Mutex<Instant>,
+}
+
+impl Hold {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        seq: u64,
+        name: Arc<str>,
+        kind: &'static str,
+        key: String,
+        marker: String,
+        channel: String,
+        lease: Duration,
+        watchdog: bool,
+    ) -> Self {
+        Self {
+            seq,
+            name,
+            kind,
+            key,
+            marker,
+            channel,
+            lease,
+            watchdog,
+            lost: CancellationToken::new(),
+            expires_at: Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Records a successful acquire or renewal that was sent at `sent`.
+    pub(crate) fn confirmed_at(&self, sent: Instant) {
+        let mut expires_at = self.expires_at.lock();
+        let new = sent + self.lease;
+        if new > *expires_at {
+            *expires_at = new;
+        }
+    }
+
+    pub(crate) fn expires_at(&self) -> Instant {
+        *self.expires_at.lock()
+    }
+
+    /// Whether the lease is known to be gone, or the hold was released.
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.is_cancelled() || Instant::now() >= self.expires_at()
+    }
+
+    /// Marks the hold lost and says so, once.
+    pub(crate) fn mark_lost(&self, why: &str) {
+        if !self.lost.is_cancelled() {
+            tracing::warn!(kind = self.kind, name = %self.name, key = %self.key, "lease lost: {why}");
+            self.lost.cancel();
+        }
+    }
+
+    /// Ends the hold quietly: it was released (or the client shut down).
+    pub(crate) fn finish(&self) {
+        self.lost.cancel();
+    }
+
+    /// Resolves once the hold is lost or released.
+    pub(crate) fn lost_signal(self: &Arc<Self>) -> impl Future<Output = ()> + Send + 'static {
+        let hold = Arc::clone(self);
+        async move {
+            loop {
+                let deadline = hold.expires_at();
+                tokio::select! {
+                    () = hold.lost.cancelled() => return,
+                    () = tokio::time::sleep_until(deadline) => {
+                        if Instant::now() >= hold.expires_at() {
+                            hold.mark_lost("the lease ran out before it could be renewed");
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Gives back `hold` in Redis.
+///
+/// The release script is sent at most once per attempt; when the connection breaks under it, it is
+/// sent again (the marker makes that safe). When an earlier attempt may have run and the next one
+/// finds the hold gone, the hold counts as released unless it was already known lost.
+pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
+    let mut ambiguous = false;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let result = exec
+            .ints(
+                &RELEASE,
+                hold.kind,
+                vec![hold.key.clone()],
+                vec![hold.marker.clone(), hold.channel.clone(), "0".to_owned()],
+                Resend::Never,
+            )
+            .await;
+        match result {
+            Ok(reply) => {
+                return match ReleaseReply::decode(&reply)? {
+                    ReleaseReply::Freed | ReleaseReply::StillHeld { .. } => Ok(()),
+                    ReleaseReply::NotHeld if ambiguous && !hold.is_lost() => Ok(()),
+                    ReleaseReply::NotHeld => Err(Error::NotHeld {
+                        name: hold.name.to_string(),
+                    }),
+                };
+            }
+            Err(Error::Redis(err)) if err.is_ambiguous() && attempt < RELEASE_ATTEMPTS => {
+                tracing::debug!(name = %hold.name, "release interrupted ({err}); sending it again");
+                ambiguous = true;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Owns one hold: releases it on drop unless it was released or disarmed.
+pub(crate) struct HoldGuard {
+    client: Arc<ClientInner>,
+    hold: Arc<Hold>,
+    armed: bool,
+}
+
+impl HoldGuard {
+    /// Arms a guard for a hold that is about to be requested.
+    pub(crate) fn arm(client: Arc<ClientInner>, hold: Arc<Hold>) -> Self {
+        Self {
+            client,
+            hold,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.hold
+    }
+
+    /// The request took nothing: nothing to release.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
+    }
+
+    /// The hold was granted: hand it to the watchdog.
+    pub(crate) fn granted(self, sent: Instant) -> Self {
+        self.hold.confirmed_at(sent);
+        self.client.watchdog.register(Arc::clone(&self.hold));
+        self
+    }
+
+    /// Releases the hold now.
+    ///
+    /// Cancel safety: if the returned future is dropped before it completes, the release goes on
+    /// in the background.
+    pub(crate) async fn release(mut self) -> Result<(), Error> {
+        if self.client.is_shut_down() {
+            self.armed = false;
+            return Err(Error::Shutdown);
+        }
+        self.client.watchdog.unregister(self.hold.seq);
+        let result = release(&self.client.exec, &self.hold).await;
+        self.armed = false;
+        self.hold.finish();
+        result
+    }
+}
+
+impl Drop for HoldGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            self.client
+                .watchdog
+                .release_in_background(Arc::clone(&self.hold));
+        }
+    }
+}

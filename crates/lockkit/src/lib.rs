@@ -1,0 +1,73 @@
+//! Distributed locks for async Rust, on Redis: reentrant, renewed by a watchdog, woken by
+//! pub/sub, and honest about losing a lease.
+//!
+//! When an application runs as several instances, `tokio::sync::Mutex` protects nothing across
+//! them: two pods both read `stock = 1` and both sell the last item; a 02:00 report job runs once
+//! per pod. lockkit gives those instances one lock, kept in Redis.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), lockkit::Error> {
+//! use std::time::Duration;
+//!
+//! let client = lockkit::Client::connect("redis://127.0.0.1:6379").await?;
+//! let lock = client.lock("order:42");
+//!
+//! // Wait up to 5 s; hold in watchdog mode (30 s lease, renewed every 10 s while held).
+//! if let Some(guard) = lock.try_lock(Duration::from_secs(5), None).await? {
+//!     // ... read stock, decrement, write back ...
+//!     guard.unlock().await?;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! # A tour
+//!
+//! - [`Client`]: one per process. It owns the Redis connection, a **watchdog** task that renews
+//!   every watchdog-mode hold in batches, and a **waiter hub** that subscribes to release
+//!   channels while tasks wait. Build one with [`Client::connect`] or [`Client::builder`].
+//! - [`Lock`]: a reentrant lock, from [`Client::lock`]. `lock()`, `lock_with_lease()`,
+//!   `try_lock(wait, lease)`, plus `is_locked`, `hold_count`, `remaining_ttl`, `force_unlock`.
+//! - [`LockGuard`]: one hold. `unlock()` releases it and tells you whether it was still yours;
+//!   dropping it releases in the background. `is_lost()` and `lost()` tell you when the lease is
+//!   gone, so a long critical section can stop.
+//!
+//! # Ownership
+//!
+//! A hold belongs to the task that took it, in the client that took it: the same task locking
+//! twice re-enters (and must release twice); any other task waits. The guard carries its owner,
+//! so it can be moved into another task and unlocked there — no "not locked by current thread".
+//!
+//! # What a Redis lock cannot do
+//!
+//! A lease-based lock is safe only while the holder finishes within its lease. A process paused
+//! longer than its lease (GC, `SIGSTOP`, a swapped-out VM) can wake up believing it still holds
+//! the lock; Redis replication is asynchronous, so a failover can lose a freshly taken lock. Watch
+//! [`LockGuard::lost`] in long critical sections, and where a stale writer would do damage,
+//! make the storage check a fencing token. If your data already lives in one database, that
+//! database's own row locks or transactions are usually the better tool.
+//!
+//! # Cancellation
+//!
+//! Every async method is cancel-safe: dropping an acquire future at any point leaves no hold
+//! behind, and dropping an `unlock()` future lets the release finish in the background.
+
+#![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+
+mod acquire;
+mod client;
+mod error;
+mod exec;
+mod hold;
+mod lock;
+mod owner;
+mod waiters;
+mod watchdog;
+
+pub use client::{
+    Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
+};
+pub use error::{Error, RedisError};
+pub use lock::{Lock, LockGuard};
+
+/// The protocol crate: scripts, key naming, cluster slots.
+pub use lockkit_protocol as protocol;

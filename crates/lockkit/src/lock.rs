@@ -1,0 +1,489 @@
+//! [`Lock`]: the reentrant distributed lock, and its [`LockGuard`].
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use lockkit_protocol::keys::{KeyError, LockKeys};
+use lockkit_protocol::lock::{hold_marker, AcquireReply, ACQUIRE, FORCE_UNLOCK};
+use tokio::time::Instant;
+
+use crate::acquire::{acquire, Attempt, Outcome};
+use crate::client::{Client, ClientInner, MAX_LEASE};
+use crate::error::{Error, RedisError};
+use crate::exec::Resend;
+use crate::hold::{Hold, HoldGuard};
+use crate::owner;
+
+const KIND: &str = "lock";
+
+/// A reentrant lock shared by every client that uses the same name and Redis.
+///
+/// Get one with [`Client::lock`]. The handle is cheap, `Clone + Send + Sync`, and sends nothing
+/// until used.
+///
+/// # Ownership and reentrancy
+/// A hold belongs to the **task** that took it (tokio's task id; outside any task, the thread) in
+/// this client. The same task locking again re-enters and must release as many times; any other
+/// task, in this client or another, waits. The returned [`LockGuard`] remembers its owner, so it
+/// can be moved to and unlocked from any task.
+///
+/// # Leases
+/// Every hold has a lease, so a crashed holder cannot keep the lock forever:
+/// - **watchdog mode** (`lease: None`, [`lock`](Lock::lock)): the lease is the client's watchdog
+///   timeout (30 s by default), renewed every third of it for as long as the guard lives;
+/// - **fixed lease** (`Some(lease)`, [`lock_with_lease`](Lock::lock_with_lease)): the hold
+///   expires after `lease`, guard or no guard.
+///
+/// When a lease is lost (renewal found the lock gone, or it ran out unrenewed), the guard says so:
+/// [`LockGuard::is_lost`], [`LockGuard::lost`].
+///
+/// # Waiting
+/// A task that finds the lock taken subscribes to the lock's release channel and sleeps until a
+/// release wakes it, or at most until the holder's lease would end. It never polls.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use std::time::Duration;
+///
+/// let lock = client.lock("report:daily");
+/// // The 02:00 job: run on whichever pod gets there first, skip on the others.
+/// match lock.try_lock(Duration::ZERO, None).await? {
+///     Some(guard) => {
+///         // ... generate the report ...
+///         guard.unlock().await?;
+///     }
+///     None => println!("another pod is running the report"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    client: Client,
+    name: Arc<str>,
+    keys: Result<Arc<LockKeys>, KeyError>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: Client, name: String) -> Self {
+        let keys = client
+            .inner
+            .settings
+            .namespace
+            .lock(&name)
+            .map(Arc::new);
+        Self {
+            client,
+            name: name.into(),
+            keys,
+        }
+    }
+
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn keys(&self) -> Result<&Arc<LockKeys>, Error> {
+        self.client.inner.check_open()?;
+        self.keys.as_ref().map_err(|err| Error::from(err.clone()))
+    }
+
+    /// Waits as long as it takes, then holds the lock in watchdog mode.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future at any point leaves no hold behind (a hold the acquire
+    /// script may already have taken is released in the background).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down,
+    /// [`Error::InvalidArgument`] for an invalid name.
+    pub async fn lock(&self) -> Result<LockGuard, Error> {
+        self.lock_inner(None).await
+    }
+
+    /// Waits as long as it takes, then holds the lock for `lease`, without renewal.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](Lock::lock).
+    ///
+    /// # Errors
+    /// As [`lock`](Lock::lock); [`Error::InvalidArgument`] for a lease of zero or over
+    /// [`MAX_LEASE`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
+        self.lock_inner(Some(lease)).await
+    }
+
+    async fn lock_inner(&self, lease: Option<Duration>) -> Result<LockGuard, Error> {
+        loop {
+            if let Some(guard) = self.acquire(None, lease).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Tries to take the lock, waiting at most `wait`.
+    ///
+    /// - `wait = Duration::ZERO` makes one attempt and never waits;
+    /// - `lease = None` takes it in watchdog mode, `Some(lease)` with a fixed lease.
+    ///
+    /// Returns `Ok(None)` when the lock was not acquired within `wait`. A `wait` too long to
+    /// represent as a deadline waits without bound.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](Lock::lock).
+    ///
+    /// # Errors
+    /// As [`lock_with_lease`](Lock::lock_with_lease).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use std::time::Duration;
+    /// let lock = client.lock("ticket:7");
+    /// if let Some(guard) = lock.try_lock(Duration::from_secs(5), Some(Duration::from_secs(3))).await? {
+    ///     // held for at most 3 s
+    ///     guard.unlock().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        self.acquire(Some(wait), lease).await
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        let keys = self.keys()?;
+        let inner = &self.client.inner;
+        let (lease, watchdog) = match lease {
+            None => (inner.settings.watchdog_timeout, true),
+            Some(lease) => (validate_lease(lease)?, false),
+        };
+        let attempt = LockAttempt {
+            client: &self.client.inner,
+            name: &self.name,
+            keys,
+            owner: owner::current(&inner.id),
+            lease,
+            watchdog,
+        };
+        acquire(inner, &attempt, wait).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn is_locked(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        let exists: i64 = self
+            .client
+            .inner
+            .exec
+            .redis()
+            .exists(keys.key.as_str())
+            .await
+            .map_err(command_error("is_locked", &keys.key))?;
+        Ok(exists > 0)
+    }
+
+    /// Whether the calling task holds the lock (through this client).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
+    pub async fn is_held_by_current_task(&self) -> Result<bool, Error> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many times the calling task holds the lock (0: not at all).
+    ///
+    /// # Errors
+    /// As [`is_held_by_current_task`](Lock::is_held_by_current_task).
+    pub async fn hold_count(&self) -> Result<u32, Error> {
+        let keys = self.keys()?;
+        let owner = owner::current(&self.client.inner.id);
+        let count: Option<i64> = self
+            .client
+            .inner
+            .exec
+            .redis()
+            .hget(keys.key.as_str(), owner)
+            .await
+            .map_err(command_error("hold_count", &keys.key))?;
+        Ok(count.map_or(0, |count| u32::try_from(count).unwrap_or(0)))
+    }
+
+    /// How long the current holder's lease still runs; `None` when the lock is free.
+    /// `Some(Duration::MAX)` if the key exists without expiry (not written by lockkit).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
+        let keys = self.keys()?;
+        let pttl: i64 = self
+            .client
+            .inner
+            .exec
+            .redis()
+            .pttl(keys.key.as_str())
+            .await
+            .map_err(command_error("remaining_ttl", &keys.key))?;
+        Ok(match pttl {
+            -2 => None,
+            -1 => Some(Duration::MAX),
+            ms => Some(Duration::from_millis(ms.unsigned_abs())),
+        })
+    }
+
+    /// Deletes the lock whoever holds it and wakes its waiters; returns whether it was locked.
+    ///
+    /// This is an administrative operation: the holders are not asked. Their guards find out at
+    /// the next renewal (watchdog mode), report [`is_lost`](LockGuard::is_lost) from then on, and
+    /// get [`Error::NotHeld`] from [`unlock`](LockGuard::unlock).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
+    pub async fn force_unlock(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        let reply = self
+            .client
+            .inner
+            .exec
+            .ints(
+                &FORCE_UNLOCK,
+                KIND,
+                vec![keys.key.clone()],
+                vec![keys.channel.clone(), "0".to_owned()],
+                Resend::Never,
+            )
+            .await?;
+        Ok(lockkit_protocol::lock::decode_force_unlock(&reply)?)
+    }
+}
+
+fn command_error<'a>(
+    operation: &'static str,
+    key: &'a str,
+) -> impl FnOnce(fred::error::Error) -> Error + 'a {
+    move |source| {
+        if source.details().starts_with("WRONGTYPE") {
+            Error::WrongType {
+                key: key.to_owned(),
+                kind: KIND,
+            }
+        } else {
+            Error::Redis(RedisError::new(operation, source))
+        }
+    }
+}
+
+/// Checks a fixed lease: positive and at most [`MAX_LEASE`]; sub-millisecond leases round up to
+/// one millisecond.
+pub(crate) fn validate_lease(lease: Duration) -> Result<Duration, Error> {
+    if lease.is_zero() {
+        return Err(Error::InvalidArgument("lease must be positive".into()));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "lease {lease:?} is longer than the maximum of {MAX_LEASE:?}"
+        )));
+    }
+    Ok(lease.max(Duration::from_millis(1)))
+}
+
+/// Round-up milliseconds of a validated lease.
+pub(crate) fn lease_millis(lease: Duration) -> u128 {
+    lease.as_nanos().div_ceil(1_000_000)
+}
+
+struct LockAttempt<'a> {
+    client: &'a Arc<ClientInner>,
+    name: &'a Arc<str>,
+    keys: &'a LockKeys,
+    owner: String,
+    lease: Duration,
+    watchdog: bool,
+}
+
+impl Attempt for LockAttempt<'_> {
+    type Output = LockGuard;
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let client = self.client;
+        let sequence = client.next_sequence();
+        let marker = hold_marker(&client.id, sequence);
+        let hold = Arc::new(Hold::new(
+            sequence,
+            Arc::clone(self.name),
+            KIND,
+            self.keys.key.clone(),
+            marker.clone(),
+            self.keys.channel.clone(),
+            self.lease,
+            self.watchdog,
+        ));
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = HoldGuard::arm(Arc::clone(client), hold);
+        let sent = Instant::now();
+        let reply = client
+            .exec
+            .ints(
+                &ACQUIRE,
+                KIND,
+                vec![self.keys.key.clone()],
+                vec![
+                    self.owner.clone(),
+                    marker,
+                    lease_millis(self.lease).to_string(),
+                ],
+                Resend::Allowed,
+            )
+            .await?;
+        match AcquireReply::decode(&reply)? {
+            AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard {
+                guard: guard.granted(sent),
+                hold_count,
+            })),
+            AcquireReply::Busy { pttl_ms } => {
+                guard.disarm();
+                Ok(Outcome::Busy {
+                    retry_in: pttl_ms.map(Duration::from_millis),
+                })
+            }
+        }
+    }
+}
+
+/// One hold on a [`Lock`]. Releases it when dropped.
+///
+/// Prefer [`unlock`](LockGuard::unlock), which reports whether the hold was still there; a guard
+/// that is merely dropped is released in the background (never leaked), and the release's result
+/// only goes to the log.
+#[must_use = "the lock is released as soon as the guard is dropped"]
+pub struct LockGuard {
+    guard: HoldGuard,
+    hold_count: u32,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hold = self.guard.hold();
+        f.debug_struct("LockGuard")
+            .field("name", &hold.name)
+            .field("watchdog", &hold.watchdog)
+            .field("lease", &hold.lease)
+            .field("hold_count", &self.hold_count)
+            .field("lost", &hold.is_lost())
+            .finish()
+    }
+}
+
+impl LockGuard {
+    /// The lock's name.
+    pub fn name(&self) -> &str {
+        &self.guard.hold().name
+    }
+
+    /// Whether the hold is renewed by the watchdog (`true`) or has a fixed lease.
+    pub fn is_watchdog(&self) -> bool {
+        self.guard.hold().watchdog
+    }
+
+    /// The hold count of the owner right after this hold was taken (1 for a first hold).
+    pub fn hold_count(&self) -> u32 {
+        self.hold_count
+    }
+
+    /// A fencing token for this acquisition: `None` for a plain [`Lock`].
+    pub fn fencing_token(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether the lease is known to be gone: renewal found the lock missing (force-unlocked,
+    /// Redis restarted empty), or the lease ran out without being renewed (fixed lease past its
+    /// end, Redis unreachable, the runtime too busy to renew). Once `true`, it stays `true`.
+    ///
+    /// The local clock starts a lease when the acquire or renewal is *sent*, so the guard reports
+    /// a lost lease no later than Redis drops it.
+    pub fn is_lost(&self) -> bool {
+        self.guard.hold().is_lost()
+    }
+
+    /// Resolves when [`is_lost`](LockGuard::is_lost) becomes true (or the guard is released).
+    /// Use it to abort a critical section that must not outlive the lease:
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lockkit::Lock) -> Result<(), lockkit::Error> {
+    /// # async fn long_job() {}
+    /// let guard = lock.lock().await?;
+    /// tokio::select! {
+    ///     () = long_job() => guard.unlock().await?,
+    ///     () = guard.lost() => eprintln!("lease lost; job aborted"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The future does not borrow the guard and may be moved into another task.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.hold().lost_signal()
+    }
+
+    /// Releases this hold now.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the release goes on in the background.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the hold was already gone (its lease ran out, or the lock was
+    /// force-unlocked): the critical section may have overlapped with another holder's.
+    /// [`Error::Shutdown`] after [`Client::shutdown`], which already released it.
+    /// [`Error::Redis`] when Redis fails; the hold is then left to run out its lease.
+    pub async fn unlock(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_validated() {
+        assert!(validate_lease(Duration::ZERO).is_err());
+        assert!(validate_lease(Duration::MAX).is_err());
+        assert!(validate_lease(MAX_LEASE + Duration::from_secs(1)).is_err());
+        assert_eq!(
+            validate_lease(Duration::from_micros(10)).ok(),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(lease_millis(Duration::from_micros(1500)), 2);
+    }
+
+    fn bounds<T: Send + Sync + Clone + 'static>() {}
+    fn send_static<T: Send + 'static>() {}
+
+    #[test]
+    fn bounds_hold() {
+        bounds::<Lock>();
+        bounds::<Client>();
+        send_static::<LockGuard>();
+    }
+}

@@ -1,0 +1,221 @@
+//! The waiter hub: event-driven waiting on release channels, one subscriber connection per client.
+//!
+//! Implementation notes for maintainers. The lost-wakeup race and how the order of steps closes
+//! it (as in tokio's `Notify`: register interest before checking the condition):
+//!
+//! 1. A waiter registers on the object's channel. The first waiter of a channel subscribes; every
+//!    waiter of that channel waits until the subscription is **confirmed** by a `PING` on the
+//!    subscriber connection (fred's `subscribe` returns before Redis has registered it).
+//! 2. Only then does the waiter try to acquire again. A release that happened before step 1
+//!    completed is seen by this attempt; a release after it is published to a channel we are
+//!    subscribed to.
+//! 3. The waiter sleeps until it is woken or until the holder's remaining lease (the bound: a
+//!    missed message costs at most that, never a hang).
+//!
+//! Each release message wakes **one** local waiter of that channel, the longest-registered one
+//! not already woken (no thundering herd). A woken waiter that goes away without consuming its
+//! wake-up passes it on. When messages may have been lost (the broadcast channel lagged, or the
+//! subscriber connection was re-established) every waiter is woken to re-check.
+//!
+//! Subscriptions live while at least one local task waits on the channel. `SUBSCRIBE` and
+//! `UNSUBSCRIBE` are serialised by one async mutex, and an unsubscribe re-checks under it that
+//! nobody registered again in the meantime, so a late `UNSUBSCRIBE` never cancels a newer
+//! subscription.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+
+use fred::clients::SubscriberClient;
+use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::Value;
+use parking_lot::Mutex;
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::{Notify, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{redis, Error};
+
+/// The client's waiter hub.
+pub(crate) struct WaiterHub {
+    inner: Arc<HubInner>,
+}
+
+struct HubInner {
+    sub: SubscriberClient,
+    channels: Mutex<HashMap<String, Entry>>,
+    subscribe_lock: tokio::sync::Mutex<()>,
+}
+
+#[derive(Default)]
+struct Entry {
+    subscribed: Arc<OnceCell<()>>,
+    waiters: Vec<Arc<Slot>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    notify: Notify,
+    woken: AtomicBool,
+}
+
+impl Entry {
+    /// Wakes the longest-registered waiter not already woken.
+    fn wake_one(&self) {
+        if let Some(slot) = self.waiters.iter().find(|slot| !slot.woken.load(Ordering::Acquire)) {
+            slot.woken.store(true, Ordering::Release);
+            slot.notify.notify_one();
+        }
+    }
+}
+
+impl WaiterHub {
+    /// Starts the hub on a connected subscriber client; `closed` stops it and closes the
+    /// connection.
+    pub(crate) fn start(sub: SubscriberClient, closed: CancellationToken) -> Self {
+        let inner = Arc::new(HubInner {
+            sub: sub.clone(),
+            channels: Mutex::new(HashMap::new()),
+            subscribe_lock: tokio::sync::Mutex::new(()),
+        });
+        tokio::spawn(dispatch(Arc::downgrade(&inner), sub, closed));
+        Self { inner }
+    }
+
+    /// Registers interest in `channel` and returns once the subscription is confirmed.
+    pub(crate) async fn register(&self, channel: &str) -> Result<Waiter, Error> {
+        let slot = Arc::new(Slot::default());
+        let subscribed = {
+            let mut channels = self.inner.channels.lock();
+            let entry = channels.entry(channel.to_owned()).or_default();
+            entry.waiters.push(Arc::clone(&slot));
+            Arc::clone(&entry.subscribed)
+        };
+        // From here on, dropping `waiter` (an error, or the caller going away) unregisters.
+        let waiter = Waiter {
+            hub: Arc::clone(&self.inner),
+            channel: channel.to_owned(),
+            slot,
+        };
+        subscribed
+            .get_or_try_init(|| async {
+                let _serial = self.inner.subscribe_lock.lock().await;
+                self.inner
+                    .sub
+                    .subscribe(channel)
+                    .await
+                    .map_err(redis("subscribe"))?;
+                // Confirms that Redis has processed the SUBSCRIBE sent before it.
+                self.inner
+                    .sub
+                    .ping::<Value>(None)
+                    .await
+                    .map_err(redis("subscribe"))?;
+                Ok::<(), Error>(())
+            })
+            .await?;
+        Ok(waiter)
+    }
+
+    /// The number of tasks waiting on any channel.
+    pub(crate) fn waiting(&self) -> usize {
+        self.inner
+            .channels
+            .lock()
+            .values()
+            .map(|entry| entry.waiters.len())
+            .sum()
+    }
+}
+
+/// One task's registration on one channel.
+pub(crate) struct Waiter {
+    hub: Arc<HubInner>,
+    channel: String,
+    slot: Arc<Slot>,
+}
+
+impl Waiter {
+    /// Resolves when a release on the channel woke this waiter (possibly before this call).
+    pub(crate) async fn woken(&self) {
+        self.slot.notify.notified().await;
+        self.slot.woken.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        let mut channels = self.hub.channels.lock();
+        let Some(entry) = channels.get_mut(&self.channel) else {
+            return;
+        };
+        entry.waiters.retain(|slot| !Arc::ptr_eq(slot, &self.slot));
+        if self.slot.woken.load(Ordering::Acquire) {
+            // Woken but gone before acting on it: pass the wake-up on.
+            entry.wake_one();
+        }
+        if !entry.waiters.is_empty() {
+            return;
+        }
+        channels.remove(&self.channel);
+        drop(channels);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let hub = Arc::clone(&self.hub);
+        let channel = std::mem::take(&mut self.channel);
+        runtime.spawn(async move {
+            let _serial = hub.subscribe_lock.lock().await;
+            if hub.channels.lock().contains_key(&channel) {
+                return; // someone registered again meanwhile; keep the subscription
+            }
+            if let Err(err) = hub.sub.unsubscribe(channel.as_str()).await {
+                tracing::debug!(%channel, "unsubscribe failed: {err}");
+            }
+        });
+    }
+}
+
+/// Routes release messages to waiters until `closed`, then closes the subscriber connection.
+async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: CancellationToken) {
+    let mut messages = sub.message_rx();
+    let mut reconnects = sub.reconnect_rx();
+    loop {
+        tokio::select! {
+            () = closed.cancelled() => break,
+            message = messages.recv() => match message {
+                Ok(message) => {
+                    let Some(hub) = hub.upgrade() else { break };
+                    let channels = hub.channels.lock();
+                    if let Some(entry) = channels.get(&*message.channel) {
+                        entry.wake_one();
+                    }
+                }
+                Err(RecvError::Lagged(missed)) => {
+                    tracing::warn!(missed, "release messages were dropped; waking every waiter to re-check");
+                    wake_all(&hub);
+                }
+                Err(RecvError::Closed) => break,
+            },
+            reconnect = reconnects.recv() => match reconnect {
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    tracing::info!("subscriber connection re-established; waking every waiter to re-check");
+                    wake_all(&hub);
+                }
+                Err(RecvError::Closed) => break,
+            },
+        }
+    }
+    let _ = sub.quit().await;
+}
+
+fn wake_all(hub: &Weak<HubInner>) {
+    if let Some(hub) = hub.upgrade() {
+        for entry in hub.channels.lock().values() {
+            for slot in &entry.waiters {
+                slot.woken.store(true, Ordering::Release);
+                slot.notify.notify_one();
+            }
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! The watchdog: one background worker per client that renews every watchdog-mode hold, checks
+//! fixed-lease holds, and releases the holds of dropped guards.
+//!
+//! Implementation notes for maintainers:
+//!
+//! - Renewal runs every `watchdog_timeout / 3`, **batched**: one `lock_renew` script call carries
+//!   up to `batch` holds (grouped by cluster slot on a cluster, since a script may only touch one
+//!   slot). A round still running when the next tick comes is not doubled up.
+//! - Renewal cannot revive a released hold: the script extends a key only while the hold's own
+//!   marker is in it, and the release deletes that marker atomically. A renewal reply for a hold
+//!   that was unregistered in the meantime is ignored, so a released guard is never reported lost.
+//! - A hold is lost when renewal finds its marker gone, or when its conservative local deadline
+//!   (send time of the last successful acquire/renewal + lease) passes without a renewal.
+//! - Releases of dropped guards come in over an unbounded channel (`Drop` cannot await) and run as
+//!   tasks of the worker; when every client handle and guard is gone, the worker finishes those
+//!   releases, then closes the Redis connection.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use lockkit_protocol::lock::{decode_renew, RENEW};
+use lockkit_protocol::slot::key_slot;
+use parking_lot::Mutex;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::{JoinHandle, JoinSet};
+use tokio::time::Instant;
+
+use crate::exec::{Exec, Resend};
+use crate::hold::{release, Hold};
+
+type Registry = Arc<Mutex<HashMap<u64, Arc<Hold>>>>;
+
+enum Command {
+    Release(Arc<Hold>),
+    Shutdown(oneshot::Sender<Vec<crate::Error>>),
+}
+
+/// Handle to the client's watchdog worker.
+pub(crate) struct Watchdog {
+    tx: mpsc::UnboundedSender<Command>,
+    registry: Registry,
+}
+
+/// Settings of the worker.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WatchdogConfig {
+    pub(crate) timeout: Duration,
+    pub(crate) batch: usize,
+    pub(crate) clustered: bool,
+}
+
+impl Watchdog {
+    /// Spawns the worker on the current tokio runtime.
+    pub(crate) fn spawn(exec: Exec, config: WatchdogConfig) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let registry = Registry::default();
+        let worker = Worker {
+            exec,
+            config,
+            registry: Arc::clone(&registry),
+            rx,
+            releases: JoinSet::new(),
+            round: None,
+        };
+        tokio::spawn(worker.run());
+        Self { tx, registry }
+    }
+
+    /// Starts renewing (or checking) `hold`.
+    pub(crate) fn register(&self, hold: Arc<Hold>) {
+        self.registry.lock().insert(hold.seq, hold);
+    }
+
+    /// Stops renewing the hold `seq`.
+    pub(crate) fn unregister(&self, seq: u64) {
+        self.registry.lock().remove(&seq);
+    }
+
+    /// Stops renewing `hold` and gives it back in the background.
+    pub(crate) fn release_in_background(&self, hold: Arc<Hold>) {
+        self.unregister(hold.seq);
+        if let Err(mpsc::error::SendError(Command::Release(hold))) =
+            self.tx.send(Command::Release(hold))
+        {
+            // The worker is gone (the client shut down): its lease runs out on its own.
+            hold.finish();
+        }
+    }
+
+    /// The number of holds being renewed or checked.
+    pub(crate) fn holds(&self) -> usize {
+        self.registry.lock().len()
+    }
+
+    /// Stops renewing and releases every registered hold; returns the errors of releases that
+    /// failed.
+    pub(crate) async fn shutdown(&self) -> Vec<crate::Error> {
+        let (done, finished) = oneshot::channel();
+        if self.tx.send(Command::Shutdown(done)).is_err() {
+            return Vec::new();
+        }
+        finished.await.unwrap_or_default()
+    }
+}
+
+struct Worker {
+    exec: Exec,
+    config: WatchdogConfig,
+    registry: Registry,
+    rx: mpsc::UnboundedReceiver<Command>,
+    releases: JoinSet<()>,
+    round: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        let period = self.config.timeout / 3;
+        let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => self.start_round(),
+                command = self.rx.recv() => match command {
+                    Some(Command::Release(hold)) => {
+                        let exec = self.exec.clone();
+                        self.releases.spawn(async move {
+                            match release(&exec, &hold).await {
+                                Ok(()) => tracing::debug!(name = %hold.name, "released a dropped guard"),
+                                Err(crate::Error::NotHeld { .. }) => {
+                                    tracing::debug!(name = %hold.name, "dropped guard's hold was already gone")
+                                }
+                                Err(err) => tracing::warn!(name = %hold.name, "could not release a dropped guard, its lease will run out: {err}"),
+                            }
+                            hold.finish();
+                        });
+                    }
+                    Some(Command::Shutdown(done)) => {
+                        let errors = self.release_all().await;
+                        let _ = done.send(errors);
+                        break;
+                    }
+                    None => break,
+                },
+                Some(_) = self.releases.join_next(), if !self.releases.is_empty() => {}
+            }
+        }
+        if let Some(round) = self.round.take() {
+            round.abort();
+        }
+        while self.releases.join_next().await.is_some() {}
+        let _ = fred::interfaces::ClientLike::quit(self.exec.redis()).await;
+    }
+
+    fn start_round(&mut self) {
+        if self.round.as_ref().is_some_and(|round| !round.is_finished()) {
+            tracing::debug!("previous renewal round still running; skipping this tick");
+            return;
+        }
+        let holds: Vec<Arc<Hold>> = self.registry.lock().values().cloned().collect();
+        if holds.is_empty() {
+            return;
+        }
+        let exec = self.exec.clone();
+        let registry = Arc::clone(&self.registry);
+        let config = self.config;
+        self.round = Some(tokio::spawn(renew_round(exec, registry, config, holds)));
+    }
+
+    async fn release_all(&mut self) -> Vec<crate::Error> {
+        if let Some(round) = self.round.take() {
+            round.abort();
+        }
+        let holds: Vec<Arc<Hold>> = self.registry.lock().drain().map(|(_, h)| h).collect();
+        let exec = &self.exec;
+        let results = join_all(holds.iter().map(|hold| async move {
+            let result = release(exec, hold).await;
+            hold.finish();
+            result
+        }))
+        .await;
+        while self.releases.join_next().await.is_some() {}
+        results
+            .into_iter()
+            .filter_map(|result| match result {
+                Ok(()) | Err(crate::Error::NotHeld { .. }) => None,
+                Err(err) => Some(err),
+            })
+            .collect()
+    }
+}
+
+/// One renewal round over a snapshot of the registry.
+async fn renew_round(exec: Exec, registry: Registry, config: WatchdogConfig, holds: Vec<Arc<Hold>>) {
+    let now = Instant::now();
+    let mut groups: HashMap<u16, Vec<Arc<Hold>>> = HashMap::new();
+    for hold in holds {
+        if hold.is_lost() {
+            if now >= hold.expires_at() {
+                hold.mark_lost("the lease ran out before it could be renewed");
+            }
+            continue;
+        }
+        let slot = if config.clustered { key_slot(&hold.key) } else { 0 };
+        groups.entry(slot).or_default().push(hold);
+    }
+    let batches = groups
+        .into_values()
+        .flat_map(|group| {
+            group
+                .chunks(config.batch.max(1))
+                .map(<[Arc<Hold>]>::to_vec)
+                .collect::<Vec<_>>()
+        })
+        .map(|batch| renew_batch(&exec, &registry, config.timeout, batch));
+    join_all(batches).await;
+}
+
+async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch: Vec<Arc<Hold>>) {
+    let keys = batch.iter().map(|hold| hold.key.clone()).collect();
+    let mut args = Vec::with_capacity(batch.len() * 2);
+    for hold in &batch {
+        args.push(hold.marker.clone());
+        let lease = if hold.watchdog { timeout.as_millis() } else { 0 };
+        args.push(lease.to_string());
+    }
+    let sent = Instant::now();
+    let reply = exec
+        .ints(&RENEW, "lock", keys, args, Resend::Allowed)
+        .await
+        .and_then(|reply| Ok(decode_renew(&reply, batch.len())?));
+    match reply {
+        Ok(present) => {
+            let registry = registry.lock();
+            for (hold, present) in batch.iter().zip(present) {
+                if !registry.contains_key(&hold.seq) {
+                    continue; // released while the round was in flight
+                }
+                if !present {
+                    hold.mark_lost("renewal found the hold gone (expired, force-unlocked, or lost by Redis)");
+                } else if hold.watchdog {
+                    hold.confirmed_at(sent);
+                }
+            }
+        }
+        Err(err) => {
+            tracing::warn!(holds = batch.len(), "lease renewal failed, will retry next tick: {err}");
+            let now = Instant::now();
+            for hold in &batch {
+                if now >= hold.expires_at() {
+                    hold.mark_lost("the lease ran out while Redis could not be reached");
+                }
+            }
+        }
+    }
+}

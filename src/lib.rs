@@ -1,0 +1,81 @@
+//! Shared helpers of the lockkit integration suite (tests, benches, examples).
+//!
+//! Every test talks to a real `redis-server`: [`redis`] starts one on a free loopback port (or
+//! uses `REDIS_URL` when set), and [`unique`] gives each test its own object names so tests can
+//! share an external server.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+pub use lockkit_testkit::{RedisServer, TestRedis};
+
+/// A Redis for one test: spawned, or the external one named by `REDIS_URL`.
+///
+/// # Panics
+/// When no server can be started (the suite's tests cannot run without one).
+pub async fn redis() -> TestRedis {
+    match lockkit_testkit::redis_url().await {
+        Ok(redis) => redis,
+        Err(err) => panic!("cannot get a Redis for the test: {err}"),
+    }
+}
+
+/// A spawned server (for tests that kill, pause or restart it).
+///
+/// # Panics
+/// When no server can be started.
+pub async fn spawned() -> RedisServer {
+    match RedisServer::start().await {
+        Ok(server) => server,
+        Err(err) => panic!("cannot start redis-server: {err}"),
+    }
+}
+
+/// A name no other test (or test run) uses.
+pub fn unique(name: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!(
+        "{name}:{}-{nanos:x}-{}",
+        std::process::id(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A client with default settings.
+///
+/// # Panics
+/// When it cannot connect.
+pub async fn client(url: &str) -> lockkit::Client {
+    client_with(url, lockkit::DEFAULT_WATCHDOG_TIMEOUT).await
+}
+
+/// A client with the given watchdog timeout.
+///
+/// # Panics
+/// When it cannot connect.
+pub async fn client_with(url: &str, watchdog_timeout: Duration) -> lockkit::Client {
+    match lockkit::Client::builder()
+        .url(url)
+        .watchdog_timeout(watchdog_timeout)
+        .build()
+        .await
+    {
+        Ok(client) => client,
+        Err(err) => panic!("cannot connect to {url}: {err}"),
+    }
+}
+
+/// Fails a test that would otherwise hang: `future` must finish within `limit`. The limit is a
+/// hang guard, never a performance assertion; keep it far above the expected time.
+///
+/// # Panics
+/// When `future` does not finish within `limit`.
+pub async fn within<F: std::future::Future>(limit: Duration, what: &str, future: F) -> F::Output {
+    match tokio::time::timeout(limit, future).await {
+        Ok(out) => out,
+        Err(_) => panic!("hung: {what} did not finish within {limit:?}"),
+    }
+}
