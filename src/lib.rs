@@ -79,3 +79,33 @@ pub async fn within<F: std::future::Future>(limit: Duration, what: &str, future:
         Err(_) => panic!("hung: {what} did not finish within {limit:?}"),
     }
 }
+
+/// A plain fred client, to look at and tamper with what lockkit stores.
+///
+/// # Panics
+/// When it cannot connect.
+pub async fn raw(url: &str) -> fred::clients::Client {
+    use fred::interfaces::ClientLike;
+    let config = match fred::types::config::Config::from_url(url) {
+        Ok(config) => config,
+        Err(err) => panic!("bad url {url}: {err}"),
+    };
+    let client = fred::types::Builder::from_config(config)
+        .build()
+        .unwrap_or_else(|err| panic!("cannot build a fred client: {err}"));
+    if let Err(err) = client.init().await {
+        panic!("cannot connect to {url}: {err}");
+    }
+    client
+}
+
+/// The Redis key of the lock called `name` (default prefix).
+///
+/// # Panics
+/// For an invalid name.
+pub fn lock_key(name: &str) -> String {
+    match lockkit::protocol::keys::Namespace::default().lock(name) {
+        Ok(keys) => keys.key,
+        Err(err) => panic!("invalid lock name {name:?}: {err}"),
+    }
+}

@@ -43,6 +43,24 @@ where
     A: Attempt + Sync,
 {
     client.check_open()?;
+    acquire_loop(client, attempt, wait).await.map_err(|err| {
+        // Whatever broke while the client was shutting down, the reason is the shutdown.
+        if client.is_shut_down() {
+            Error::Shutdown
+        } else {
+            err
+        }
+    })
+}
+
+async fn acquire_loop<A>(
+    client: &ClientInner,
+    attempt: &A,
+    wait: Option<Duration>,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt + Sync,
+{
     // A wait too long to represent is no bound at all.
     let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
     if let Outcome::Acquired(out) = attempt.attempt().await? {

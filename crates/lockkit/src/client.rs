@@ -158,9 +158,11 @@ impl Client {
         self.inner.hub.waiting()
     }
 
-    /// Stops renewing, releases every hold this client still has, wakes every waiting task with
-    /// [`Error::Shutdown`] and closes the connections. Later calls on this client (and its locks
-    /// and guards) return [`Error::Shutdown`]. Calling it again does nothing.
+    /// Stops renewing, releases every hold this client still has, and wakes every waiting task
+    /// with [`Error::Shutdown`]. Later calls on this client (and its locks and guards) return
+    /// [`Error::Shutdown`]; an acquire that was in flight gives back what it took. The subscriber
+    /// connection closes now, the command connection once the last handle and guard are dropped.
+    /// Calling it again does nothing.
     ///
     /// # Errors
     /// The first error of a release that could not be sent; such a hold is left to run out its

@@ -183,11 +183,13 @@ impl HoldGuard {
         self.armed = false;
     }
 
-    /// The hold was granted: hand it to the watchdog.
-    pub(crate) fn granted(self, sent: Instant) -> Self {
+    /// The hold was granted: hand it to the watchdog. A grant that lands after the client was
+    /// shut down is given back at once.
+    pub(crate) fn granted(self, sent: Instant) -> Result<Self, Error> {
+        self.client.check_open()?;
         self.hold.confirmed_at(sent);
         self.client.watchdog.register(Arc::clone(&self.hold));
-        self
+        Ok(self)
     }
 
     /// Releases the hold now.

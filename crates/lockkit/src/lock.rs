@@ -359,7 +359,7 @@ impl Attempt for LockAttempt<'_> {
             .await?;
         match AcquireReply::decode(&reply)? {
             AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard {
-                guard: guard.granted(sent),
+                guard: guard.granted(sent)?,
                 hold_count,
             })),
             AcquireReply::Busy { pttl_ms } => {

@@ -123,22 +123,14 @@ impl Worker {
             tokio::select! {
                 _ = tick.tick() => self.start_round(),
                 command = self.rx.recv() => match command {
-                    Some(Command::Release(hold)) => {
-                        let exec = self.exec.clone();
-                        self.releases.spawn(async move {
-                            match release(&exec, &hold).await {
-                                Ok(()) => tracing::debug!(name = %hold.name, "released a dropped guard"),
-                                Err(crate::Error::NotHeld { .. }) => {
-                                    tracing::debug!(name = %hold.name, "dropped guard's hold was already gone")
-                                }
-                                Err(err) => tracing::warn!(name = %hold.name, "could not release a dropped guard, its lease will run out: {err}"),
-                            }
-                            hold.finish();
-                        });
-                    }
+                    Some(Command::Release(hold)) => self.spawn_release(hold),
                     Some(Command::Shutdown(done)) => {
                         let errors = self.release_all().await;
                         let _ = done.send(errors);
+                        // No more renewals; keep serving the releases of guards that are still
+                        // around (an acquire in flight during the shutdown gives its hold back
+                        // through here) until the last handle is gone.
+                        self.drain().await;
                         break;
                     }
                     None => break,
@@ -151,6 +143,34 @@ impl Worker {
         }
         while self.releases.join_next().await.is_some() {}
         let _ = fred::interfaces::ClientLike::quit(self.exec.redis()).await;
+    }
+
+    async fn drain(&mut self) {
+        while let Some(command) = self.rx.recv().await {
+            match command {
+                Command::Release(hold) => self.spawn_release(hold),
+                Command::Shutdown(done) => {
+                    let _ = done.send(Vec::new());
+                }
+            }
+        }
+    }
+
+    fn spawn_release(&mut self, hold: Arc<Hold>) {
+        let exec = self.exec.clone();
+        self.releases.spawn(async move {
+            match release(&exec, &hold).await {
+                Ok(()) => tracing::debug!(name = %hold.name, "released a dropped guard"),
+                Err(crate::Error::NotHeld { .. }) => {
+                    tracing::debug!(name = %hold.name, "dropped guard's hold was already gone")
+                }
+                Err(err) => tracing::warn!(
+                    name = %hold.name,
+                    "could not release a dropped guard, its lease will run out: {err}"
+                ),
+            }
+            hold.finish();
+        });
     }
 
     fn start_round(&mut self) {

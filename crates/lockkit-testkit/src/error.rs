@@ -1,0 +1,142 @@
+//! The error type of the test kit.
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Everything that can go wrong while starting, controlling or talking to a
+/// test `redis-server`, or while running a [`FaultProxy`](crate::FaultProxy).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TestkitError {
+    /// No `redis-server` executable could be found.
+    #[error(
+        "redis-server binary not found ({searched}); install the Debian package `redis-server` \
+         (`apt-get install redis-server`), run scripts/test (which installs it), or set \
+         REDIS_SERVER_BIN to the path of a redis-server executable"
+    )]
+    BinaryNotFound {
+        /// Where the binary was looked for.
+        searched: String,
+    },
+
+    /// An I/O operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the kit was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The `redis-server` process exited during startup because its port was
+    /// already taken (usually by a concurrently running test).
+    #[error(
+        "redis-server could not listen on port {port} (address in use); log tail:\n{log_tail}"
+    )]
+    PortInUse {
+        /// The port that was tried.
+        port: u16,
+        /// The last lines of the server's log.
+        log_tail: String,
+    },
+
+    /// The `redis-server` process exited during startup.
+    #[error("redis-server on port {port} exited during startup ({status}); log tail:\n{log_tail}")]
+    StartupFailed {
+        /// The port the server was told to listen on.
+        port: u16,
+        /// The exit status of the process.
+        status: String,
+        /// The last lines of the server's log and standard streams.
+        log_tail: String,
+    },
+
+    /// The `redis-server` process did not answer `PING` in time.
+    #[error(
+        "redis-server on port {port} did not answer PING within {timeout:?}; log tail:\n{log_tail}"
+    )]
+    StartupTimeout {
+        /// The port the server was told to listen on.
+        port: u16,
+        /// How long the kit waited.
+        timeout: Duration,
+        /// The last lines of the server's log.
+        log_tail: String,
+    },
+
+    /// Every attempt to start a server on a fresh port failed because the
+    /// port was taken.
+    #[error("redis-server could not be started after {attempts} attempts on fresh ports: {last}")]
+    PortsExhausted {
+        /// How many ports were tried.
+        attempts: usize,
+        /// The error of the last attempt.
+        #[source]
+        last: Box<TestkitError>,
+    },
+
+    /// The operation needs a running server, but it was killed.
+    #[error("redis-server on port {port} is not running (it was killed)")]
+    NotRunning {
+        /// The port reserved for the server.
+        port: u16,
+    },
+
+    /// Sending a signal to the server process failed.
+    #[error("sending SIG{signal} to pid {pid} failed: {detail}")]
+    Signal {
+        /// The signal name without the `SIG` prefix, e.g. `STOP`.
+        signal: &'static str,
+        /// The target process id.
+        pid: u32,
+        /// What went wrong.
+        detail: String,
+    },
+
+    /// The reply of a server could not be parsed as RESP2.
+    #[error("protocol error talking to {addr}: {detail}")]
+    Protocol {
+        /// The address of the server.
+        addr: SocketAddr,
+        /// What was wrong with the reply.
+        detail: String,
+    },
+
+    /// A command did not complete in time.
+    #[error("command to {addr} did not complete within {timeout:?}")]
+    CommandTimeout {
+        /// The address of the server.
+        addr: SocketAddr,
+        /// How long the kit waited.
+        timeout: Duration,
+    },
+
+    /// The server closed the connection before replying in full.
+    #[error("connection to {addr} closed before a complete reply was received")]
+    ConnectionClosed {
+        /// The address of the server.
+        addr: SocketAddr,
+    },
+
+    /// A temporary directory could not be created.
+    #[error("creating temporary directory under {base}: {source}")]
+    TempDir {
+        /// The parent directory.
+        base: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl TestkitError {
+    pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
+        TestkitError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

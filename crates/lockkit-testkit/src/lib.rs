@@ -1,0 +1,50 @@
+//! Real Redis servers and network faults for integration tests.
+//!
+//! `lockkit-testkit` lets tests talk to real `redis-server` processes
+//! instead of mocks, and put a fault-injecting TCP proxy between a client and
+//! a server:
+//!
+//! * [`RedisServer`] starts `redis-server` on a free `127.0.0.1` port, with no
+//!   persistence and a temporary directory of its own, and kills it on drop.
+//!   It can be killed, restarted empty on the same port, paused with
+//!   `SIGSTOP` and resumed, and inspected with raw commands through
+//!   [`RedisServer::command`].
+//! * [`redis_url`] gives a server for a test: the one named by the `REDIS_URL`
+//!   environment variable if set, else a spawned one.
+//! * [`FaultProxy`] forwards TCP connections to a server and can add latency
+//!   and jitter, pause traffic, cut connections, refuse new ones, or drop the
+//!   reply to one chosen request after the server executed it.
+//!
+//! The `redis-server` binary is taken from the `REDIS_SERVER_BIN` environment
+//! variable, else from `PATH`; on Debian it comes with the package
+//! `redis-server`.
+//!
+//! ```no_run
+//! use lockkit_testkit::{FaultProxy, RedisServer, RespValue};
+//!
+//! # async fn demo() -> Result<(), lockkit_testkit::TestkitError> {
+//! let server = RedisServer::start().await?;
+//! server.command(&["SET", "key", "value"]).await?;
+//! let value = server.command(&["GET", "key"]).await?;
+//! assert_eq!(value.as_str(), Some("value"));
+//!
+//! let proxy = FaultProxy::start(server.addr()).await?;
+//! proxy.cut_after_request_containing("critical-key");
+//! // ... run the client under test against `proxy.url()` ...
+//! proxy.wait_triggered().await;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Everything here is meant for tests: servers listen on loopback only and
+//! run without a password unless one is passed in [`ServerOptions`].
+
+mod error;
+mod proxy;
+mod resp;
+mod server;
+
+pub use error::TestkitError;
+pub use proxy::FaultProxy;
+pub use resp::{encode_command, send_command, RespValue};
+pub use server::{redis_url, RedisServer, ServerOptions, TestRedis};

@@ -1,0 +1,696 @@
+//! Real `redis-server` processes on free loopback ports.
+
+use std::fs::{self, File};
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::net::TcpSocket;
+use tokio::time::Instant;
+
+use crate::resp::{exchange, COMMAND_TIMEOUT};
+use crate::{RespValue, TestkitError};
+
+/// How many fresh ports [`RedisServer::start_with`] tries.
+const PORT_ATTEMPTS: usize = 5;
+/// How often a restart on the same port is tried when the port is taken.
+const RESTART_ATTEMPTS: usize = 5;
+/// How many lines of each log file go into an error.
+const LOG_TAIL_LINES: usize = 20;
+/// Upper bound of one readiness probe.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Options of a [`RedisServer`].
+///
+/// Extra arguments are passed to `redis-server` after the kit's own, so they
+/// override them:
+///
+/// ```
+/// use lockkit_testkit::ServerOptions;
+///
+/// let options = ServerOptions::default()
+///     .arg("--requirepass")
+///     .arg("secret")
+///     .args(["--maxmemory", "64mb"]);
+/// assert_eq!(options.password(), Some("secret"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    args: Vec<String>,
+    binary: Option<PathBuf>,
+    startup_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            args: Vec::new(),
+            binary: None,
+            startup_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServerOptions {
+    /// The default options: no extra arguments, the binary found through
+    /// `REDIS_SERVER_BIN` or `PATH`, a 10 second startup timeout.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends one argument to the `redis-server` command line, e.g.
+    /// `.arg("--requirepass").arg("secret")`.
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Appends several arguments to the `redis-server` command line.
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// Uses this `redis-server` executable instead of looking one up.
+    pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
+        self.binary = Some(path.into());
+        self
+    }
+
+    /// How long to wait for a started server to answer `PING` (default 10 s).
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// The extra arguments given so far.
+    pub fn extra_args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// The password set with `--requirepass <password>` among the extra
+    /// arguments (the last one wins), if any and not empty.
+    pub fn password(&self) -> Option<&str> {
+        self.args
+            .windows(2)
+            .rev()
+            .find(|pair| pair[0].eq_ignore_ascii_case("--requirepass"))
+            .map(|pair| pair[1].as_str())
+            .filter(|password| !password.is_empty())
+    }
+}
+
+/// A `redis-server` child process listening on `127.0.0.1` on a port of its
+/// own, without persistence, in a temporary directory of its own.
+///
+/// On drop the process is killed with `SIGKILL` and reaped, and the
+/// directory is removed. [`kill`](RedisServer::kill) keeps the port number,
+/// so [`start_again`](RedisServer::start_again) brings an empty server back
+/// on the same address.
+#[derive(Debug)]
+pub struct RedisServer {
+    port: u16,
+    /// Keeps the port ours while the server is killed (see `reserve_port`).
+    _reservation: TcpSocket,
+    // Declared before `dir`: the process dies before its directory goes.
+    process: Option<Process>,
+    dir: TempDir,
+    binary: PathBuf,
+    options: ServerOptions,
+    generation: u32,
+}
+
+impl RedisServer {
+    /// Starts a server with default [`ServerOptions`].
+    pub async fn start() -> Result<RedisServer, TestkitError> {
+        Self::start_with(ServerOptions::default()).await
+    }
+
+    /// Starts a server on a free port and waits until it answers `PING`.
+    ///
+    /// The port is reserved for the life of the returned value, also while
+    /// the server is [killed](RedisServer::kill), so concurrent tests do not
+    /// get it. Should the server still fail to bind it, a new port is tried,
+    /// up to 5 times.
+    pub async fn start_with(options: ServerOptions) -> Result<RedisServer, TestkitError> {
+        let binary = find_binary(&options)?;
+        let dir = TempDir::new()?;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (reservation, port) = reserve_port()?;
+            let generation = u32::try_from(attempt).unwrap_or(u32::MAX);
+            match start_on(&binary, port, &dir.path, generation, &options).await {
+                Ok(process) => {
+                    return Ok(RedisServer {
+                        port,
+                        _reservation: reservation,
+                        process: Some(process),
+                        dir,
+                        binary,
+                        options,
+                        generation,
+                    });
+                }
+                Err(TestkitError::PortInUse { .. }) if attempt < PORT_ATTEMPTS => {
+                    tracing::debug!(
+                        port,
+                        "port taken before redis-server could bind it; retrying"
+                    );
+                }
+                Err(last @ TestkitError::PortInUse { .. }) => {
+                    return Err(TestkitError::PortsExhausted {
+                        attempts: attempt,
+                        last: Box::new(last),
+                    });
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// The TCP port of the server.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The address of the server, `127.0.0.1:<port>`.
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
+
+    /// The URL of the server, `redis://127.0.0.1:<port>`. It carries no
+    /// password even if one was set: see [`password`](RedisServer::password).
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The process id, or `None` while the server is killed.
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.pid)
+    }
+
+    /// Whether the server process is currently started (it may be paused).
+    pub fn is_running(&self) -> bool {
+        self.process.is_some()
+    }
+
+    /// The password given with `--requirepass` in the options, if any.
+    pub fn password(&self) -> Option<&str> {
+        self.options.password()
+    }
+
+    /// The temporary directory of the server (its `--dir` and its logs).
+    pub fn dir(&self) -> &Path {
+        &self.dir.path
+    }
+
+    /// Kills the server with `SIGKILL`, starts a new one with no data on the
+    /// same port and waits until it answers.
+    pub async fn restart_empty(&mut self) -> Result<(), TestkitError> {
+        self.kill();
+        self.start_again().await
+    }
+
+    /// Kills the server with `SIGKILL` and reaps it now. The port stays
+    /// reserved in this value so [`start_again`](RedisServer::start_again)
+    /// can reuse it. Does nothing if the server is already killed.
+    pub fn kill(&mut self) {
+        if let Some(process) = self.process.take() {
+            tracing::debug!(port = self.port, pid = process.pid, "killing redis-server");
+            drop(process);
+        }
+    }
+
+    /// Starts an empty server on the same port after [`kill`](RedisServer::kill)
+    /// and waits until it answers. A server that is still running is killed
+    /// first.
+    pub async fn start_again(&mut self) -> Result<(), TestkitError> {
+        self.kill();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            self.generation = self.generation.saturating_add(1);
+            match start_on(
+                &self.binary,
+                self.port,
+                &self.dir.path,
+                self.generation,
+                &self.options,
+            )
+            .await
+            {
+                Ok(process) => {
+                    self.process = Some(process);
+                    return Ok(());
+                }
+                Err(TestkitError::PortInUse { .. }) if attempt < RESTART_ATTEMPTS => {
+                    tracing::debug!(port = self.port, attempt, "port still taken; retrying");
+                    tokio::time::sleep(Duration::from_millis(50 * attempt as u64)).await;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Stops the server process with `SIGSTOP`: it keeps its connections but
+    /// answers nothing until [`resume`](RedisServer::resume).
+    pub fn pause(&self) -> Result<(), TestkitError> {
+        self.signal("STOP")
+    }
+
+    /// Continues a paused server with `SIGCONT`.
+    pub fn resume(&self) -> Result<(), TestkitError> {
+        self.signal("CONT")
+    }
+
+    /// Sends one command over a fresh connection and returns the parsed
+    /// reply; authenticates first if a password was set in the options.
+    ///
+    /// Error replies are returned as [`RespValue::Error`], not as `Err`.
+    /// Gives up after 10 seconds (e.g. while the server is paused).
+    pub async fn command(&self, args: &[&str]) -> Result<RespValue, TestkitError> {
+        if self.process.is_none() {
+            return Err(TestkitError::NotRunning { port: self.port });
+        }
+        let mut commands = Vec::with_capacity(2);
+        if let Some(password) = self.password() {
+            commands.push(vec!["AUTH", password]);
+        }
+        commands.push(args.to_vec());
+        let mut replies = exchange(self.addr(), &commands, COMMAND_TIMEOUT).await?;
+        replies.pop().ok_or_else(|| TestkitError::Protocol {
+            addr: self.addr(),
+            detail: "no reply".to_owned(),
+        })
+    }
+
+    fn signal(&self, signal: &'static str) -> Result<(), TestkitError> {
+        let pid = self
+            .pid()
+            .ok_or(TestkitError::NotRunning { port: self.port })?;
+        send_signal(signal, pid)
+    }
+}
+
+/// A Redis server for a test: an external one named by the `REDIS_URL`
+/// environment variable, or else one spawned for the test.
+#[derive(Debug)]
+pub enum TestRedis {
+    /// A server started by the kit, killed when this value is dropped.
+    Spawned(RedisServer),
+    /// The URL of a server the kit does not control (from `REDIS_URL`).
+    External(String),
+}
+
+impl TestRedis {
+    /// The URL of the server.
+    pub fn url(&self) -> String {
+        match self {
+            TestRedis::Spawned(server) => server.url(),
+            TestRedis::External(url) => url.clone(),
+        }
+    }
+
+    /// The spawned server, or `None` for an external one.
+    pub fn server(&self) -> Option<&RedisServer> {
+        match self {
+            TestRedis::Spawned(server) => Some(server),
+            TestRedis::External(_) => None,
+        }
+    }
+}
+
+/// A Redis server for a test: if the environment variable `REDIS_URL` is set
+/// (and not empty), [`TestRedis::External`] with its value and no process is
+/// started; otherwise a new [`RedisServer`] with default options.
+pub async fn redis_url() -> Result<TestRedis, TestkitError> {
+    match std::env::var("REDIS_URL") {
+        Ok(url) if !url.trim().is_empty() => Ok(TestRedis::External(url)),
+        _ => Ok(TestRedis::Spawned(RedisServer::start().await?)),
+    }
+}
+
+/// Sends `SIG<signal>` to `pid` with the `kill` command.
+fn send_signal(signal: &'static str, pid: u32) -> Result<(), TestkitError> {
+    let output = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| TestkitError::Signal {
+            signal,
+            pid,
+            detail: format!("running `kill`: {e}"),
+        })?;
+    if output.status.success() {
+        tracing::debug!(pid, signal, "signal sent");
+        Ok(())
+    } else {
+        Err(TestkitError::Signal {
+            signal,
+            pid,
+            detail: format!(
+                "`kill` {}: {}",
+                output.status,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+        })
+    }
+}
+
+/// A spawned `redis-server`, killed with `SIGKILL` and reaped on drop.
+#[derive(Debug)]
+struct Process {
+    child: Child,
+    pid: u32,
+    log: PathBuf,
+    stdio: PathBuf,
+}
+
+impl Process {
+    /// The last lines of the server's log file and of its standard streams.
+    fn log_tail(&self) -> String {
+        let sections: Vec<String> = [("log", &self.log), ("stdout/stderr", &self.stdio)]
+            .into_iter()
+            .filter_map(|(label, path)| {
+                let tail = tail_of(path)?;
+                Some(format!("--- {label} ({}) ---\n{tail}", path.display()))
+            })
+            .collect();
+        if sections.is_empty() {
+            "(the server wrote nothing)".to_owned()
+        } else {
+            sections.join("\n")
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Errors are ignored on purpose: the child may already have exited,
+        // and a destructor has no one to report to.
+        if let Err(err) = self.child.kill() {
+            tracing::debug!(pid = self.pid, %err, "SIGKILL failed");
+        }
+        match self.child.wait() {
+            Ok(status) => tracing::trace!(pid = self.pid, %status, "redis-server reaped"),
+            Err(err) => tracing::warn!(pid = self.pid, %err, "reaping redis-server failed"),
+        }
+    }
+}
+
+/// Spawns a server on `port` and waits until it is ready.
+async fn start_on(
+    binary: &Path,
+    port: u16,
+    dir: &Path,
+    generation: u32,
+    options: &ServerOptions,
+) -> Result<Process, TestkitError> {
+    let mut process = spawn(binary, port, dir, generation, options)?;
+    wait_ready(&mut process, port, options).await?;
+    tracing::debug!(port, pid = process.pid, "redis-server ready");
+    Ok(process)
+}
+
+fn spawn(
+    binary: &Path,
+    port: u16,
+    dir: &Path,
+    generation: u32,
+    options: &ServerOptions,
+) -> Result<Process, TestkitError> {
+    let log = dir.join(format!("redis-{generation}.log"));
+    let stdio = dir.join(format!("stdio-{generation}.log"));
+    let out = File::create(&stdio)
+        .map_err(|e| TestkitError::io(format!("creating {}", stdio.display()), e))?;
+    let err = out
+        .try_clone()
+        .map_err(|e| TestkitError::io(format!("duplicating {}", stdio.display()), e))?;
+    let child = Command::new(binary)
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .args(["--protected-mode", "no"])
+        .args(["--daemonize", "no"])
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .arg("--dir")
+        .arg(dir)
+        .arg("--logfile")
+        .arg(&log)
+        .args(&options.args)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| TestkitError::io(format!("spawning {}", binary.display()), e))?;
+    let pid = child.id();
+    tracing::debug!(port, pid, binary = %binary.display(), "redis-server spawned");
+    Ok(Process {
+        child,
+        pid,
+        log,
+        stdio,
+    })
+}
+
+/// Polls until the server answers `PING` (or `-NOAUTH`), it exits, or the
+/// startup timeout passes.
+async fn wait_ready(
+    process: &mut Process,
+    port: u16,
+    options: &ServerOptions,
+) -> Result<(), TestkitError> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let timeout = options.startup_timeout;
+    let deadline = Instant::now() + timeout;
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        let exited = process
+            .child
+            .try_wait()
+            .map_err(|e| TestkitError::io("checking on redis-server", e))?;
+        if let Some(status) = exited {
+            let log_tail = process.log_tail();
+            return Err(if is_address_in_use(&log_tail) {
+                TestkitError::PortInUse { port, log_tail }
+            } else {
+                TestkitError::StartupFailed {
+                    port,
+                    status: status.to_string(),
+                    log_tail,
+                }
+            });
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(TestkitError::StartupTimeout {
+                port,
+                timeout,
+                log_tail: process.log_tail(),
+            });
+        }
+        let probe_timeout = PROBE_TIMEOUT.min(deadline - now);
+        if probe(addr, process.pid, options.password(), probe_timeout).await {
+            return Ok(());
+        }
+        let now = Instant::now();
+        tokio::time::sleep(backoff.min(deadline.saturating_duration_since(now))).await;
+        backoff = (backoff * 2).min(Duration::from_millis(100));
+    }
+}
+
+/// Whether the server on `addr` is up and is the process `pid`.
+async fn probe(addr: SocketAddr, pid: u32, password: Option<&str>, timeout: Duration) -> bool {
+    let mut commands = Vec::with_capacity(3);
+    if let Some(password) = password {
+        commands.push(vec!["AUTH", password]);
+    }
+    commands.push(vec!["PING"]);
+    commands.push(vec!["INFO", "server"]);
+    let replies = match exchange(addr, &commands, timeout).await {
+        Ok(replies) => replies,
+        Err(err) => {
+            tracing::trace!(%addr, %err, "redis-server not ready yet");
+            return false;
+        }
+    };
+    let mut replies = replies.iter().rev();
+    let (Some(info), Some(ping)) = (replies.next(), replies.next()) else {
+        return false;
+    };
+    match ping {
+        RespValue::Simple(pong) if pong == "PONG" => {
+            // Make sure the answer came from our process, not from a server
+            // of a concurrent test that grabbed the port first.
+            let expected = format!("process_id:{pid}");
+            let ours = info
+                .as_str()
+                .is_some_and(|text| text.lines().any(|line| line.trim() == expected));
+            if !ours {
+                tracing::debug!(%addr, pid, "another process answers on this port");
+            }
+            ours
+        }
+        // The server is up but wants a password we do not know.
+        RespValue::Error(err) if err.starts_with("NOAUTH") => true,
+        _ => false,
+    }
+}
+
+fn is_address_in_use(log: &str) -> bool {
+    log.contains("Address already in use") || log.contains("Failed listening on port")
+}
+
+/// The last lines of a file; `None` if it is missing or blank.
+fn tail_of(path: &Path) -> Option<String> {
+    let text = match fs::read(path) {
+        Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return None,
+        Err(err) => return Some(format!("(could not read it: {err})")),
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    Some(lines[start..].join("\n"))
+}
+
+/// Reserves a free port for the life of a [`RedisServer`].
+///
+/// The socket is bound to `127.0.0.1:0` with `SO_REUSEADDR` and never listens.
+/// Linux then never hands the port out again to another `bind` to port 0 or
+/// to an outgoing connection, so concurrent tests cannot take it, not even
+/// while the server is killed; yet `redis-server`, which sets `SO_REUSEADDR`
+/// too, can bind it, and connecting to it while no server listens is refused.
+fn reserve_port() -> Result<(TcpSocket, u16), TestkitError> {
+    let socket = TcpSocket::new_v4().map_err(|e| TestkitError::io("creating a TCP socket", e))?;
+    socket
+        .set_reuseaddr(true)
+        .map_err(|e| TestkitError::io("setting SO_REUSEADDR", e))?;
+    socket
+        .bind(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+        .map_err(|e| TestkitError::io("binding 127.0.0.1:0 to reserve a port", e))?;
+    let port = socket
+        .local_addr()
+        .map_err(|e| TestkitError::io("reading the address of a bound socket", e))?
+        .port();
+    Ok((socket, port))
+}
+
+/// The `redis-server` to run: from the options, `REDIS_SERVER_BIN`, or `PATH`.
+fn find_binary(options: &ServerOptions) -> Result<PathBuf, TestkitError> {
+    if let Some(binary) = &options.binary {
+        return if binary.is_file() {
+            Ok(binary.clone())
+        } else {
+            Err(TestkitError::BinaryNotFound {
+                searched: format!("ServerOptions::binary {} is not a file", binary.display()),
+            })
+        };
+    }
+    if let Some(binary) = std::env::var_os("REDIS_SERVER_BIN").filter(|v| !v.is_empty()) {
+        let binary = PathBuf::from(binary);
+        return if binary.is_file() {
+            Ok(binary)
+        } else {
+            Err(TestkitError::BinaryNotFound {
+                searched: format!("REDIS_SERVER_BIN={} is not a file", binary.display()),
+            })
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let found = std::env::split_paths(&path)
+        .chain(["/usr/bin", "/usr/local/bin", "/usr/sbin"].map(PathBuf::from))
+        .map(|dir| dir.join("redis-server"))
+        .find(|candidate| candidate.is_file());
+    found.ok_or_else(|| TestkitError::BinaryNotFound {
+        searched: format!(
+            "REDIS_SERVER_BIN is not set and no redis-server in PATH={}",
+            path.to_string_lossy()
+        ),
+    })
+}
+
+/// A directory under the system temporary directory, removed on drop.
+#[derive(Debug)]
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Result<TempDir, TestkitError> {
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let base = std::env::temp_dir();
+        let mut last_err = None;
+        for _ in 0..16 {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let name = format!(
+                "lockkit-testkit-{}-{}-{nanos:08x}",
+                std::process::id(),
+                COUNTER.fetch_add(1, Ordering::Relaxed)
+            );
+            let path = base.join(name);
+            match fs::create_dir(&path) {
+                Ok(()) => return Ok(TempDir { path }),
+                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => last_err = Some(err),
+                Err(source) => return Err(TestkitError::TempDir { base, source }),
+            }
+        }
+        Err(TestkitError::TempDir {
+            base,
+            source: last_err
+                .unwrap_or_else(|| io::Error::new(io::ErrorKind::AlreadyExists, "name clash")),
+        })
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if let Err(err) = fs::remove_dir_all(&self.path) {
+            tracing::debug!(path = %self.path.display(), %err, "removing temporary directory failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn password_is_parsed_from_args() {
+        assert_eq!(ServerOptions::new().password(), None);
+        let options = ServerOptions::new().args(["--requirepass", "a", "--requirepass", "b"]);
+        assert_eq!(options.password(), Some("b"));
+        assert_eq!(
+            ServerOptions::new().args(["--requirepass", ""]).password(),
+            None
+        );
+    }
+
+    #[test]
+    fn temp_dirs_are_unique_and_removed() {
+        let a = TempDir::new().unwrap();
+        let b = TempDir::new().unwrap();
+        assert_ne!(a.path, b.path);
+        let path = a.path.clone();
+        assert!(path.is_dir());
+        drop(a);
+        assert!(!path.exists());
+    }
+}

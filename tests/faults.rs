@@ -1,0 +1,135 @@
+//! Connection faults: replies lost after the server ran a script, the server gone at connect and
+//! while waiting.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use fred::interfaces::HashesInterface;
+use lockkit::Error;
+use lockkit_suite::{client, lock_key, raw, spawned, unique, within};
+use lockkit_testkit::FaultProxy;
+
+const HANG: Duration = Duration::from_secs(60);
+
+async fn lock_hash(url: &str, name: &str) -> HashMap<String, String> {
+    raw(url).await.hgetall(lock_key(name)).await.unwrap()
+}
+
+/// Takes and gives back another lock, so the scripts are cached on the server and the request
+/// whose reply gets lost is the script itself, not a `NOSCRIPT` answer.
+async fn warm_up(client: &lockkit::Client) {
+    let guard = client.lock(unique("warm-up")).lock().await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
+/// The server runs the acquire, the reply never arrives and the connection drops; fred re-sends
+/// the same request after reconnecting. The hold must be counted once.
+#[tokio::test]
+async fn an_acquire_replayed_after_a_lost_reply_counts_once() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let holder = client(&proxy.url()).await;
+    let name = unique("replay-acquire");
+    warm_up(&holder).await;
+
+    proxy.cut_after_request_containing(lock_key(&name));
+    let guard = within(HANG, "acquire across a cut", holder.lock(&name).lock())
+        .await
+        .unwrap();
+    assert!(proxy.triggered(), "the reply was really lost");
+    assert_eq!(guard.hold_count(), 1);
+    let fields = lock_hash(&server.url(), &name).await;
+    assert_eq!(fields.len(), 2, "one owner count and one marker: {fields:?}");
+    assert!(fields.values().any(|v| v == "1"), "{fields:?}");
+
+    guard.unlock().await.unwrap();
+    assert!(lock_hash(&server.url(), &name).await.is_empty(), "one release frees it");
+}
+
+/// The server runs the release of one of two reentrant holds, the reply is lost. The retry must
+/// not take away the other hold, and `unlock` must report success.
+#[tokio::test]
+async fn a_release_retried_after_a_lost_reply_releases_once() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let holder = client(&proxy.url()).await;
+    let name = unique("replay-release");
+    warm_up(&holder).await;
+    let lock = holder.lock(&name);
+    let first = lock.lock().await.unwrap();
+    let second = lock.lock().await.unwrap();
+    assert_eq!(second.hold_count(), 2);
+
+    proxy.cut_after_request_containing(lock_key(&name));
+    within(HANG, "release across a cut", second.unlock()).await.unwrap();
+    assert!(proxy.triggered(), "the reply was really lost");
+    assert_eq!(lock.hold_count().await.unwrap(), 1, "exactly one hold given back");
+
+    proxy.cut_after_request_containing(lock_key(&name));
+    within(HANG, "last release across a cut", first.unlock()).await.unwrap();
+    assert!(proxy.triggered());
+    assert!(!lock.is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn connecting_to_a_server_that_is_down_fails_clearly() {
+    let mut server = spawned().await;
+    let url = server.url();
+    server.kill();
+    let result = within(
+        HANG,
+        "connect to a dead server",
+        lockkit::Client::builder()
+            .url(&url)
+            .connect_timeout(Duration::from_millis(500))
+            .build(),
+    )
+    .await;
+    match result {
+        Err(Error::Redis(err)) => assert_eq!(err.operation(), "connect"),
+        other => panic!("expected a connect error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_server_that_dies_mid_wait_ends_the_wait_with_an_error() {
+    let mut server = spawned().await;
+    let holder = client(&server.url()).await;
+    let waiter = lockkit::Client::builder()
+        .url(server.url())
+        .command_timeout(Duration::from_millis(500))
+        .build()
+        .await
+        .unwrap();
+    let name = unique("dies-mid-wait");
+    let _guard = holder
+        .lock(&name)
+        .lock_with_lease(Duration::from_millis(800))
+        .await
+        .unwrap();
+    let lock = waiter.lock(&name);
+    let task = tokio::spawn(async move { lock.lock().await });
+    while waiter.waiting_count() == 0 {
+        tokio::task::yield_now().await;
+    }
+    server.kill();
+    let result = within(HANG, "waiter on a dead server", task).await.unwrap();
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+}
+
+#[tokio::test]
+async fn a_wrong_password_is_refused_clearly() {
+    let server = lockkit_testkit::RedisServer::start_with(
+        lockkit_testkit::ServerOptions::new().args(["--requirepass", "s3cret"]),
+    )
+    .await
+    .unwrap();
+    let bad = format!("redis://:wrong@{}", server.addr());
+    let result = within(HANG, "connect with a bad password", lockkit::Client::connect(bad)).await;
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    let good = format!("redis://:s3cret@{}", server.addr());
+    let client = lockkit::Client::connect(good).await.unwrap();
+    let name = unique("auth");
+    let guard = client.lock(&name).lock().await.unwrap();
+    guard.unlock().await.unwrap();
+}

@@ -1,0 +1,92 @@
+//! Event-driven waiting: handoff by pub/sub, the TTL bound when no message comes, one wake-up
+//! per release.
+
+use std::time::Duration;
+
+use lockkit_suite::{client, redis, unique, within};
+
+const HANG: Duration = Duration::from_secs(60);
+
+/// The holder's fixed lease (60 s) outlasts the waiter's patience (30 s): the waiter can only
+/// get the lock in time through the release message.
+#[tokio::test]
+async fn a_release_hands_the_lock_over_long_before_the_holders_lease_ends() {
+    let redis = redis().await;
+    let holder = client(&redis.url()).await;
+    let waiter = client(&redis.url()).await;
+    let name = unique("handoff");
+    let guard = holder
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let lock = waiter.lock(&name);
+    let task = tokio::spawn(async move { lock.try_lock(Duration::from_secs(30), None).await });
+    while waiter.waiting_count() == 0 {
+        tokio::task::yield_now().await;
+    }
+    guard.unlock().await.unwrap();
+    let got = within(HANG, "handoff", task).await.unwrap().unwrap();
+    assert!(got.is_some(), "woken by the release, not by the 60 s lease");
+}
+
+/// A lease that runs out publishes nothing: the waiter must still get the lock, bounded by the
+/// holder's remaining TTL.
+#[tokio::test]
+async fn a_waiter_that_gets_no_message_is_bounded_by_the_holders_ttl() {
+    let redis = redis().await;
+    let holder = client(&redis.url()).await;
+    let waiter = client(&redis.url()).await;
+    let name = unique("no-message");
+    let _guard = holder
+        .lock(&name)
+        .lock_with_lease(Duration::from_millis(500))
+        .await
+        .unwrap();
+    let got = within(HANG, "acquire after a silent expiry", waiter.lock(&name).lock())
+        .await
+        .unwrap();
+    got.unlock().await.unwrap();
+}
+
+/// Several waiters of one client: each release lets exactly one of them in, and all of them are
+/// served in the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_release_lets_one_waiter_in_until_all_are_served() {
+    let redis = redis().await;
+    let holder = client(&redis.url()).await;
+    let waiters = client(&redis.url()).await;
+    let name = unique("queue");
+    let guard = holder.lock(&name).lock().await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..5 {
+        let lock = waiters.lock(&name);
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            let (release_tx, release_rx) = tokio::sync::oneshot::channel::<()>();
+            tx.send((i, release_tx)).unwrap();
+            release_rx.await.unwrap();
+            guard.unlock().await.unwrap();
+        }));
+    }
+    while waiters.waiting_count() < 5 {
+        tokio::task::yield_now().await;
+    }
+    guard.unlock().await.unwrap();
+    let mut served = Vec::new();
+    for _ in 0..5 {
+        let (i, release) = within(HANG, "next waiter", rx.recv()).await.unwrap();
+        // While this waiter holds the lock, nobody else is inside.
+        assert!(rx.try_recv().is_err(), "two waiters inside at once");
+        served.push(i);
+        release.send(()).unwrap();
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    served.sort_unstable();
+    assert_eq!(served, vec![0, 1, 2, 3, 4]);
+    assert_eq!(waiters.waiting_count(), 0, "every subscription is given up");
+}
