@@ -40,7 +40,10 @@ async fn an_acquire_dropped_in_flight_gives_back_what_the_script_took() {
         lock.try_lock(Duration::ZERO, Some(Duration::from_secs(60))),
     )
     .await;
-    assert!(attempt.is_err(), "the acquire could not complete through a paused proxy");
+    assert!(
+        attempt.is_err(),
+        "the acquire could not complete through a paused proxy"
+    );
     proxy.resume();
 
     // The 60 s lease would outlast this wait: only the background release frees it in time.
@@ -68,7 +71,10 @@ async fn an_unlock_dropped_in_flight_still_releases() {
         .unwrap();
     proxy.pause();
     let unlock = tokio::time::timeout(Duration::from_millis(200), guard.unlock()).await;
-    assert!(unlock.is_err(), "the unlock could not complete through a paused proxy");
+    assert!(
+        unlock.is_err(),
+        "the unlock could not complete through a paused proxy"
+    );
     proxy.resume();
     let got = within(
         HANG,

@@ -39,11 +39,18 @@ async fn an_acquire_replayed_after_a_lost_reply_counts_once() {
     assert!(proxy.triggered(), "the reply was really lost");
     assert_eq!(guard.hold_count(), 1);
     let fields = lock_hash(&server.url(), &name).await;
-    assert_eq!(fields.len(), 2, "one owner count and one marker: {fields:?}");
+    assert_eq!(
+        fields.len(),
+        2,
+        "one owner count and one marker: {fields:?}"
+    );
     assert!(fields.values().any(|v| v == "1"), "{fields:?}");
 
     guard.unlock().await.unwrap();
-    assert!(lock_hash(&server.url(), &name).await.is_empty(), "one release frees it");
+    assert!(
+        lock_hash(&server.url(), &name).await.is_empty(),
+        "one release frees it"
+    );
 }
 
 /// The server runs the release of one of two reentrant holds, the reply is lost. The retry must
@@ -61,12 +68,20 @@ async fn a_release_retried_after_a_lost_reply_releases_once() {
     assert_eq!(second.hold_count(), 2);
 
     proxy.cut_after_request_containing(lock_key(&name));
-    within(HANG, "release across a cut", second.unlock()).await.unwrap();
+    within(HANG, "release across a cut", second.unlock())
+        .await
+        .unwrap();
     assert!(proxy.triggered(), "the reply was really lost");
-    assert_eq!(lock.hold_count().await.unwrap(), 1, "exactly one hold given back");
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "exactly one hold given back"
+    );
 
     proxy.cut_after_request_containing(lock_key(&name));
-    within(HANG, "last release across a cut", first.unlock()).await.unwrap();
+    within(HANG, "last release across a cut", first.unlock())
+        .await
+        .unwrap();
     assert!(proxy.triggered());
     assert!(!lock.is_locked().await.unwrap());
 }
@@ -125,7 +140,12 @@ async fn a_wrong_password_is_refused_clearly() {
     .await
     .unwrap();
     let bad = format!("redis://:wrong@{}", server.addr());
-    let result = within(HANG, "connect with a bad password", lockkit::Client::connect(bad)).await;
+    let result = within(
+        HANG,
+        "connect with a bad password",
+        lockkit::Client::connect(bad),
+    )
+    .await;
     assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
     let good = format!("redis://:s3cret@{}", server.addr());
     let client = lockkit::Client::connect(good).await.unwrap();

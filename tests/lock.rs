@@ -57,13 +57,22 @@ async fn the_same_task_reenters_and_must_release_as_often() {
         (
             lock2.hold_count().await.unwrap(),
             lock2.is_held_by_current_task().await.unwrap(),
-            lock2.try_lock(Duration::ZERO, None).await.unwrap().is_some(),
+            lock2
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .is_some(),
         )
     })
     .await
     .unwrap();
     assert_eq!((count, held, got), (0, false, false));
-    assert!(other.lock(&name).try_lock(Duration::ZERO, None).await.unwrap().is_none());
+    assert!(other
+        .lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
 
     second.unlock().await.unwrap();
     assert_eq!(lock.hold_count().await.unwrap(), 1);
@@ -71,7 +80,12 @@ async fn the_same_task_reenters_and_must_release_as_often() {
     first.unlock().await.unwrap();
     assert_eq!(lock.hold_count().await.unwrap(), 0);
     assert!(!lock.is_locked().await.unwrap());
-    assert!(other.lock(&name).try_lock(Duration::ZERO, None).await.unwrap().is_some());
+    assert!(other
+        .lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_some());
 }
 
 #[tokio::test]
@@ -80,7 +94,10 @@ async fn a_guard_moved_to_another_task_unlocks_there() {
     let client = client(&redis.url()).await;
     let name = unique("moved");
     let guard = client.lock(&name).lock().await.unwrap();
-    tokio::spawn(async move { guard.unlock().await }).await.unwrap().unwrap();
+    tokio::spawn(async move { guard.unlock().await })
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!client.lock(&name).is_locked().await.unwrap());
 }
 
@@ -98,9 +115,13 @@ async fn a_dropped_guard_is_released_in_the_background() {
         .unwrap();
     drop(guard);
     // The 60 s lease would outlast this wait: only the background release can free it in time.
-    let got = within(HANG, "acquire after drop", waiter.lock(&name).try_lock(Duration::from_secs(20), None))
-        .await
-        .unwrap();
+    let got = within(
+        HANG,
+        "acquire after drop",
+        waiter.lock(&name).try_lock(Duration::from_secs(20), None),
+    )
+    .await
+    .unwrap();
     assert!(got.is_some());
 }
 
@@ -135,7 +156,11 @@ async fn inspection_reports_what_redis_holds() {
     assert_eq!(lock.remaining_ttl().await.unwrap(), None);
 
     let lease = Duration::from_secs(60);
-    let guard = lock.try_lock(Duration::ZERO, Some(lease)).await.unwrap().unwrap();
+    let guard = lock
+        .try_lock(Duration::ZERO, Some(lease))
+        .await
+        .unwrap()
+        .unwrap();
     assert!(!guard.is_watchdog());
     assert_eq!(guard.name(), name);
     assert_eq!(guard.fencing_token(), None);
@@ -143,11 +168,22 @@ async fn inspection_reports_what_redis_holds() {
     assert!(ttl <= lease && ttl > Duration::ZERO, "{ttl:?}");
 
     // The hash: one owner field with count 1 and one hold marker.
-    let fields: std::collections::HashMap<String, String> =
-        raw(&redis.url()).await.hgetall(lock_key(&name)).await.unwrap();
+    let fields: std::collections::HashMap<String, String> = raw(&redis.url())
+        .await
+        .hgetall(lock_key(&name))
+        .await
+        .unwrap();
     assert_eq!(fields.len(), 2, "{fields:?}");
-    assert_eq!(fields.values().filter(|v| *v == "1").count(), 1, "{fields:?}");
-    assert_eq!(fields.keys().filter(|k| k.starts_with('#')).count(), 1, "{fields:?}");
+    assert_eq!(
+        fields.values().filter(|v| *v == "1").count(),
+        1,
+        "{fields:?}"
+    );
+    assert_eq!(
+        fields.keys().filter(|k| k.starts_with('#')).count(),
+        1,
+        "{fields:?}"
+    );
     guard.unlock().await.unwrap();
 }
 
@@ -159,11 +195,18 @@ async fn force_unlock_frees_the_lock_and_the_guard_learns_it() {
     let name = unique("force");
     let guard = holder.lock(&name).lock().await.unwrap();
     assert!(admin.lock(&name).force_unlock().await.unwrap());
-    assert!(!admin.lock(&name).force_unlock().await.unwrap(), "already free");
+    assert!(
+        !admin.lock(&name).force_unlock().await.unwrap(),
+        "already free"
+    );
     // The next renewal finds the hold gone.
     within(HANG, "lost signal after force_unlock", guard.lost()).await;
     assert!(guard.is_lost());
-    let taken = admin.lock(&name).try_lock(Duration::ZERO, None).await.unwrap();
+    let taken = admin
+        .lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap();
     assert!(taken.is_some(), "free after force_unlock");
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
 }
@@ -176,17 +219,36 @@ async fn shutdown_releases_every_hold_and_refuses_later_calls() {
     let names: Vec<String> = (0..5).map(|_| unique("shutdown")).collect();
     let mut guards = Vec::new();
     for name in &names {
-        guards.push(client.lock(name).try_lock(Duration::ZERO, None).await.unwrap().unwrap());
+        guards.push(
+            client
+                .lock(name)
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .unwrap(),
+        );
     }
     assert_eq!(client.held_count(), 5);
     client.shutdown().await.unwrap();
     for name in &names {
-        assert!(!other.lock(name).is_locked().await.unwrap(), "{name} released");
+        assert!(
+            !other.lock(name).is_locked().await.unwrap(),
+            "{name} released"
+        );
     }
     assert!(guards.iter().all(|g| g.is_lost()));
-    assert!(matches!(guards.pop().unwrap().unlock().await, Err(Error::Shutdown)));
-    assert!(matches!(client.lock(&names[0]).lock().await, Err(Error::Shutdown)));
-    assert!(matches!(client.lock(&names[0]).is_locked().await, Err(Error::Shutdown)));
+    assert!(matches!(
+        guards.pop().unwrap().unlock().await,
+        Err(Error::Shutdown)
+    ));
+    assert!(matches!(
+        client.lock(&names[0]).lock().await,
+        Err(Error::Shutdown)
+    ));
+    assert!(matches!(
+        client.lock(&names[0]).is_locked().await,
+        Err(Error::Shutdown)
+    ));
     client.shutdown().await.unwrap(); // again: nothing to do
 }
 

@@ -36,7 +36,10 @@ async fn three_pods_selling_one_hundred_tickets_never_oversell() {
                 tokio::task::yield_now().await; // widen the race window
                 let bought = stock > 0;
                 if bought {
-                    let _: () = store.set(&stock_key, stock - 1, None, None, false).await.unwrap();
+                    let _: () = store
+                        .set(&stock_key, stock - 1, None, None, false)
+                        .await
+                        .unwrap();
                     let _: i64 = store.incr(&sold_key).await.unwrap();
                 }
                 guard.unlock().await.unwrap();
@@ -52,7 +55,11 @@ async fn three_pods_selling_one_hundred_tickets_never_oversell() {
     }
     let stock: i64 = store.get(&stock_key).await.unwrap();
     let sold: i64 = store.get(&sold_key).await.unwrap();
-    assert_eq!((bought, sold, stock), (100, 100, 0), "exactly 100 sold, none oversold");
+    assert_eq!(
+        (bought, sold, stock),
+        (100, 100, 0),
+        "exactly 100 sold, none oversold"
+    );
 }
 
 /// The 02:00 report job fires on three pods at the same instant: it runs once.

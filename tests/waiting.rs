@@ -43,9 +43,13 @@ async fn a_waiter_that_gets_no_message_is_bounded_by_the_holders_ttl() {
         .lock_with_lease(Duration::from_millis(500))
         .await
         .unwrap();
-    let got = within(HANG, "acquire after a silent expiry", waiter.lock(&name).lock())
-        .await
-        .unwrap();
+    let got = within(
+        HANG,
+        "acquire after a silent expiry",
+        waiter.lock(&name).lock(),
+    )
+    .await
+    .unwrap();
     got.unlock().await.unwrap();
 }
 

@@ -19,9 +19,17 @@ async fn the_watchdog_keeps_a_lock_well_past_its_timeout() {
     // Hold for ten lease lengths: without renewal the key would be gone after the first.
     tokio::time::sleep(TIMEOUT * 10).await;
     assert!(!guard.is_lost());
-    assert!(other.lock(&name).try_lock(Duration::ZERO, None).await.unwrap().is_none());
+    assert!(other
+        .lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
     let ttl = other.lock(&name).remaining_ttl().await.unwrap().unwrap();
-    assert!(ttl <= TIMEOUT, "renewed to the watchdog timeout, not beyond: {ttl:?}");
+    assert!(
+        ttl <= TIMEOUT,
+        "renewed to the watchdog timeout, not beyond: {ttl:?}"
+    );
     guard.unlock().await.unwrap();
 }
 
@@ -35,7 +43,9 @@ async fn a_fixed_lease_is_not_renewed_and_ends() {
     let guard = holder.lock(&name).lock_with_lease(lease).await.unwrap();
     assert!(!guard.is_watchdog());
     // The holder keeps its guard; only the end of the lease can let the waiter in.
-    let got = within(HANG, "acquire after the lease", waiter.lock(&name).lock()).await.unwrap();
+    let got = within(HANG, "acquire after the lease", waiter.lock(&name).lock())
+        .await
+        .unwrap();
     assert!(guard.is_lost(), "the holder knows its lease ended");
     got.unlock().await.unwrap();
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
@@ -56,7 +66,9 @@ async fn a_restart_that_loses_every_lock_is_reported_and_the_client_recovers() {
         assert!(guard.is_lost());
     }
     // The same client, without a restart of its own, takes locks again.
-    let again = within(HANG, "acquire after restart", holder.lock(&names[0]).lock()).await.unwrap();
+    let again = within(HANG, "acquire after restart", holder.lock(&names[0]).lock())
+        .await
+        .unwrap();
     assert!(!again.is_lost());
     again.unlock().await.unwrap();
     for guard in guards {

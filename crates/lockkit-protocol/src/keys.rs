@@ -165,7 +165,10 @@ mod tests {
         for name in ["}", "}x", "a{}b", "{}", "x}", "{", "{{}}", "}{"] {
             let tagged = tagged_name(name);
             let tag = hash_tag(tagged.as_bytes());
-            assert!(!tag.is_empty() && tag.len() < tagged.len(), "{name:?} -> {tagged:?}");
+            assert!(
+                !tag.is_empty() && tag.len() < tagged.len(),
+                "{name:?} -> {tagged:?}"
+            );
             assert!(tagged.contains(name), "{name:?} must stay in {tagged:?}");
         }
     }
@@ -183,6 +186,9 @@ mod tests {
     fn rejects_bad_prefixes() {
         assert!(Namespace::new("").is_err());
         assert!(Namespace::new("a}").is_err());
-        assert_eq!(Namespace::new("app").map(|n| n.prefix().to_owned()), Ok("app".into()));
+        assert_eq!(
+            Namespace::new("app").map(|n| n.prefix().to_owned()),
+            Ok("app".into())
+        );
     }
 }

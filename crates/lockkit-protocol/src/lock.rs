@@ -169,8 +169,16 @@ mod tests {
     fn every_script_documents_its_contract() {
         for script in [&ACQUIRE, &RELEASE, &RENEW, &FORCE_UNLOCK] {
             let src = script.source();
-            assert!(src.starts_with(&format!("-- {}:", script.name())), "{}", script.name());
-            assert!(src.contains("KEYS[") && src.contains("Reply"), "{}", script.name());
+            assert!(
+                src.starts_with(&format!("-- {}:", script.name())),
+                "{}",
+                script.name()
+            );
+            assert!(
+                src.contains("KEYS[") && src.contains("Reply"),
+                "{}",
+                script.name()
+            );
         }
     }
 }

@@ -54,7 +54,16 @@ mod tests {
     #[test]
     fn every_key_of_an_object_shares_one_slot() {
         let ns = Namespace::default();
-        for name in ["order:42", "cart:{u1}", "}x", "a{}b", "ünïcødé", "x\0y", "{", "}"] {
+        for name in [
+            "order:42",
+            "cart:{u1}",
+            "}x",
+            "a{}b",
+            "ünïcødé",
+            "x\0y",
+            "{",
+            "}",
+        ] {
             let lock = ns.lock(name).expect("valid name");
             let slot = key_slot(&lock.key);
             assert_eq!(key_slot(&lock.channel), slot, "{name:?}");

@@ -221,8 +221,11 @@ impl Default for ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// The server's URL: `redis://[[user]:password@]host:port[/db]`. Default:
-    /// `redis://127.0.0.1:6379`.
+    /// The server's URL (default `redis://127.0.0.1:6379`):
+    /// - `redis://[[user]:password@]host:port[/db]`: one server;
+    /// - `redis-cluster://[[user]:password@]host:port?node=host2:port2`: a Redis Cluster;
+    /// - `redis-sentinel://[[user]:password@]host:port/db?sentinelServiceName=name&node=host2:port2`:
+    ///   primaries found through Sentinel.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -283,14 +286,21 @@ impl ClientBuilder {
             }
         }
         if self.renew_batch == 0 {
-            return Err(Error::InvalidArgument("renew batch size must be positive".into()));
+            return Err(Error::InvalidArgument(
+                "renew batch size must be positive".into(),
+            ));
         }
         let namespace = Namespace::new(self.key_prefix)?;
         let url = self
             .url
             .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+        check_scheme(&url)?;
         let config = Config::from_url(&url).map_err(|err| {
-            Error::InvalidArgument(format!("invalid Redis URL {:?}: {}", redact(&url), err.details()))
+            Error::InvalidArgument(format!(
+                "invalid Redis URL {:?}: {}",
+                redact(&url),
+                err.details()
+            ))
         })?;
         let clustered = config.server.is_clustered();
 
@@ -307,7 +317,9 @@ impl ClientBuilder {
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
 
         let redis_client = builder.build().map_err(redis("connect"))?;
-        let sub = builder.build_subscriber_client().map_err(redis("connect"))?;
+        let sub = builder
+            .build_subscriber_client()
+            .map_err(redis("connect"))?;
         connect(&redis_client, self.connect_timeout).await?;
         if let Err(err) = connect(&sub, self.connect_timeout).await {
             let _ = redis_client.quit().await;
@@ -359,6 +371,23 @@ async fn connect<C: ClientLike>(client: &C, timeout: Duration) -> Result<(), Err
                 format!("could not connect within {timeout:?}"),
             )))
         }
+    }
+}
+
+/// Accepts the schemes lockkit supports; rejects the rest (fred would read `http://` as Redis,
+/// and without TLS support compiled in a `rediss://` URL must not fall back to plain text).
+fn check_scheme(url: &str) -> Result<(), Error> {
+    let scheme = url.split_once("://").map(|(scheme, _)| scheme);
+    match scheme {
+        Some("redis" | "redis-cluster" | "redis-sentinel") => Ok(()),
+        Some("rediss" | "rediss-cluster" | "rediss-sentinel") => Err(Error::InvalidArgument(format!(
+            "TLS URLs ({:?}) are not supported by this build of lockkit",
+            redact(url)
+        ))),
+        _ => Err(Error::InvalidArgument(format!(
+            "invalid Redis URL {:?}: the scheme must be redis://, redis-cluster:// or redis-sentinel://",
+            redact(url)
+        ))),
     }
 }
 

@@ -62,9 +62,9 @@ impl Exec {
         resend: Resend,
     ) -> Result<Vec<i64>, Error> {
         // Routed by the slot of the first key, which every key of one call shares.
-        let route = keys
-            .first()
-            .map_or(ClusterHash::Random, |key| ClusterHash::Custom(key_slot(key)));
+        let route = keys.first().map_or(ClusterHash::Random, |key| {
+            ClusterHash::Custom(key_slot(key))
+        });
         let mut frame = Vec::with_capacity(2 + keys.len() + args.len());
         frame.push(Value::from(script.sha1()));
         frame.push(Value::from(keys.len() as i64));
@@ -78,9 +78,15 @@ impl Exec {
         };
         let client = self.redis.with_options(options);
         let evalsha = CustomCommand::new_static("EVALSHA", route.clone(), false);
-        let result = match client.custom::<Vec<i64>, Value>(evalsha, frame.clone()).await {
+        let result = match client
+            .custom::<Vec<i64>, Value>(evalsha, frame.clone())
+            .await
+        {
             Err(err) if err.details().starts_with("NOSCRIPT") => {
-                tracing::debug!(script = script.name(), "script not cached on the server; sending its source");
+                tracing::debug!(
+                    script = script.name(),
+                    "script not cached on the server; sending its source"
+                );
                 frame[0] = Value::from(script.source());
                 let eval = CustomCommand::new_static("EVAL", route, false);
                 client.custom::<Vec<i64>, Value>(eval, frame).await

@@ -67,18 +67,15 @@ pub struct Lock {
 
 impl std::fmt::Debug for Lock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock").field("name", &self.name).finish_non_exhaustive()
+        f.debug_struct("Lock")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
     }
 }
 
 impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Self {
-        let keys = client
-            .inner
-            .settings
-            .namespace
-            .lock(&name)
-            .map(Arc::new);
+        let keys = client.inner.settings.namespace.lock(&name).map(Arc::new);
         Self {
             client,
             name: name.into(),

@@ -21,7 +21,9 @@ mod tests {
     async fn tasks_get_distinct_owners_and_the_same_task_keeps_its_own() {
         let here = current("c");
         assert_eq!(here, current("c"));
-        let there = tokio::spawn(async { current("c") }).await.unwrap_or_default();
+        let there = tokio::spawn(async { current("c") })
+            .await
+            .unwrap_or_default();
         assert!(there.starts_with("c:task-"));
         assert_ne!(here, there);
     }
@@ -30,7 +32,9 @@ mod tests {
     fn outside_a_task_the_thread_owns() {
         let here = current("c");
         assert!(here.starts_with("c:ThreadId("), "{here}");
-        let other = std::thread::spawn(|| current("c")).join().unwrap_or_default();
+        let other = std::thread::spawn(|| current("c"))
+            .join()
+            .unwrap_or_default();
         assert_ne!(here, other);
     }
 }

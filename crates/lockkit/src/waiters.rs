@@ -62,7 +62,11 @@ struct Slot {
 impl Entry {
     /// Wakes the longest-registered waiter not already woken.
     fn wake_one(&self) {
-        if let Some(slot) = self.waiters.iter().find(|slot| !slot.woken.load(Ordering::Acquire)) {
+        if let Some(slot) = self
+            .waiters
+            .iter()
+            .find(|slot| !slot.woken.load(Ordering::Acquire))
+        {
             slot.woken.store(true, Ordering::Release);
             slot.notify.notify_one();
         }

@@ -174,7 +174,11 @@ impl Worker {
     }
 
     fn start_round(&mut self) {
-        if self.round.as_ref().is_some_and(|round| !round.is_finished()) {
+        if self
+            .round
+            .as_ref()
+            .is_some_and(|round| !round.is_finished())
+        {
             tracing::debug!("previous renewal round still running; skipping this tick");
             return;
         }
@@ -212,7 +216,12 @@ impl Worker {
 }
 
 /// One renewal round over a snapshot of the registry.
-async fn renew_round(exec: Exec, registry: Registry, config: WatchdogConfig, holds: Vec<Arc<Hold>>) {
+async fn renew_round(
+    exec: Exec,
+    registry: Registry,
+    config: WatchdogConfig,
+    holds: Vec<Arc<Hold>>,
+) {
     let now = Instant::now();
     let mut groups: HashMap<u16, Vec<Arc<Hold>>> = HashMap::new();
     for hold in holds {
@@ -222,7 +231,11 @@ async fn renew_round(exec: Exec, registry: Registry, config: WatchdogConfig, hol
             }
             continue;
         }
-        let slot = if config.clustered { key_slot(&hold.key) } else { 0 };
+        let slot = if config.clustered {
+            key_slot(&hold.key)
+        } else {
+            0
+        };
         groups.entry(slot).or_default().push(hold);
     }
     let batches = groups
@@ -242,7 +255,11 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
     let mut args = Vec::with_capacity(batch.len() * 2);
     for hold in &batch {
         args.push(hold.marker.clone());
-        let lease = if hold.watchdog { timeout.as_millis() } else { 0 };
+        let lease = if hold.watchdog {
+            timeout.as_millis()
+        } else {
+            0
+        };
         args.push(lease.to_string());
     }
     let sent = Instant::now();
@@ -258,14 +275,19 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
                     continue; // released while the round was in flight
                 }
                 if !present {
-                    hold.mark_lost("renewal found the hold gone (expired, force-unlocked, or lost by Redis)");
+                    hold.mark_lost(
+                        "renewal found the hold gone (expired, force-unlocked, or lost by Redis)",
+                    );
                 } else if hold.watchdog {
                     hold.confirmed_at(sent);
                 }
             }
         }
         Err(err) => {
-            tracing::warn!(holds = batch.len(), "lease renewal failed, will retry next tick: {err}");
+            tracing::warn!(
+                holds = batch.len(),
+                "lease renewal failed, will retry next tick: {err}"
+            );
             let now = Instant::now();
             for hold in &batch {
                 if now >= hold.expires_at() {
