@@ -223,3 +223,61 @@ fn wake_all(hub: &Weak<HubInner>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use fred::interfaces::PubsubInterface;
+
+    use super::Waiter;
+    use crate::Client;
+
+    fn woken(waiters: &[Waiter]) -> usize {
+        waiters
+            .iter()
+            .filter(|waiter| waiter.slot.woken.load(Ordering::Acquire))
+            .count()
+    }
+
+    /// Messages reach the subscriber connection in publish order, and the dispatcher handles
+    /// them in that order: once a marker channel's waiter is woken, every earlier message has
+    /// been dispatched, and we can count who it woke.
+    async fn publish_then_sync(client: &Client, channel: &str, marker: &str) {
+        let hub = &client.inner.hub;
+        let sync = hub.register(marker).await.unwrap();
+        let redis = client.inner.exec.redis();
+        let _: i64 = redis.publish(channel, "released").await.unwrap();
+        let _: i64 = redis.publish(marker, "released").await.unwrap();
+        sync.woken().await;
+    }
+
+    #[tokio::test]
+    async fn one_release_wakes_one_waiter_and_a_dropped_waiter_passes_it_on() {
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let channel = format!("test:herd:{}", client.id());
+        let marker = format!("{channel}:marker");
+        let mut waiters = Vec::new();
+        for _ in 0..3 {
+            waiters.push(client.inner.hub.register(&channel).await.unwrap());
+        }
+        assert_eq!(woken(&waiters), 0);
+
+        publish_then_sync(&client, &channel, &marker).await;
+        assert_eq!(woken(&waiters), 1, "no thundering herd");
+        assert!(
+            waiters[0].slot.woken.load(Ordering::Acquire),
+            "longest waiting first"
+        );
+
+        // The woken waiter leaves without acting on it: the next one inherits the wake-up.
+        waiters.remove(0);
+        assert_eq!(woken(&waiters), 1);
+        waiters[0].woken().await;
+        assert_eq!(woken(&waiters), 0, "consumed");
+
+        drop(waiters);
+        assert_eq!(client.waiting_count(), 0);
+    }
+}
