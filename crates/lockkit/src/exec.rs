@@ -8,6 +8,7 @@
 //! markers), so they may be re-sent; releases are sent once and retried by the caller, who then
 //! knows that an earlier attempt may have run.
 
+use fred::clients::WithOptions;
 use fred::interfaces::ClientLike;
 use fred::prelude::{Client as RedisClient, Options};
 use fred::types::{ClusterHash, CustomCommand, Value};
@@ -29,20 +30,20 @@ pub(crate) enum Resend {
 #[derive(Clone)]
 pub(crate) struct Exec {
     redis: RedisClient,
-    resend: Options,
-    send_once: Options,
+    resending: WithOptions<RedisClient>,
+    sending_once: WithOptions<RedisClient>,
 }
 
 impl Exec {
     pub(crate) fn new(redis: RedisClient) -> Self {
-        let send_once = Options {
+        let once = Options {
             max_attempts: Some(1),
             ..Options::default()
         };
         Self {
+            resending: redis.with_options(&Options::default()),
+            sending_once: redis.with_options(&once),
             redis,
-            resend: Options::default(),
-            send_once,
         }
     }
 
@@ -57,29 +58,21 @@ impl Exec {
         &self,
         script: &'static Script,
         kind: &'static str,
-        keys: Vec<String>,
-        args: Vec<String>,
+        keys: &[&str],
+        args: &[&str],
         resend: Resend,
     ) -> Result<Vec<i64>, Error> {
         // Routed by the slot of the first key, which every key of one call shares.
         let route = keys.first().map_or(ClusterHash::Random, |key| {
             ClusterHash::Custom(key_slot(key))
         });
-        let mut frame = Vec::with_capacity(2 + keys.len() + args.len());
-        frame.push(Value::from(script.sha1()));
-        frame.push(Value::from(keys.len() as i64));
-        let first_key = keys.first().cloned().unwrap_or_default();
-        frame.extend(keys.into_iter().map(Value::from));
-        frame.extend(args.into_iter().map(Value::from));
-
-        let options = match resend {
-            Resend::Allowed => &self.resend,
-            Resend::Never => &self.send_once,
+        let client = match resend {
+            Resend::Allowed => &self.resending,
+            Resend::Never => &self.sending_once,
         };
-        let client = self.redis.with_options(options);
         let evalsha = CustomCommand::new_static("EVALSHA", route.clone(), false);
         let result = match client
-            .custom::<Vec<i64>, Value>(evalsha, frame.clone())
+            .custom::<Vec<i64>, Value>(evalsha, frame(script.sha1(), keys, args))
             .await
         {
             Err(err) if err.details().starts_with("NOSCRIPT") => {
@@ -87,16 +80,19 @@ impl Exec {
                     script = script.name(),
                     "script not cached on the server; sending its source"
                 );
-                frame[0] = Value::from(script.source());
                 let eval = CustomCommand::new_static("EVAL", route, false);
-                client.custom::<Vec<i64>, Value>(eval, frame).await
+                client
+                    .custom::<Vec<i64>, Value>(eval, frame(script.source(), keys, args))
+                    .await
             }
             other => other,
         };
         result.map_err(|source| {
             if source.details().starts_with("WRONGTYPE") {
                 Error::WrongType {
-                    key: first_key,
+                    key: keys
+                        .first()
+                        .map_or_else(String::new, |key| (*key).to_owned()),
                     kind,
                 }
             } else {
@@ -104,4 +100,14 @@ impl Exec {
             }
         })
     }
+}
+
+/// `EVALSHA`/`EVAL` arguments: the script (or its SHA1), the key count, the keys, the arguments.
+fn frame(script: &str, keys: &[&str], args: &[&str]) -> Vec<Value> {
+    let mut frame = Vec::with_capacity(2 + keys.len() + args.len());
+    frame.push(Value::from(script));
+    frame.push(Value::from(keys.len() as i64));
+    frame.extend(keys.iter().map(|key| Value::from(*key)));
+    frame.extend(args.iter().map(|arg| Value::from(*arg)));
+    frame
 }

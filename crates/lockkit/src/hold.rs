@@ -133,8 +133,8 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
             .ints(
                 &RELEASE,
                 hold.kind,
-                vec![hold.key.clone()],
-                vec![hold.marker.clone(), hold.channel.clone(), "0".to_owned()],
+                &[&hold.key],
+                &[&hold.marker, &hold.channel, "0"],
                 Resend::Never,
             )
             .await;

@@ -175,6 +175,7 @@ impl Lock {
             keys,
             owner: owner::current(&inner.id),
             lease,
+            lease_ms: lease_millis(lease).to_string(),
             watchdog,
         };
         acquire(inner, &attempt, wait).await
@@ -262,8 +263,8 @@ impl Lock {
             .ints(
                 &FORCE_UNLOCK,
                 KIND,
-                vec![keys.key.clone()],
-                vec![keys.channel.clone(), "0".to_owned()],
+                &[&keys.key],
+                &[&keys.channel, "0"],
                 Resend::Never,
             )
             .await?;
@@ -312,6 +313,7 @@ struct LockAttempt<'a> {
     keys: &'a LockKeys,
     owner: String,
     lease: Duration,
+    lease_ms: String,
     watchdog: bool,
 }
 
@@ -331,7 +333,7 @@ impl Attempt for LockAttempt<'_> {
             Arc::clone(self.name),
             KIND,
             self.keys.key.clone(),
-            marker.clone(),
+            marker,
             self.keys.channel.clone(),
             self.lease,
             self.watchdog,
@@ -345,12 +347,8 @@ impl Attempt for LockAttempt<'_> {
             .ints(
                 &ACQUIRE,
                 KIND,
-                vec![self.keys.key.clone()],
-                vec![
-                    self.owner.clone(),
-                    marker,
-                    lease_millis(self.lease).to_string(),
-                ],
+                &[&self.keys.key],
+                &[&self.owner, &guard.hold().marker, &self.lease_ms],
                 Resend::Allowed,
             )
             .await?;

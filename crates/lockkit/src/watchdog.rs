@@ -251,20 +251,16 @@ async fn renew_round(
 }
 
 async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch: Vec<Arc<Hold>>) {
-    let keys = batch.iter().map(|hold| hold.key.clone()).collect();
-    let mut args = Vec::with_capacity(batch.len() * 2);
+    let keys: Vec<&str> = batch.iter().map(|hold| hold.key.as_str()).collect();
+    let lease = timeout.as_millis().to_string();
+    let mut args: Vec<&str> = Vec::with_capacity(batch.len() * 2);
     for hold in &batch {
-        args.push(hold.marker.clone());
-        let lease = if hold.watchdog {
-            timeout.as_millis()
-        } else {
-            0
-        };
-        args.push(lease.to_string());
+        args.push(&hold.marker);
+        args.push(if hold.watchdog { &lease } else { "0" });
     }
     let sent = Instant::now();
     let reply = exec
-        .ints(&RENEW, "lock", keys, args, Resend::Allowed)
+        .ints(&RENEW, "lock", &keys, &args, Resend::Allowed)
         .await
         .and_then(|reply| Ok(decode_renew(&reply, batch.len())?));
     match reply {

@@ -13,8 +13,18 @@
 -- Idempotent per request: when the connection drops after the script ran, the client re-sends the
 -- same request; the marker is already there, so the hold is not counted twice.
 -- The TTL is never shortened: a re-entry with a shorter lease keeps the longer one.
-local key, owner, marker, lease = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
+local key, owner, marker = KEYS[1], ARGV[1], ARGV[2]
 
+-- Free: the common case, in three commands.
+if redis.call('EXISTS', key) == 0 then
+  redis.call('HSET', key, owner, 1, marker, owner)
+  redis.call('PEXPIRE', key, ARGV[3])
+  return {1, 1}
+end
+
+local lease = tonumber(ARGV[3])
+
+-- A re-sent request whose first run took the hold: report it, count nothing.
 if redis.call('HEXISTS', key, marker) == 1 then
   if redis.call('PTTL', key) < lease then
     redis.call('PEXPIRE', key, lease)
@@ -22,7 +32,8 @@ if redis.call('HEXISTS', key, marker) == 1 then
   return {1, tonumber(redis.call('HGET', key, owner) or 0)}
 end
 
-if redis.call('EXISTS', key) == 0 or redis.call('HEXISTS', key, owner) == 1 then
+-- Re-entry by the same owner.
+if redis.call('HEXISTS', key, owner) == 1 then
   local count = redis.call('HINCRBY', key, owner, 1)
   redis.call('HSET', key, marker, owner)
   if redis.call('PTTL', key) < lease then

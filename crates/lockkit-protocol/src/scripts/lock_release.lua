@@ -18,11 +18,12 @@ local owner = redis.call('HGET', key, marker)
 if not owner then
   return {0, 0}
 end
-redis.call('HDEL', key, marker)
 local count = redis.call('HINCRBY', key, owner, -1)
 if count > 0 then
+  redis.call('HDEL', key, marker)
   return {2, count}
 end
+-- The owner's last hold; in an exclusive lock no other owner can be in the hash.
 redis.call('DEL', key)
 if sharded == '1' then
   redis.call('SPUBLISH', channel, 'unlocked')
