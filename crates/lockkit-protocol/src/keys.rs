@@ -63,14 +63,95 @@ impl Default for Namespace {
     }
 }
 
-/// The keys and channel of one reentrant lock.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct LockKeys {
-    /// The HASH holding the lock's owners, hold counts and hold markers.
-    pub key: String,
-    /// The pub/sub channel on which releases are announced.
-    pub channel: String,
+/// The kinds of object lockkit keeps in Redis. Each kind has its own key segment, so objects of
+/// different kinds with the same name never collide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Kind {
+    /// A reentrant lock.
+    Lock,
+    /// A reentrant lock whose acquisitions carry fencing tokens.
+    FencedLock,
+    /// A reentrant lock granted in request order.
+    FairLock,
+    /// A reentrant read-write lock.
+    ReadWriteLock,
+    /// A plain, non-reentrant lock (`SET NX PX`).
+    SpinLock,
+    /// A counting semaphore with leased permits.
+    Semaphore,
+    /// A semaphore whose permits have ids and leases of their own.
+    PermitExpirableSemaphore,
+    /// A count-down latch.
+    CountDownLatch,
 }
+
+impl Kind {
+    /// Every kind.
+    pub const ALL: [Kind; 8] = [
+        Kind::Lock,
+        Kind::FencedLock,
+        Kind::FairLock,
+        Kind::ReadWriteLock,
+        Kind::SpinLock,
+        Kind::Semaphore,
+        Kind::PermitExpirableSemaphore,
+        Kind::CountDownLatch,
+    ];
+
+    /// The kind's segment in keys (`lockkit:<segment>:{name}`).
+    pub fn segment(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::FencedLock => "fenced",
+            Kind::FairLock => "fair",
+            Kind::ReadWriteLock => "rwlock",
+            Kind::SpinLock => "spin",
+            Kind::Semaphore => "semaphore",
+            Kind::PermitExpirableSemaphore => "psemaphore",
+            Kind::CountDownLatch => "latch",
+        }
+    }
+
+    /// A human name, for errors and logs.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Kind::Lock => "lock",
+            Kind::FencedLock => "fenced lock",
+            Kind::FairLock => "fair lock",
+            Kind::ReadWriteLock => "read-write lock",
+            Kind::SpinLock => "spin lock",
+            Kind::Semaphore => "semaphore",
+            Kind::PermitExpirableSemaphore => "permit-expirable semaphore",
+            Kind::CountDownLatch => "count-down latch",
+        }
+    }
+
+    /// The suffixes of the kind's keys after the main one, in the order its scripts take them.
+    pub fn aux_suffixes(self) -> &'static [&'static str] {
+        match self {
+            Kind::FencedLock => &["token"],
+            Kind::FairLock => &["queue", "timeouts"],
+            Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases"],
+            Kind::Lock | Kind::ReadWriteLock | Kind::SpinLock | Kind::CountDownLatch => &[],
+        }
+    }
+}
+
+/// The keys and channel of one object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ObjectKeys {
+    /// The main key: `<prefix>:<segment>:<tagged name>`.
+    pub key: String,
+    /// The pub/sub channel on which releases (or, for a latch, the count reaching zero) are
+    /// announced.
+    pub channel: String,
+    /// Every key of the object, the main key first, in the order its scripts take them as `KEYS`.
+    pub keys: Vec<String>,
+}
+
+/// The keys of a reentrant lock: its HASH (owners, hold counts, hold markers) and channel.
+pub type LockKeys = ObjectKeys;
 
 impl Namespace {
     /// A namespace with the given prefix.
@@ -100,11 +181,23 @@ impl Namespace {
         Ok(base)
     }
 
+    /// The keys of the object of `kind` called `name`.
+    pub fn object(&self, kind: Kind, name: &str) -> Result<ObjectKeys, KeyError> {
+        let key = self.object_base(kind.segment(), name)?;
+        let channel = format!("{key}:released");
+        let mut keys = Vec::with_capacity(1 + kind.aux_suffixes().len());
+        keys.push(key.clone());
+        keys.extend(
+            kind.aux_suffixes()
+                .iter()
+                .map(|suffix| format!("{key}:{suffix}")),
+        );
+        Ok(ObjectKeys { key, channel, keys })
+    }
+
     /// The keys of the reentrant lock called `name`.
     pub fn lock(&self, name: &str) -> Result<LockKeys, KeyError> {
-        let key = self.object_base("lock", name)?;
-        let channel = format!("{key}:released");
-        Ok(LockKeys { key, channel })
+        self.object(Kind::Lock, name)
     }
 }
 

@@ -6,6 +6,7 @@
 //! - [`slot`]: the Redis Cluster slot function (CRC16/XMODEM of the hash tag, modulo 16384).
 //! - [`script`]: a Lua script as a value, with its SHA1 computed once.
 //! - [`lock`]: the reentrant lock's scripts and their typed replies.
+//! - [`wake`]: the payloads of release messages: whom to wake.
 //!
 //! Each script lives in its own `.lua` file whose header lists its KEYS, ARGV and reply; the Rust
 //! side decodes replies into enums defined next to the script, so no call site ever interprets raw
@@ -26,6 +27,7 @@ pub mod keys;
 pub mod lock;
 pub mod script;
 pub mod slot;
+pub mod wake;
 
 /// A reply that does not have the shape its script promises.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -39,7 +39,7 @@ pub fn key_slot(key: impl AsRef<[u8]>) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::Namespace;
+    use crate::keys::{Kind, Namespace};
 
     #[test]
     fn known_slots() {
@@ -54,7 +54,7 @@ mod tests {
     #[test]
     fn every_key_of_an_object_shares_one_slot() {
         let ns = Namespace::default();
-        for name in [
+        let names = [
             "order:42",
             "cart:{u1}",
             "}x",
@@ -63,10 +63,17 @@ mod tests {
             "x\0y",
             "{",
             "}",
-        ] {
-            let lock = ns.lock(name).expect("valid name");
-            let slot = key_slot(&lock.key);
-            assert_eq!(key_slot(&lock.channel), slot, "{name:?}");
+        ];
+        for kind in Kind::ALL {
+            for name in names {
+                let keys = ns.object(kind, name).expect("valid name");
+                let slot = key_slot(&keys.key);
+                assert_eq!(key_slot(&keys.channel), slot, "{kind:?} {name:?}");
+                assert_eq!(keys.keys.len(), 1 + kind.aux_suffixes().len());
+                for key in &keys.keys {
+                    assert_eq!(key_slot(key), slot, "{kind:?} {name:?} {key}");
+                }
+            }
         }
     }
 }

@@ -28,6 +28,10 @@ pub(crate) trait Attempt {
     type Output;
     /// The channel on which releases of the object are announced.
     fn channel(&self) -> &str;
+    /// This waiter's id, for objects whose release messages name the next waiter (fair lock).
+    fn waiter_tag(&self) -> Option<&str> {
+        None
+    }
     /// One try. Must be cancel-safe: dropping it mid-flight must give back whatever it took.
     fn attempt(&self) -> impl Future<Output = Result<Outcome<Self::Output>, Error>> + Send;
 }
@@ -69,7 +73,10 @@ where
     if wait == Some(Duration::ZERO) {
         return Ok(None);
     }
-    let waiter = client.hub.register(attempt.channel()).await?;
+    let waiter = client
+        .hub
+        .register(attempt.channel(), attempt.waiter_tag())
+        .await?;
     loop {
         let retry_in = match attempt.attempt().await? {
             Outcome::Acquired(out) => return Ok(Some(out)),

@@ -14,6 +14,10 @@ use crate::exec::Exec;
 use crate::lock::Lock;
 use crate::waiters::WaiterHub;
 use crate::watchdog::{Watchdog, WatchdogConfig};
+use crate::{
+    CountDownLatch, FairLock, FencedLock, MultiLock, PermitExpirableSemaphore, ReadWriteLock,
+    Semaphore, SpinLock,
+};
 
 /// The default lease of watchdog-mode locks; renewed every third of it.
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
@@ -146,6 +150,49 @@ impl Client {
     /// operation on the handle as [`Error::InvalidArgument`].
     pub fn lock(&self, name: impl Into<String>) -> Lock {
         Lock::new(self.clone(), name.into())
+    }
+
+    /// A handle on the fenced lock called `name`: a reentrant lock whose every acquisition carries
+    /// a strictly increasing fencing token.
+    pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
+        FencedLock::new(self.clone(), name.into())
+    }
+
+    /// A handle on the fair lock called `name`: granted in request order across clients.
+    pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
+        FairLock::new(self.clone(), name.into())
+    }
+
+    /// A handle on the read-write lock called `name`: many readers or one writer.
+    pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
+        ReadWriteLock::new(self.clone(), name.into())
+    }
+
+    /// A handle on the spin lock called `name`: a plain non-reentrant lock that waits by backoff,
+    /// without pub/sub.
+    pub fn spin_lock(&self, name: impl Into<String>) -> SpinLock {
+        SpinLock::new(self.clone(), name.into())
+    }
+
+    /// A lock over several locks, taken all-or-nothing.
+    pub fn multi_lock(&self, locks: impl IntoIterator<Item = Lock>) -> MultiLock {
+        MultiLock::new(locks.into_iter().collect())
+    }
+
+    /// A handle on the semaphore called `name`, whose permits are leased.
+    pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
+        Semaphore::new(self.clone(), name.into())
+    }
+
+    /// A handle on the permit-expirable semaphore called `name`: permits have ids and leases of
+    /// their own.
+    pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
+        PermitExpirableSemaphore::new(self.clone(), name.into())
+    }
+
+    /// A handle on the count-down latch called `name`.
+    pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
+        CountDownLatch::new(self.clone(), name.into())
     }
 
     /// The number of holds this client currently renews or watches.

@@ -31,6 +31,18 @@ pub enum Error {
         /// The kind of lockkit object that was expected there.
         kind: &'static str,
     },
+    /// The object's current state does not allow the operation: asking a semaphore for more
+    /// permits than it has, counting a latch down past zero, upgrading a read hold to a write
+    /// hold.
+    #[error("{kind} `{name}`: {reason}")]
+    Refused {
+        /// The kind of object.
+        kind: &'static str,
+        /// The object's name.
+        name: String,
+        /// Why the operation was refused.
+        reason: String,
+    },
     /// Redis could not be reached, did not answer in time, or refused a command.
     #[error(transparent)]
     Redis(#[from] RedisError),
@@ -92,4 +104,23 @@ impl std::error::Error for RedisError {
 /// Wraps a fred error with the operation it interrupted.
 pub(crate) fn redis(operation: &'static str) -> impl FnOnce(fred::error::Error) -> Error {
     move |source| Error::Redis(RedisError::new(operation, source))
+}
+
+/// Maps the error of a plain command on `key`: `WRONGTYPE` becomes [`Error::WrongType`], anything
+/// else [`Error::Redis`] naming `operation`.
+pub(crate) fn command_error<'a>(
+    operation: &'static str,
+    key: &'a str,
+    kind: lockkit_protocol::keys::Kind,
+) -> impl FnOnce(fred::error::Error) -> Error + 'a {
+    move |source| {
+        if source.details().starts_with("WRONGTYPE") {
+            Error::WrongType {
+                key: key.to_owned(),
+                kind: kind.describe(),
+            }
+        } else {
+            Error::Redis(RedisError::new(operation, source))
+        }
+    }
 }

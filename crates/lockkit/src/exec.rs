@@ -12,6 +12,7 @@ use fred::clients::WithOptions;
 use fred::interfaces::ClientLike;
 use fred::prelude::{Client as RedisClient, Options};
 use fred::types::{ClusterHash, CustomCommand, Value};
+use lockkit_protocol::keys::Kind;
 use lockkit_protocol::script::Script;
 use lockkit_protocol::slot::key_slot;
 
@@ -57,7 +58,7 @@ impl Exec {
     pub(crate) async fn ints(
         &self,
         script: &'static Script,
-        kind: &'static str,
+        kind: Kind,
         keys: &[&str],
         args: &[&str],
         resend: Resend,
@@ -93,7 +94,7 @@ impl Exec {
                     key: keys
                         .first()
                         .map_or_else(String::new, |key| (*key).to_owned()),
-                    kind,
+                    kind: kind.describe(),
                 }
             } else {
                 Error::Redis(RedisError::new(script.name(), source))

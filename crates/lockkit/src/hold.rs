@@ -10,17 +10,65 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_protocol::lock::{ReleaseReply, RELEASE};
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::{hold_marker, ReleaseReply};
+use lockkit_protocol::script::Script;
 use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::ClientInner;
+use crate::client::{ClientInner, MAX_LEASE};
 use crate::error::Error;
 use crate::exec::{Exec, Resend};
 
+/// Checks a fixed lease: positive and at most [`MAX_LEASE`]; sub-millisecond leases round up to
+/// one millisecond.
+pub(crate) fn validate_lease(lease: Duration) -> Result<Duration, Error> {
+    if lease.is_zero() {
+        return Err(Error::InvalidArgument("lease must be positive".into()));
+    }
+    if lease > MAX_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "lease {lease:?} is longer than the maximum of {MAX_LEASE:?}"
+        )));
+    }
+    Ok(lease.max(Duration::from_millis(1)))
+}
+
+/// The lease and mode of a request: `None` is watchdog mode with the client's watchdog timeout;
+/// `Some(lease)` a validated fixed lease. Returns `(lease, watchdog)`.
+pub(crate) fn lease_mode(
+    client: &ClientInner,
+    lease: Option<Duration>,
+) -> Result<(Duration, bool), Error> {
+    match lease {
+        None => Ok((client.settings.watchdog_timeout, true)),
+        Some(lease) => Ok((validate_lease(lease)?, false)),
+    }
+}
+
+/// Round-up milliseconds of a validated lease.
+pub(crate) fn lease_millis(lease: Duration) -> u128 {
+    lease.as_nanos().div_ceil(1_000_000)
+}
+
 /// How many times a release is sent when the connection breaks under it.
 const RELEASE_ATTEMPTS: u32 = 3;
+
+/// How holds of one kind of object are released and renewed.
+///
+/// Conventions every kind's scripts follow, so the release path and the watchdog are written once:
+/// - release: `KEYS` = the hold's keys; `ARGV` = marker, channel, sharded flag (`0`/`1`); reply
+///   decoded by [`ReleaseReply`];
+/// - renew (batched): for the i-th hold, `KEYS[stride·(i−1)+1 ..= stride·i]` = its keys and
+///   `ARGV[2i−1]`, `ARGV[2i]` = its marker and lease in ms (`0`: only check); reply: one `1`/`0`
+///   per hold (present / gone).
+#[derive(Debug)]
+pub(crate) struct HoldKind {
+    pub(crate) kind: Kind,
+    pub(crate) release: &'static Script,
+    pub(crate) renew: &'static Script,
+}
 
 /// One hold on one object.
 #[derive(Debug)]
@@ -28,10 +76,10 @@ pub(crate) struct Hold {
     /// Client-unique sequence number; the registry key.
     pub(crate) seq: u64,
     pub(crate) name: Arc<str>,
-    pub(crate) kind: &'static str,
-    pub(crate) key: String,
+    pub(crate) kind: &'static HoldKind,
+    /// The object's keys, main key first (the kind's scripts' `KEYS`).
+    pub(crate) keys: Arc<ObjectKeys>,
     pub(crate) marker: String,
-    pub(crate) channel: String,
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (watchdog mode) or left to expire (fixed lease).
     pub(crate) watchdog: bool,
@@ -43,14 +91,12 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         seq: u64,
         name: Arc<str>,
-        kind: &'static str,
-        key: String,
+        kind: &'static HoldKind,
+        keys: Arc<ObjectKeys>,
         marker: String,
-        channel: String,
         lease: Duration,
         watchdog: bool,
     ) -> Self {
@@ -58,14 +104,18 @@ impl Hold {
             seq,
             name,
             kind,
-            key,
+            keys,
             marker,
-            channel,
             lease,
             watchdog,
             lost: CancellationToken::new(),
             expires_at: Mutex::new(Instant::now()),
         }
+    }
+
+    /// The main key.
+    pub(crate) fn key(&self) -> &str {
+        &self.keys.key
     }
 
     /// Records a successful acquire or renewal that was sent at `sent`.
@@ -89,7 +139,12 @@ impl Hold {
     /// Marks the hold lost and says so, once.
     pub(crate) fn mark_lost(&self, why: &str) {
         if !self.lost.is_cancelled() {
-            tracing::warn!(kind = self.kind, name = %self.name, key = %self.key, "lease lost: {why}");
+            tracing::warn!(
+                kind = self.kind.kind.describe(),
+                name = %self.name,
+                key = %self.keys.key,
+                "lease lost: {why}"
+            );
             self.lost.cancel();
         }
     }
@@ -129,12 +184,13 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
     let mut attempt = 0;
     loop {
         attempt += 1;
+        let keys: Vec<&str> = hold.keys.keys.iter().map(String::as_str).collect();
         let result = exec
             .ints(
-                &RELEASE,
-                hold.kind,
-                &[&hold.key],
-                &[&hold.marker, &hold.channel, "0"],
+                hold.kind.release,
+                hold.kind.kind,
+                &keys,
+                &[&hold.marker, &hold.keys.channel, "0"],
                 Resend::Never,
             )
             .await;
@@ -165,11 +221,30 @@ pub(crate) struct HoldGuard {
 }
 
 impl HoldGuard {
-    /// Arms a guard for a hold that is about to be requested.
-    pub(crate) fn arm(client: Arc<ClientInner>, hold: Arc<Hold>) -> Self {
+    /// A new hold (fresh sequence number and marker), armed: call this *before* sending the
+    /// request that may take it, so that dropping the request future gives back whatever the
+    /// script took.
+    pub(crate) fn prepare(
+        client: &Arc<ClientInner>,
+        kind: &'static HoldKind,
+        name: &Arc<str>,
+        keys: &Arc<ObjectKeys>,
+        lease: Duration,
+        watchdog: bool,
+    ) -> Self {
+        let seq = client.next_sequence();
+        let hold = Hold::new(
+            seq,
+            Arc::clone(name),
+            kind,
+            Arc::clone(keys),
+            hold_marker(&client.id, seq),
+            lease,
+            watchdog,
+        );
         Self {
-            client,
-            hold,
+            client: Arc::clone(client),
+            hold: Arc::new(hold),
             armed: true,
         }
     }
@@ -216,5 +291,22 @@ impl Drop for HoldGuard {
                 .watchdog
                 .release_in_background(Arc::clone(&self.hold));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leases_are_validated() {
+        assert!(validate_lease(Duration::ZERO).is_err());
+        assert!(validate_lease(Duration::MAX).is_err());
+        assert!(validate_lease(MAX_LEASE + Duration::from_secs(1)).is_err());
+        assert_eq!(
+            validate_lease(Duration::from_micros(10)).ok(),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(lease_millis(Duration::from_micros(1500)), 2);
     }
 }

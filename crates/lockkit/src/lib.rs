@@ -55,19 +55,36 @@
 
 mod acquire;
 mod client;
+mod count_down_latch;
 mod error;
 mod exec;
+mod fair_lock;
+mod fenced_lock;
 mod hold;
 mod lock;
+mod multi_lock;
+mod object;
 mod owner;
+mod permit_expirable_semaphore;
+mod read_write_lock;
+mod semaphore;
+mod spin_lock;
 mod waiters;
 mod watchdog;
 
 pub use client::{
     Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
+pub use count_down_latch::CountDownLatch;
 pub use error::{Error, RedisError};
+pub use fair_lock::FairLock;
+pub use fenced_lock::FencedLock;
 pub use lock::{Lock, LockGuard};
+pub use multi_lock::{MultiLock, MultiLockGuard};
+pub use permit_expirable_semaphore::{ExpirablePermit, PermitExpirableSemaphore};
+pub use read_write_lock::ReadWriteLock;
+pub use semaphore::{Semaphore, SemaphorePermit};
+pub use spin_lock::SpinLock;
 
 /// The protocol crate: scripts, key naming, cluster slots.
 pub use lockkit_protocol as protocol;

@@ -5,18 +5,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
-use lockkit_protocol::keys::{KeyError, LockKeys};
-use lockkit_protocol::lock::{hold_marker, AcquireReply, ACQUIRE, FORCE_UNLOCK};
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::{AcquireReply, ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::{Client, ClientInner, MAX_LEASE};
-use crate::error::{Error, RedisError};
+use crate::client::{Client, ClientInner};
+use crate::error::{command_error, Error};
 use crate::exec::Resend;
-use crate::hold::{Hold, HoldGuard};
+use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::object::Object;
 use crate::owner;
 
-const KIND: &str = "lock";
+/// How holds of a [`Lock`] are released and renewed.
+pub(crate) static LOCK_HOLDS: HoldKind = HoldKind {
+    kind: Kind::Lock,
+    release: &RELEASE,
+    renew: &RENEW,
+};
 
 /// A reentrant lock shared by every client that uses the same name and Redis.
 ///
@@ -58,39 +64,29 @@ const KIND: &str = "lock";
 /// }
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Lock {
-    client: Client,
-    name: Arc<str>,
-    keys: Result<Arc<LockKeys>, KeyError>,
-}
-
-impl std::fmt::Debug for Lock {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lock")
-            .field("name", &self.name)
-            .finish_non_exhaustive()
-    }
+    object: Object,
 }
 
 impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Self {
-        let keys = client.inner.settings.namespace.lock(&name).map(Arc::new);
         Self {
-            client,
-            name: name.into(),
-            keys,
+            object: Object::new(client, Kind::Lock, name),
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.name
+        &self.object.name
     }
 
-    fn keys(&self) -> Result<&Arc<LockKeys>, Error> {
-        self.client.inner.check_open()?;
-        self.keys.as_ref().map_err(|err| Error::from(err.clone()))
+    pub(crate) fn object(&self) -> &Object {
+        &self.object
+    }
+
+    fn keys(&self) -> Result<&Arc<ObjectKeys>, Error> {
+        self.object.keys()
     }
 
     /// Waits as long as it takes, then holds the lock in watchdog mode.
@@ -164,14 +160,11 @@ impl Lock {
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
         let keys = self.keys()?;
-        let inner = &self.client.inner;
-        let (lease, watchdog) = match lease {
-            None => (inner.settings.watchdog_timeout, true),
-            Some(lease) => (validate_lease(lease)?, false),
-        };
+        let inner = self.object.inner();
+        let (lease, watchdog) = lease_mode(inner, lease)?;
         let attempt = LockAttempt {
-            client: &self.client.inner,
-            name: &self.name,
+            client: self.object.inner(),
+            name: &self.object.name,
             keys,
             owner: owner::current(&inner.id),
             lease,
@@ -188,13 +181,13 @@ impl Lock {
     pub async fn is_locked(&self) -> Result<bool, Error> {
         let keys = self.keys()?;
         let exists: i64 = self
-            .client
-            .inner
+            .object
+            .inner()
             .exec
             .redis()
             .exists(keys.key.as_str())
             .await
-            .map_err(command_error("is_locked", &keys.key))?;
+            .map_err(command_error("is_locked", &keys.key, Kind::Lock))?;
         Ok(exists > 0)
     }
 
@@ -212,15 +205,15 @@ impl Lock {
     /// As [`is_held_by_current_task`](Lock::is_held_by_current_task).
     pub async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
-        let owner = owner::current(&self.client.inner.id);
+        let owner = owner::current(&self.object.inner().id);
         let count: Option<i64> = self
-            .client
-            .inner
+            .object
+            .inner()
             .exec
             .redis()
             .hget(keys.key.as_str(), owner)
             .await
-            .map_err(command_error("hold_count", &keys.key))?;
+            .map_err(command_error("hold_count", &keys.key, Kind::Lock))?;
         Ok(count.map_or(0, |count| u32::try_from(count).unwrap_or(0)))
     }
 
@@ -232,13 +225,13 @@ impl Lock {
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
         let keys = self.keys()?;
         let pttl: i64 = self
-            .client
-            .inner
+            .object
+            .inner()
             .exec
             .redis()
             .pttl(keys.key.as_str())
             .await
-            .map_err(command_error("remaining_ttl", &keys.key))?;
+            .map_err(command_error("remaining_ttl", &keys.key, Kind::Lock))?;
         Ok(match pttl {
             -2 => None,
             -1 => Some(Duration::MAX),
@@ -257,12 +250,12 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         let keys = self.keys()?;
         let reply = self
-            .client
-            .inner
+            .object
+            .inner()
             .exec
             .ints(
                 &FORCE_UNLOCK,
-                KIND,
+                Kind::Lock,
                 &[&keys.key],
                 &[&keys.channel, "0"],
                 Resend::Never,
@@ -272,45 +265,10 @@ impl Lock {
     }
 }
 
-fn command_error<'a>(
-    operation: &'static str,
-    key: &'a str,
-) -> impl FnOnce(fred::error::Error) -> Error + 'a {
-    move |source| {
-        if source.details().starts_with("WRONGTYPE") {
-            Error::WrongType {
-                key: key.to_owned(),
-                kind: KIND,
-            }
-        } else {
-            Error::Redis(RedisError::new(operation, source))
-        }
-    }
-}
-
-/// Checks a fixed lease: positive and at most [`MAX_LEASE`]; sub-millisecond leases round up to
-/// one millisecond.
-pub(crate) fn validate_lease(lease: Duration) -> Result<Duration, Error> {
-    if lease.is_zero() {
-        return Err(Error::InvalidArgument("lease must be positive".into()));
-    }
-    if lease > MAX_LEASE {
-        return Err(Error::InvalidArgument(format!(
-            "lease {lease:?} is longer than the maximum of {MAX_LEASE:?}"
-        )));
-    }
-    Ok(lease.max(Duration::from_millis(1)))
-}
-
-/// Round-up milliseconds of a validated lease.
-pub(crate) fn lease_millis(lease: Duration) -> u128 {
-    lease.as_nanos().div_ceil(1_000_000)
-}
-
 struct LockAttempt<'a> {
     client: &'a Arc<ClientInner>,
     name: &'a Arc<str>,
-    keys: &'a LockKeys,
+    keys: &'a Arc<ObjectKeys>,
     owner: String,
     lease: Duration,
     lease_ms: String,
@@ -326,37 +284,33 @@ impl Attempt for LockAttempt<'_> {
 
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
-        let sequence = client.next_sequence();
-        let marker = hold_marker(&client.id, sequence);
-        let hold = Arc::new(Hold::new(
-            sequence,
-            Arc::clone(self.name),
-            KIND,
-            self.keys.key.clone(),
-            marker,
-            self.keys.channel.clone(),
-            self.lease,
-            self.watchdog,
-        ));
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the
         // script may have taken is given back.
-        let guard = HoldGuard::arm(Arc::clone(client), hold);
+        let guard = HoldGuard::prepare(
+            client,
+            &LOCK_HOLDS,
+            self.name,
+            self.keys,
+            self.lease,
+            self.watchdog,
+        );
         let sent = Instant::now();
         let reply = client
             .exec
             .ints(
                 &ACQUIRE,
-                KIND,
+                Kind::Lock,
                 &[&self.keys.key],
                 &[&self.owner, &guard.hold().marker, &self.lease_ms],
                 Resend::Allowed,
             )
             .await?;
         match AcquireReply::decode(&reply)? {
-            AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard {
-                guard: guard.granted(sent)?,
+            AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard::new(
+                guard.granted(sent)?,
                 hold_count,
-            })),
+                None,
+            ))),
             AcquireReply::Busy { pttl_ms } => {
                 guard.disarm();
                 Ok(Outcome::Busy {
@@ -376,6 +330,7 @@ impl Attempt for LockAttempt<'_> {
 pub struct LockGuard {
     guard: HoldGuard,
     hold_count: u32,
+    fencing_token: Option<u64>,
 }
 
 impl std::fmt::Debug for LockGuard {
@@ -392,6 +347,14 @@ impl std::fmt::Debug for LockGuard {
 }
 
 impl LockGuard {
+    pub(crate) fn new(guard: HoldGuard, hold_count: u32, fencing_token: Option<u64>) -> Self {
+        Self {
+            guard,
+            hold_count,
+            fencing_token,
+        }
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.guard.hold().name
@@ -407,9 +370,11 @@ impl LockGuard {
         self.hold_count
     }
 
-    /// A fencing token for this acquisition: `None` for a plain [`Lock`].
+    /// The fencing token of this acquisition: `Some` for a
+    /// [`FencedLock`](crate::FencedLock) (strictly increasing across every acquisition of that
+    /// lock, re-entries included), `None` for other locks.
     pub fn fencing_token(&self) -> Option<u64> {
-        None
+        self.fencing_token
     }
 
     /// Whether the lease is known to be gone: renewal found the lock missing (force-unlocked,
@@ -459,18 +424,6 @@ impl LockGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn leases_are_validated() {
-        assert!(validate_lease(Duration::ZERO).is_err());
-        assert!(validate_lease(Duration::MAX).is_err());
-        assert!(validate_lease(MAX_LEASE + Duration::from_secs(1)).is_err());
-        assert_eq!(
-            validate_lease(Duration::from_micros(10)).ok(),
-            Some(Duration::from_millis(1))
-        );
-        assert_eq!(lease_millis(Duration::from_micros(1500)), 2);
-    }
 
     fn bounds<T: Send + Sync + Clone + 'static>() {}
     fn send_static<T: Send + 'static>() {}

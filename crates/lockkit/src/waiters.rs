@@ -12,8 +12,10 @@
 //! 3. The waiter sleeps until it is woken or until the holder's remaining lease (the bound: a
 //!    missed message costs at most that, never a hang).
 //!
-//! Each release message wakes **one** local waiter of that channel, the longest-registered one
-//! not already woken (no thundering herd). A woken waiter that goes away without consuming its
+//! Each release message says whom to wake ([`Wake`]): usually **one** local waiter of that
+//! channel, the longest-registered one not already woken (no thundering herd); `k` of them when
+//! `k` permits came back; all of them when every waiter must re-check; or the one waiter named by
+//! id (fair lock). A woken waiter that goes away without consuming its
 //! wake-up passes it on. When messages may have been lost (the broadcast channel lagged, or the
 //! subscriber connection was re-established) every waiter is woken to re-check.
 //!
@@ -29,6 +31,7 @@ use std::sync::{Arc, Weak};
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::Value;
+use lockkit_protocol::wake::Wake;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, OnceCell};
@@ -57,18 +60,62 @@ struct Entry {
 struct Slot {
     notify: Notify,
     woken: AtomicBool,
+    /// The waiter's id, for messages that name the next waiter (fair lock).
+    tag: Option<String>,
+}
+
+impl Slot {
+    fn wake(&self) {
+        self.woken.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
 }
 
 impl Entry {
-    /// Wakes the longest-registered waiter not already woken.
-    fn wake_one(&self) {
-        if let Some(slot) = self
+    /// Wakes the longest-registered waiter not already woken; returns whether there was one.
+    fn wake_one(&self) -> bool {
+        match self
             .waiters
             .iter()
             .find(|slot| !slot.woken.load(Ordering::Acquire))
         {
-            slot.woken.store(true, Ordering::Release);
-            slot.notify.notify_one();
+            Some(slot) => {
+                slot.wake();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn wake_all(&self) {
+        for slot in &self.waiters {
+            slot.wake();
+        }
+    }
+
+    /// Acts on one release message.
+    fn apply(&self, wake: &Wake) {
+        match wake {
+            Wake::One => {
+                self.wake_one();
+            }
+            Wake::Many(count) => {
+                for _ in 0..*count {
+                    if !self.wake_one() {
+                        break;
+                    }
+                }
+            }
+            Wake::All => self.wake_all(),
+            Wake::Waiter(id) => {
+                if let Some(slot) = self
+                    .waiters
+                    .iter()
+                    .find(|slot| slot.tag.as_deref() == Some(id.as_str()))
+                {
+                    slot.wake();
+                }
+            }
         }
     }
 }
@@ -86,9 +133,13 @@ impl WaiterHub {
         Self { inner }
     }
 
-    /// Registers interest in `channel` and returns once the subscription is confirmed.
-    pub(crate) async fn register(&self, channel: &str) -> Result<Waiter, Error> {
-        let slot = Arc::new(Slot::default());
+    /// Registers interest in `channel` and returns once the subscription is confirmed. `tag`
+    /// names the waiter for messages that wake one waiter by id.
+    pub(crate) async fn register(&self, channel: &str, tag: Option<&str>) -> Result<Waiter, Error> {
+        let slot = Arc::new(Slot {
+            tag: tag.map(str::to_owned),
+            ..Slot::default()
+        });
         let subscribed = {
             let mut channels = self.inner.channels.lock();
             let entry = channels.entry(channel.to_owned()).or_default();
@@ -190,9 +241,10 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
             message = messages.recv() => match message {
                 Ok(message) => {
                     let Some(hub) = hub.upgrade() else { break };
+                    let wake = message.value.as_str().map_or(Wake::One, |payload| Wake::decode(&payload));
                     let channels = hub.channels.lock();
                     if let Some(entry) = channels.get(&*message.channel) {
-                        entry.wake_one();
+                        entry.apply(&wake);
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
@@ -216,10 +268,7 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
 fn wake_all(hub: &Weak<HubInner>) {
     if let Some(hub) = hub.upgrade() {
         for entry in hub.channels.lock().values() {
-            for slot in &entry.waiters {
-                slot.woken.store(true, Ordering::Release);
-                slot.notify.notify_one();
-            }
+            entry.wake_all();
         }
     }
 }
@@ -245,7 +294,7 @@ mod tests {
     /// been dispatched, and we can count who it woke.
     async fn publish_then_sync(client: &Client, channel: &str, marker: &str) {
         let hub = &client.inner.hub;
-        let sync = hub.register(marker).await.unwrap();
+        let sync = hub.register(marker, None).await.unwrap();
         let redis = client.inner.exec.redis();
         let _: i64 = redis.publish(channel, "released").await.unwrap();
         let _: i64 = redis.publish(marker, "released").await.unwrap();
@@ -260,7 +309,7 @@ mod tests {
         let marker = format!("{channel}:marker");
         let mut waiters = Vec::new();
         for _ in 0..3 {
-            waiters.push(client.inner.hub.register(&channel).await.unwrap());
+            waiters.push(client.inner.hub.register(&channel, None).await.unwrap());
         }
         assert_eq!(woken(&waiters), 0);
 

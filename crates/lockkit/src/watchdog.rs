@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
-use lockkit_protocol::lock::{decode_renew, RENEW};
+use lockkit_protocol::lock::decode_renew;
 use lockkit_protocol::slot::key_slot;
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
@@ -223,7 +223,8 @@ async fn renew_round(
     holds: Vec<Arc<Hold>>,
 ) {
     let now = Instant::now();
-    let mut groups: HashMap<u16, Vec<Arc<Hold>>> = HashMap::new();
+    // One script call may only touch one slot (on a cluster) and run one kind's renew script.
+    let mut groups: HashMap<(&'static str, u16), Vec<Arc<Hold>>> = HashMap::new();
     for hold in holds {
         if hold.is_lost() {
             if now >= hold.expires_at() {
@@ -232,11 +233,14 @@ async fn renew_round(
             continue;
         }
         let slot = if config.clustered {
-            key_slot(&hold.key)
+            key_slot(hold.key())
         } else {
             0
         };
-        groups.entry(slot).or_default().push(hold);
+        groups
+            .entry((hold.kind.renew.name(), slot))
+            .or_default()
+            .push(hold);
     }
     let batches = groups
         .into_values()
@@ -251,7 +255,14 @@ async fn renew_round(
 }
 
 async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch: Vec<Arc<Hold>>) {
-    let keys: Vec<&str> = batch.iter().map(|hold| hold.key.as_str()).collect();
+    let Some(first) = batch.first() else {
+        return;
+    };
+    let kind = first.kind;
+    let keys: Vec<&str> = batch
+        .iter()
+        .flat_map(|hold| hold.keys.keys.iter().map(String::as_str))
+        .collect();
     let lease = timeout.as_millis().to_string();
     let mut args: Vec<&str> = Vec::with_capacity(batch.len() * 2);
     for hold in &batch {
@@ -260,7 +271,7 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
     }
     let sent = Instant::now();
     let reply = exec
-        .ints(&RENEW, "lock", &keys, &args, Resend::Allowed)
+        .ints(kind.renew, kind.kind, &keys, &args, Resend::Allowed)
         .await
         .and_then(|reply| Ok(decode_renew(&reply, batch.len())?));
     match reply {
