@@ -23,10 +23,12 @@
 //! assert_eq!(reply, lock::AcquireReply::Busy { pttl_ms: Some(1500) });
 //! ```
 
+pub mod fenced_lock;
 pub mod keys;
 pub mod lock;
 pub mod script;
 pub mod slot;
+pub mod spin_lock;
 pub mod wake;
 
 /// A reply that does not have the shape its script promises.

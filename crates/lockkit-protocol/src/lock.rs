@@ -49,6 +49,8 @@ pub enum AcquireReply {
     Acquired {
         /// The owner's hold count including this hold.
         hold_count: u32,
+        /// The acquisition's fencing token (fenced locks only).
+        token: Option<u64>,
     },
     /// Another owner holds the lock.
     Busy {
@@ -58,11 +60,17 @@ pub enum AcquireReply {
 }
 
 impl AcquireReply {
-    /// Decodes the script's `{status, value}` reply.
+    /// Decodes the reply of [`ACQUIRE`] (`{1, count}` / `{0, pttl}`) or of
+    /// [`fenced_lock::ACQUIRE`](crate::fenced_lock::ACQUIRE) (`{1, count, token}` / `{0, pttl}`).
     pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
         match *reply {
             [1, count] if count > 0 => Ok(Self::Acquired {
                 hold_count: u32::try_from(count).unwrap_or(u32::MAX),
+                token: None,
+            }),
+            [1, count, token] if count > 0 && token > 0 => Ok(Self::Acquired {
+                hold_count: u32::try_from(count).unwrap_or(u32::MAX),
+                token: Some(token.unsigned_abs()),
             }),
             // -2 (key vanished between two calls of one script) cannot happen inside a script;
             // -1 means no expiry.
@@ -128,8 +136,19 @@ mod tests {
     fn decodes_acquire() {
         assert_eq!(
             AcquireReply::decode(&[1, 2]),
-            Ok(AcquireReply::Acquired { hold_count: 2 })
+            Ok(AcquireReply::Acquired {
+                hold_count: 2,
+                token: None
+            })
         );
+        assert_eq!(
+            AcquireReply::decode(&[1, 1, 42]),
+            Ok(AcquireReply::Acquired {
+                hold_count: 1,
+                token: Some(42)
+            })
+        );
+        assert!(AcquireReply::decode(&[1, 1, 0]).is_err());
         assert_eq!(
             AcquireReply::decode(&[0, 10]),
             Ok(AcquireReply::Busy { pttl_ms: Some(10) })

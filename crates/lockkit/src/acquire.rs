@@ -101,3 +101,62 @@ where
         }
     }
 }
+
+/// Backoff of the polling loop: the first pause, doubling up to the cap.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Backoff {
+    pub(crate) first: Duration,
+    pub(crate) cap: Duration,
+}
+
+/// Like [`acquire`], but waits by polling with capped exponential backoff and jitter instead of
+/// pub/sub (for the spin lock, where pub/sub traffic is unwelcome). Each pause is also bounded by
+/// the holder's remaining lease and the deadline.
+pub(crate) async fn acquire_polling<A>(
+    client: &ClientInner,
+    attempt: &A,
+    wait: Option<Duration>,
+    backoff: Backoff,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt + Sync,
+{
+    client.check_open()?;
+    let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+    let mut pause = backoff.first;
+    loop {
+        let retry_in = match attempt.attempt().await {
+            Ok(Outcome::Acquired(out)) => return Ok(Some(out)),
+            Ok(Outcome::Busy { retry_in }) => retry_in,
+            Err(_) if client.is_shut_down() => return Err(Error::Shutdown),
+            Err(err) => return Err(err),
+        };
+        let now = Instant::now();
+        if wait == Some(Duration::ZERO) || deadline.is_some_and(|deadline| now >= deadline) {
+            return Ok(None);
+        }
+        // Full jitter in [pause/2, pause], so pollers spread out.
+        let jittered = pause / 2 + pause.mul_f64(jitter() / 2.0);
+        let mut wake_at = now
+            + retry_in.map_or(jittered, |ttl| {
+                jittered.min(ttl.max(Duration::from_millis(1)))
+            });
+        if let Some(deadline) = deadline {
+            wake_at = wake_at.min(deadline);
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(wake_at) => {}
+            () = client.shutdown.cancelled() => return Err(Error::Shutdown),
+        }
+        pause = (pause * 2).min(backoff.cap);
+    }
+}
+
+/// A random number in `[0, 1)`, from the standard library's randomly seeded hasher.
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}

@@ -1,24 +1,146 @@
 //! [`FencedLock`]: a reentrant lock whose acquisitions carry strictly increasing fencing tokens.
 
-use crate::client::Client;
-use crate::object::Object;
-use lockkit_protocol::keys::Kind;
+use std::time::Duration;
 
-/// A reentrant lock whose acquisitions carry strictly increasing fencing tokens.
+use lockkit_protocol::fenced_lock::{ACQUIRE, RELEASE};
+use lockkit_protocol::keys::Kind;
+use lockkit_protocol::lock::RENEW;
+
+use crate::client::Client;
+use crate::error::Error;
+use crate::hold::HoldKind;
+use crate::lock::{Flavor, Lock, LockGuard};
+
+/// The fenced flavour of the reentrant lock: its own acquire (mints the token) and release (drops
+/// the token field) scripts; renewal as the plain lock's.
+static FENCED: Flavor = Flavor {
+    kind: Kind::FencedLock,
+    acquire: &ACQUIRE,
+    holds: HoldKind {
+        kind: Kind::FencedLock,
+        release: &RELEASE,
+        renew: &RENEW,
+    },
+};
+
+/// A reentrant lock whose every acquisition — re-entries included — carries a **fencing token**
+/// greater than every token handed out before it for this lock.
+///
+/// A lease-based lock cannot stop a holder that was paused past its lease (GC, `SIGSTOP`, a
+/// swapped-out VM) from waking up and writing as if it still held the lock. A fencing token lets
+/// the *storage* reject that stale writer: store the token of the last accepted write next to the
+/// data and accept a write only with a larger token (`UPDATE … WHERE last_fence < :fence`).
+///
+/// Everything else is as [`Lock`](crate::Lock): same ownership, leases, watchdog and waiting.
+/// [`LockGuard::fencing_token`] returns the token.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// let lock = client.fenced_lock("stock:42");
+/// let guard = lock.lock().await?;
+/// let fence = guard.fencing_token().unwrap_or_default();
+/// // UPDATE stock SET qty = qty - 1, last_fence = :fence WHERE id = 42 AND last_fence < :fence
+/// # let _ = fence;
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+///
+/// Tokens come from a counter in Redis that never expires. If Redis loses its data (a restart
+/// without persistence), the counter starts again from the server clock in microseconds, so
+/// tokens keep growing as long as the server clock does.
 #[derive(Clone, Debug)]
 pub struct FencedLock {
-    object: Object,
+    lock: Lock,
 }
 
 impl FencedLock {
     pub(crate) fn new(client: Client, name: String) -> Self {
         Self {
-            object: Object::new(client, Kind::FencedLock, name),
+            lock: Lock::with_flavor(client, name, &FENCED),
         }
     }
 
-    /// The object's name.
+    /// The lock's name.
     pub fn name(&self) -> &str {
-        &self.object.name
+        self.lock.name()
+    }
+
+    /// Waits as long as it takes, then holds the lock in watchdog mode.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future leaves no hold behind.
+    ///
+    /// # Errors
+    /// As [`Lock::lock`].
+    pub async fn lock(&self) -> Result<LockGuard, Error> {
+        self.lock.lock().await
+    }
+
+    /// Waits as long as it takes, then holds the lock for `lease`, without renewal.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](FencedLock::lock).
+    ///
+    /// # Errors
+    /// As [`Lock::lock_with_lease`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
+        self.lock.lock_with_lease(lease).await
+    }
+
+    /// Tries to take the lock, waiting at most `wait`; `lease: None` is watchdog mode. `Ok(None)`
+    /// when not acquired in time.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](FencedLock::lock).
+    ///
+    /// # Errors
+    /// As [`Lock::try_lock`].
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        self.lock.try_lock(wait, lease).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn is_locked(&self) -> Result<bool, Error> {
+        self.lock.is_locked().await
+    }
+
+    /// Whether the calling task holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Redis`], [`Error::WrongType`].
+    pub async fn is_held_by_current_task(&self) -> Result<bool, Error> {
+        self.lock.is_held_by_current_task().await
+    }
+
+    /// How many times the calling task holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Redis`], [`Error::WrongType`].
+    pub async fn hold_count(&self) -> Result<u32, Error> {
+        self.lock.hold_count().await
+    }
+
+    /// How long the current holder's lease still runs; `None` when free.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
+        self.lock.remaining_ttl().await
+    }
+
+    /// Deletes the lock whoever holds it (administrative; the token counter is kept, so tokens
+    /// keep growing); returns whether it was locked.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn force_unlock(&self) -> Result<bool, Error> {
+        self.lock.force_unlock().await
     }
 }

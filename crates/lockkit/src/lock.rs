@@ -4,24 +4,37 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::{HashesInterface, KeysInterface};
 use lockkit_protocol::keys::{Kind, ObjectKeys};
-use lockkit_protocol::lock::{AcquireReply, ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW};
+use lockkit_protocol::lock::{AcquireReply, ACQUIRE, RELEASE, RENEW};
+use lockkit_protocol::script::Script;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
 use crate::client::{Client, ClientInner};
-use crate::error::{command_error, Error};
+use crate::error::Error;
 use crate::exec::Resend;
 use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
 use crate::object::Object;
 use crate::owner;
 
-/// How holds of a [`Lock`] are released and renewed.
-pub(crate) static LOCK_HOLDS: HoldKind = HoldKind {
+/// What distinguishes the reentrant hash locks that share this file's machinery: their kind
+/// (key segment), acquire script and hold kind. Their data layout and replies are the same.
+#[derive(Debug)]
+pub(crate) struct Flavor {
+    pub(crate) kind: Kind,
+    pub(crate) acquire: &'static Script,
+    pub(crate) holds: HoldKind,
+}
+
+/// The plain reentrant lock.
+pub(crate) static PLAIN: Flavor = Flavor {
     kind: Kind::Lock,
-    release: &RELEASE,
-    renew: &RENEW,
+    acquire: &ACQUIRE,
+    holds: HoldKind {
+        kind: Kind::Lock,
+        release: &RELEASE,
+        renew: &RENEW,
+    },
 };
 
 /// A reentrant lock shared by every client that uses the same name and Redis.
@@ -67,22 +80,24 @@ pub(crate) static LOCK_HOLDS: HoldKind = HoldKind {
 #[derive(Clone, Debug)]
 pub struct Lock {
     object: Object,
+    flavor: &'static Flavor,
 }
 
 impl Lock {
     pub(crate) fn new(client: Client, name: String) -> Self {
+        Self::with_flavor(client, name, &PLAIN)
+    }
+
+    pub(crate) fn with_flavor(client: Client, name: String, flavor: &'static Flavor) -> Self {
         Self {
-            object: Object::new(client, Kind::Lock, name),
+            object: Object::new(client, flavor.kind, name),
+            flavor,
         }
     }
 
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.object.name
-    }
-
-    pub(crate) fn object(&self) -> &Object {
-        &self.object
     }
 
     fn keys(&self) -> Result<&Arc<ObjectKeys>, Error> {
@@ -163,6 +178,7 @@ impl Lock {
         let inner = self.object.inner();
         let (lease, watchdog) = lease_mode(inner, lease)?;
         let attempt = LockAttempt {
+            flavor: self.flavor,
             client: self.object.inner(),
             name: &self.object.name,
             keys,
@@ -179,16 +195,7 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn is_locked(&self) -> Result<bool, Error> {
-        let keys = self.keys()?;
-        let exists: i64 = self
-            .object
-            .inner()
-            .exec
-            .redis()
-            .exists(keys.key.as_str())
-            .await
-            .map_err(command_error("is_locked", &keys.key, Kind::Lock))?;
-        Ok(exists > 0)
+        self.object.exists().await
     }
 
     /// Whether the calling task holds the lock (through this client).
@@ -204,17 +211,9 @@ impl Lock {
     /// # Errors
     /// As [`is_held_by_current_task`](Lock::is_held_by_current_task).
     pub async fn hold_count(&self) -> Result<u32, Error> {
-        let keys = self.keys()?;
-        let owner = owner::current(&self.object.inner().id);
-        let count: Option<i64> = self
-            .object
-            .inner()
-            .exec
-            .redis()
-            .hget(keys.key.as_str(), owner)
+        self.object
+            .hash_count(&owner::current(&self.object.inner().id))
             .await
-            .map_err(command_error("hold_count", &keys.key, Kind::Lock))?;
-        Ok(count.map_or(0, |count| u32::try_from(count).unwrap_or(0)))
     }
 
     /// How long the current holder's lease still runs; `None` when the lock is free.
@@ -223,20 +222,7 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
-        let keys = self.keys()?;
-        let pttl: i64 = self
-            .object
-            .inner()
-            .exec
-            .redis()
-            .pttl(keys.key.as_str())
-            .await
-            .map_err(command_error("remaining_ttl", &keys.key, Kind::Lock))?;
-        Ok(match pttl {
-            -2 => None,
-            -1 => Some(Duration::MAX),
-            ms => Some(Duration::from_millis(ms.unsigned_abs())),
-        })
+        self.object.remaining_ttl().await
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; returns whether it was locked.
@@ -248,24 +234,12 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
     pub async fn force_unlock(&self) -> Result<bool, Error> {
-        let keys = self.keys()?;
-        let reply = self
-            .object
-            .inner()
-            .exec
-            .ints(
-                &FORCE_UNLOCK,
-                Kind::Lock,
-                &[&keys.key],
-                &[&keys.channel, "0"],
-                Resend::Never,
-            )
-            .await?;
-        Ok(lockkit_protocol::lock::decode_force_unlock(&reply)?)
+        self.object.force_unlock().await
     }
 }
 
 struct LockAttempt<'a> {
+    flavor: &'static Flavor,
     client: &'a Arc<ClientInner>,
     name: &'a Arc<str>,
     keys: &'a Arc<ObjectKeys>,
@@ -288,28 +262,29 @@ impl Attempt for LockAttempt<'_> {
         // script may have taken is given back.
         let guard = HoldGuard::prepare(
             client,
-            &LOCK_HOLDS,
+            &self.flavor.holds,
             self.name,
             self.keys,
             self.lease,
             self.watchdog,
         );
         let sent = Instant::now();
+        let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
         let reply = client
             .exec
             .ints(
-                &ACQUIRE,
-                Kind::Lock,
-                &[&self.keys.key],
+                self.flavor.acquire,
+                self.flavor.kind,
+                &keys,
                 &[&self.owner, &guard.hold().marker, &self.lease_ms],
                 Resend::Allowed,
             )
             .await?;
         match AcquireReply::decode(&reply)? {
-            AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard::new(
+            AcquireReply::Acquired { hold_count, token } => Ok(Outcome::Acquired(LockGuard::new(
                 guard.granted(sent)?,
                 hold_count,
-                None,
+                token,
             ))),
             AcquireReply::Busy { pttl_ms } => {
                 guard.disarm();

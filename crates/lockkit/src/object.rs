@@ -1,11 +1,16 @@
 //! What every primitive's handle has: the client, the object's name and its keys.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface};
+use lockkit_protocol::lock::{decode_force_unlock, FORCE_UNLOCK};
 
 use lockkit_protocol::keys::{KeyError, Kind, ObjectKeys};
 
 use crate::client::{Client, ClientInner};
-use crate::error::Error;
+use crate::error::{command_error, Error};
+use crate::exec::Resend;
 
 /// The common part of every handle (`Lock`, `Semaphore`, ...). Cheap to clone.
 #[derive(Clone)]
@@ -42,6 +47,71 @@ impl Object {
     pub(crate) fn keys(&self) -> Result<&Arc<ObjectKeys>, Error> {
         self.client.inner.check_open()?;
         self.keys.as_ref().map_err(|err| Error::from(err.clone()))
+    }
+}
+
+/// Inspection and administration shared by the primitives whose state lives in the main key.
+impl Object {
+    /// Whether the main key exists (the object is held / set).
+    pub(crate) async fn exists(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        let exists: i64 = self
+            .inner()
+            .exec
+            .redis()
+            .exists(keys.key.as_str())
+            .await
+            .map_err(command_error("exists", &keys.key, self.kind))?;
+        Ok(exists > 0)
+    }
+
+    /// The integer in `field` of the main HASH (0 when absent): a hold count.
+    pub(crate) async fn hash_count(&self, field: &str) -> Result<u32, Error> {
+        let keys = self.keys()?;
+        let count: Option<i64> = self
+            .inner()
+            .exec
+            .redis()
+            .hget(keys.key.as_str(), field)
+            .await
+            .map_err(command_error("hold_count", &keys.key, self.kind))?;
+        Ok(count.map_or(0, |count| u32::try_from(count).unwrap_or(0)))
+    }
+
+    /// The main key's remaining TTL: `None` when it does not exist, `Some(Duration::MAX)` when it
+    /// has no expiry.
+    pub(crate) async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
+        let keys = self.keys()?;
+        let pttl: i64 = self
+            .inner()
+            .exec
+            .redis()
+            .pttl(keys.key.as_str())
+            .await
+            .map_err(command_error("remaining_ttl", &keys.key, self.kind))?;
+        Ok(match pttl {
+            -2 => None,
+            -1 => Some(Duration::MAX),
+            ms => Some(Duration::from_millis(ms.unsigned_abs())),
+        })
+    }
+
+    /// Deletes the main key whoever holds it and wakes one waiter (`lock_force_unlock.lua`);
+    /// returns whether it existed. Auxiliary keys (a fencing counter, a queue) are kept.
+    pub(crate) async fn force_unlock(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        let reply = self
+            .inner()
+            .exec
+            .ints(
+                &FORCE_UNLOCK,
+                self.kind,
+                &[&keys.key],
+                &[&keys.channel, "0"],
+                Resend::Never,
+            )
+            .await?;
+        Ok(decode_force_unlock(&reply)?)
     }
 }
 

@@ -1,10 +1,53 @@
-//! [`SpinLock`]: a plain, non-reentrant lock (`SET NX PX`) that waits by backoff instead of pub/sub.
+//! [`SpinLock`]: the seed's plain, non-reentrant lock, waiting by backoff instead of pub/sub.
 
-use crate::client::Client;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::spin_lock::{AcquireReply, ACQUIRE, RELEASE, RENEW};
+use tokio::time::Instant;
+
+use crate::acquire::{acquire_polling, Attempt, Backoff, Outcome};
+use crate::client::{Client, ClientInner};
+use crate::error::Error;
+use crate::exec::Resend;
+use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::lock::LockGuard;
 use crate::object::Object;
-use lockkit_protocol::keys::Kind;
 
-/// A plain, non-reentrant lock (`SET NX PX`) that waits by backoff instead of pub/sub.
+static SPIN_HOLDS: HoldKind = HoldKind {
+    kind: Kind::SpinLock,
+    release: &RELEASE,
+    renew: &RENEW,
+};
+
+/// How a waiting [`SpinLock`] polls: 2 ms first, doubling up to 128 ms, with jitter; never
+/// longer than the holder's remaining lease or the caller's deadline.
+const BACKOFF: Backoff = Backoff {
+    first: Duration::from_millis(2),
+    cap: Duration::from_millis(128),
+};
+
+/// A plain, **non-reentrant** lock: `SET key marker NX PX lease`, released by compare-and-delete.
+///
+/// Use it where pub/sub traffic is unwelcome (large clusters, where every unlock message would
+/// otherwise cross nodes) or to interoperate with code that uses the classic `SET NX PX` pattern.
+/// Waiters poll with capped exponential backoff (2 ms doubling to 128 ms, with jitter), so a
+/// handoff is slower than [`Lock`](crate::Lock)'s and polling costs round trips.
+///
+/// Not reentrant: a task that already holds it and locks again waits like anyone else (until its
+/// own lease ends), and `try_lock` returns `None`. Leases, the watchdog, lost-lease signals and
+/// cancellation behave as for [`Lock`](crate::Lock).
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use std::time::Duration;
+/// let lock = client.spin_lock("cron:cleanup");
+/// if let Some(guard) = lock.try_lock(Duration::from_secs(1), None).await? {
+///     guard.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct SpinLock {
     object: Object,
@@ -17,8 +60,151 @@ impl SpinLock {
         }
     }
 
-    /// The object's name.
+    /// The lock's name.
     pub fn name(&self) -> &str {
         &self.object.name
+    }
+
+    /// Waits as long as it takes, then holds the lock in watchdog mode.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future leaves no hold behind.
+    ///
+    /// # Errors
+    /// [`Error::Redis`], [`Error::Shutdown`], [`Error::InvalidArgument`] (name),
+    /// [`Error::WrongType`].
+    pub async fn lock(&self) -> Result<LockGuard, Error> {
+        loop {
+            if let Some(guard) = self.acquire(None, None).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Waits as long as it takes, then holds the lock for `lease`, without renewal.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](SpinLock::lock).
+    ///
+    /// # Errors
+    /// As [`lock`](SpinLock::lock); [`Error::InvalidArgument`] for a bad lease.
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
+        loop {
+            if let Some(guard) = self.acquire(None, Some(lease)).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Tries to take the lock, polling for at most `wait`; `lease: None` is watchdog mode.
+    /// `Ok(None)` when not acquired in time.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](SpinLock::lock).
+    ///
+    /// # Errors
+    /// As [`lock_with_lease`](SpinLock::lock_with_lease).
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        self.acquire(Some(wait), lease).await
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        let keys = self.object.keys()?;
+        let inner = self.object.inner();
+        let (lease, watchdog) = lease_mode(inner, lease)?;
+        let attempt = SpinAttempt {
+            client: inner,
+            name: &self.object.name,
+            keys,
+            lease,
+            lease_ms: lease_millis(lease).to_string(),
+            watchdog,
+        };
+        acquire_polling(inner, &attempt, wait, BACKOFF).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn is_locked(&self) -> Result<bool, Error> {
+        self.object.exists().await
+    }
+
+    /// How long the current holder's lease still runs; `None` when free.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
+        self.object.remaining_ttl().await
+    }
+
+    /// Deletes the lock whoever holds it (administrative); returns whether it was locked.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn force_unlock(&self) -> Result<bool, Error> {
+        self.object.force_unlock().await
+    }
+}
+
+struct SpinAttempt<'a> {
+    client: &'a Arc<ClientInner>,
+    name: &'a Arc<str>,
+    keys: &'a Arc<ObjectKeys>,
+    lease: Duration,
+    lease_ms: String,
+    watchdog: bool,
+}
+
+impl Attempt for SpinAttempt<'_> {
+    type Output = LockGuard;
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let guard = HoldGuard::prepare(
+            self.client,
+            &SPIN_HOLDS,
+            self.name,
+            self.keys,
+            self.lease,
+            self.watchdog,
+        );
+        let sent = Instant::now();
+        let reply = self
+            .client
+            .exec
+            .ints(
+                &ACQUIRE,
+                Kind::SpinLock,
+                &[&self.keys.key],
+                &[&guard.hold().marker, &self.lease_ms],
+                Resend::Allowed,
+            )
+            .await?;
+        match AcquireReply::decode(&reply)? {
+            AcquireReply::Acquired => Ok(Outcome::Acquired(LockGuard::new(
+                guard.granted(sent)?,
+                1,
+                None,
+            ))),
+            AcquireReply::Busy { pttl_ms } => {
+                guard.disarm();
+                Ok(Outcome::Busy {
+                    retry_in: pttl_ms.map(Duration::from_millis),
+                })
+            }
+        }
     }
 }
