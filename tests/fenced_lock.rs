@@ -54,9 +54,13 @@ async fn tokens_keep_growing_after_redis_loses_its_data() {
     let before = client.fenced_lock(&name).lock().await.unwrap();
     let token_before = before.fencing_token().unwrap();
     redis.restart_empty().await.unwrap();
-    let after = within(HANG, "acquire after restart", client.fenced_lock(&name).lock())
-        .await
-        .unwrap();
+    let after = within(
+        HANG,
+        "acquire after restart",
+        client.fenced_lock(&name).lock(),
+    )
+    .await
+    .unwrap();
     assert!(after.fencing_token().unwrap() > token_before);
 }
 
@@ -83,21 +87,30 @@ async fn a_stale_holders_write_is_rejected_by_the_token_check() {
         .await
         .unwrap();
     within(HANG, "the slow holder's lease ends", stale.lost()).await; // it "paused" too long
-    let fresh = within(HANG, "the next holder", fast.fenced_lock(&name).lock()).await.unwrap();
+    let fresh = within(HANG, "the next holder", fast.fenced_lock(&name).lock())
+        .await
+        .unwrap();
     assert!(fresh.fencing_token() > stale.fencing_token());
 
     let write = |value: &'static str, fence: u64| {
         let (store, record) = (store.clone(), record.clone());
         async move {
             let accepted: i64 = store
-                .eval(FENCED_WRITE, vec![record], vec![value.to_owned(), fence.to_string()])
+                .eval(
+                    FENCED_WRITE,
+                    vec![record],
+                    vec![value.to_owned(), fence.to_string()],
+                )
                 .await
                 .unwrap();
             accepted == 1
         }
     };
     assert!(write("fresh", fresh.fencing_token().unwrap()).await);
-    assert!(!write("stale", stale.fencing_token().unwrap()).await, "stale write rejected");
+    assert!(
+        !write("stale", stale.fencing_token().unwrap()).await,
+        "stale write rejected"
+    );
     let value: String = fred::interfaces::HashesInterface::hget(&store, &record, "value")
         .await
         .unwrap();
@@ -113,6 +126,10 @@ async fn plain_locks_have_no_token_and_fenced_locks_are_separate_objects() {
     let plain = client.lock(&name).lock().await.unwrap();
     assert_eq!(plain.fencing_token(), None);
     // Same name, other kind: no conflict.
-    let fenced = client.fenced_lock(&name).try_lock(Duration::ZERO, None).await.unwrap();
+    let fenced = client
+        .fenced_lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap();
     assert!(fenced.unwrap().fencing_token().is_some());
 }

@@ -16,10 +16,21 @@ async fn a_busy_member_means_nothing_is_held() {
     let names: Vec<String> = (0..3).map(|_| unique("multi")).collect();
     let blocker = b.lock(&names[1]).lock().await.unwrap();
     let multi = a.multi_lock(names.iter().map(|n| a.lock(n)));
-    assert!(multi.try_lock(Duration::ZERO, None).await.unwrap().is_none());
-    assert!(multi.try_lock(Duration::from_millis(100), None).await.unwrap().is_none());
+    assert!(multi
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    assert!(multi
+        .try_lock(Duration::from_millis(100), None)
+        .await
+        .unwrap()
+        .is_none());
     for name in [&names[0], &names[2]] {
-        assert!(!b.lock(name).is_locked().await.unwrap(), "{name} must not stay held");
+        assert!(
+            !b.lock(name).is_locked().await.unwrap(),
+            "{name} must not stay held"
+        );
     }
     // Once the blocker goes, the multi-lock gets all three.
     let waiting = tokio::spawn({
@@ -30,10 +41,19 @@ async fn a_busy_member_means_nothing_is_held() {
         tokio::task::yield_now().await;
     }
     blocker.unlock().await.unwrap();
-    let guard = within(HANG, "multi after release", waiting).await.unwrap().unwrap().unwrap();
+    let guard = within(HANG, "multi after release", waiting)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(guard.guards().len(), 3);
     for name in &names {
-        assert!(b.lock(name).try_lock(Duration::ZERO, None).await.unwrap().is_none());
+        assert!(b
+            .lock(name)
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
     }
     guard.unlock().await.unwrap();
     for name in &names {
@@ -77,7 +97,10 @@ async fn an_empty_multi_lock_is_rejected() {
     let redis = spawned().await;
     let client = client(&redis.url()).await;
     let multi = client.multi_lock(Vec::new());
-    assert!(matches!(multi.try_lock(Duration::ZERO, None).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        multi.try_lock(Duration::ZERO, None).await,
+        Err(Error::InvalidArgument(_))
+    ));
     assert!(matches!(multi.lock().await, Err(Error::InvalidArgument(_))));
 }
 
@@ -89,6 +112,9 @@ async fn a_bad_member_name_fails_without_holding_the_others() {
     // Taken in name order: the good lock first, then the overlong name fails.
     let bad = "z".repeat(lockkit::protocol::keys::MAX_NAME_LEN + 1);
     let multi = client.multi_lock([client.lock(bad), client.lock(&good)]);
-    assert!(matches!(multi.try_lock(Duration::ZERO, None).await, Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        multi.try_lock(Duration::ZERO, None).await,
+        Err(Error::InvalidArgument(_))
+    ));
     assert!(!client.lock(&good).is_locked().await.unwrap());
 }

@@ -67,10 +67,15 @@ async fn a_stale_guard_cannot_release_the_next_holders_lock() {
         .lock_with_lease(Duration::from_millis(150))
         .await
         .unwrap();
-    let next = within(HANG, "next holder", b.spin_lock(&name).lock()).await.unwrap();
+    let next = within(HANG, "next holder", b.spin_lock(&name).lock())
+        .await
+        .unwrap();
     assert!(stale.is_lost());
     assert!(matches!(stale.unlock().await, Err(Error::NotHeld { .. })));
-    assert!(b.spin_lock(&name).is_locked().await.unwrap(), "still held by the next holder");
+    assert!(
+        b.spin_lock(&name).is_locked().await.unwrap(),
+        "still held by the next holder"
+    );
     assert!(!next.is_lost());
     next.unlock().await.unwrap();
 }
@@ -84,7 +89,12 @@ async fn the_watchdog_renews_spin_locks_too() {
     let guard = holder.spin_lock(&name).lock().await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await; // five leases
     assert!(!guard.is_lost());
-    assert!(other.spin_lock(&name).try_lock(Duration::ZERO, None).await.unwrap().is_none());
+    assert!(other
+        .spin_lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
     other.spin_lock(&name).force_unlock().await.unwrap();
     within(HANG, "lost after force_unlock", guard.lost()).await;
     assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
@@ -115,9 +125,17 @@ async fn it_interoperates_with_plain_set_nx_px() {
     assert!(set.is_some());
     let lock = client.spin_lock(&name);
     assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
-    let guard = within(HANG, "after the legacy lease", lock.lock()).await.unwrap();
+    let guard = within(HANG, "after the legacy lease", lock.lock())
+        .await
+        .unwrap();
     let set: Option<String> = store
-        .set(&key, "legacy-token", None, Some(fred::types::SetOptions::NX), false)
+        .set(
+            &key,
+            "legacy-token",
+            None,
+            Some(fred::types::SetOptions::NX),
+            false,
+        )
         .await
         .unwrap();
     assert!(set.is_none(), "the legacy code is kept out");

@@ -133,7 +133,9 @@ impl Kind {
             Kind::FencedLock => &["token"],
             Kind::FairLock => &["queue", "timeouts"],
             Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases"],
-            Kind::Lock | Kind::ReadWriteLock | Kind::SpinLock | Kind::CountDownLatch => &[],
+            Kind::ReadWriteLock => &["expiries"],
+            Kind::CountDownLatch => &["requests"],
+            Kind::Lock | Kind::SpinLock => &[],
         }
     }
 }

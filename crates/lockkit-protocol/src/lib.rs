@@ -23,10 +23,14 @@
 //! assert_eq!(reply, lock::AcquireReply::Busy { pttl_ms: Some(1500) });
 //! ```
 
+pub mod fair_lock;
 pub mod fenced_lock;
 pub mod keys;
+pub mod latch;
 pub mod lock;
+pub mod read_write_lock;
 pub mod script;
+pub mod semaphore;
 pub mod slot;
 pub mod spin_lock;
 pub mod wake;

@@ -1,24 +1,438 @@
 //! [`FairLock`]: a reentrant lock granted in request order (FIFO) across clients.
 
-use crate::client::Client;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_protocol::fair_lock::{
+    decode_cancel, decode_force_unlock, waiter_id, AcquireReply, ACQUIRE, CANCEL, FORCE_UNLOCK,
+    RELEASE, RENEW,
+};
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use tokio::time::Instant;
+
+use crate::acquire::{acquire, Attempt, Outcome};
+use crate::client::{Client, ClientInner, MAX_LEASE};
+use crate::error::Error;
+use crate::exec::Resend;
+use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::lock::LockGuard;
 use crate::object::Object;
-use lockkit_protocol::keys::Kind;
+use crate::owner;
+
+/// How holds of a [`FairLock`] are released and renewed.
+static FAIR_HOLDS: HoldKind = HoldKind {
+    kind: Kind::FairLock,
+    release: &RELEASE,
+    renew: &RENEW,
+};
 
 /// A reentrant lock granted in request order (FIFO) across clients.
+///
+/// Get one with [`Client::fair_lock`]. It behaves as [`Lock`](crate::Lock) — same ownership
+/// (the task, in this client), same leases and watchdog, same [`LockGuard`] — with one difference:
+/// when several tasks, in any number of clients, wait for it, they get it **in the order they
+/// asked for it**. A plain `Lock` lets whoever retries first after a release win, so under steady
+/// contention one pod can starve the others; a `FairLock` cannot starve anyone.
+///
+/// Use it when waiters must be served in turn (a device or an API that serves one caller at a
+/// time, a queue of jobs per tenant). Handoffs cost the same as a plain lock's, but queued waiters
+/// keep their place alive with a retry every third of the
+/// [waiter timeout](FairLock::with_waiter_timeout), and a crashed waiter can hold the queue up for
+/// that timeout; prefer `Lock` where order does not matter.
+///
+/// # Order
+/// A task that finds the lock taken joins a queue in Redis (one entry per acquire call, kept by
+/// all of that call's retries). The lock is granted only to the waiter at the head of the queue,
+/// or to anyone while the queue is empty; a task that already holds it re-enters at any time.
+/// A release wakes only the next waiter, by name: no thundering herd, no race for the lock.
+/// [`try_lock`](FairLock::try_lock) with a zero `wait` never queues and never jumps the queue: it
+/// gets the lock only when it is free and nobody waits for it.
+///
+/// # Waiters that die
+/// A queued waiter keeps its place by retrying at least every third of its waiter timeout (5 s
+/// by default, so every ≈1.7 s); every script drops the waiters at the head whose timeout has run
+/// out without a retry. A waiter that gives up (its `wait` runs out, or its acquire future is
+/// dropped) leaves the queue at once and passes its turn on; one whose process dies keeps its
+/// place for at most the waiter timeout.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use std::time::Duration;
+///
+/// let lock = client.fair_lock("printer:3");
+/// // Wait our turn, at most 30 s; hold with a fixed lease of 10 s.
+/// if let Some(guard) = lock.try_lock(Duration::from_secs(30), Some(Duration::from_secs(10))).await? {
+///     // ... print ...
+///     guard.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct FairLock {
     object: Object,
+    waiter_timeout: Duration,
 }
 
 impl FairLock {
+    /// How long a queued waiter keeps its place without retrying, unless
+    /// [`with_waiter_timeout`](FairLock::with_waiter_timeout) says otherwise.
+    pub const DEFAULT_WAITER_TIMEOUT: Duration = Duration::from_secs(5);
+
+    /// The shortest waiter timeout accepted.
+    pub const MIN_WAITER_TIMEOUT: Duration = Duration::from_millis(100);
+
     pub(crate) fn new(client: Client, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::FairLock, name),
+            waiter_timeout: Self::DEFAULT_WAITER_TIMEOUT,
         }
     }
 
-    /// The object's name.
+    /// The lock's name.
     pub fn name(&self) -> &str {
         &self.object.name
+    }
+
+    /// This handle with another waiter timeout: how long a waiter that stops retrying (its process
+    /// died, or cannot reach Redis) keeps its place in the queue before it is dropped. Waiters
+    /// retry every third of it while queued. The default, 5 s, is
+    /// [`DEFAULT_WAITER_TIMEOUT`](FairLock::DEFAULT_WAITER_TIMEOUT).
+    ///
+    /// Shorter frees the queue sooner after a crash, but costs more retries and drops waiters
+    /// that are merely slow (a waiter that was dropped joins the queue again at its end on its
+    /// next retry). Each waiter carries its own timeout, so handles with different timeouts can
+    /// wait for the same lock.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a timeout under
+    /// [`MIN_WAITER_TIMEOUT`](FairLock::MIN_WAITER_TIMEOUT) or over [`MAX_LEASE`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use std::time::Duration;
+    /// let lock = client.fair_lock("printer:3").with_waiter_timeout(Duration::from_secs(2))?;
+    /// let guard = lock.lock().await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_waiter_timeout(mut self, timeout: Duration) -> Result<Self, Error> {
+        if timeout < Self::MIN_WAITER_TIMEOUT || timeout > MAX_LEASE {
+            return Err(Error::InvalidArgument(format!(
+                "waiter timeout {timeout:?} must be between {:?} and {MAX_LEASE:?}",
+                Self::MIN_WAITER_TIMEOUT
+            )));
+        }
+        self.waiter_timeout = timeout;
+        Ok(self)
+    }
+
+    /// The waiter timeout of this handle.
+    pub fn waiter_timeout(&self) -> Duration {
+        self.waiter_timeout
+    }
+
+    /// Waits for its turn as long as it takes, then holds the lock in watchdog mode.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future at any point leaves no hold behind (a hold the acquire
+    /// script may already have taken is released in the background), and takes the waiter out of
+    /// the queue in the background (should that fail, its place runs out after the waiter
+    /// timeout).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down,
+    /// [`Error::InvalidArgument`] for an invalid name, [`Error::WrongType`] when one of the lock's
+    /// keys holds something else.
+    pub async fn lock(&self) -> Result<LockGuard, Error> {
+        self.lock_inner(None).await
+    }
+
+    /// Waits for its turn as long as it takes, then holds the lock for `lease`, without renewal.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](FairLock::lock).
+    ///
+    /// # Errors
+    /// As [`lock`](FairLock::lock); [`Error::InvalidArgument`] for a lease of zero or over
+    /// [`MAX_LEASE`].
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
+        self.lock_inner(Some(lease)).await
+    }
+
+    async fn lock_inner(&self, lease: Option<Duration>) -> Result<LockGuard, Error> {
+        loop {
+            if let Some(guard) = self.acquire(None, lease).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    /// Tries to take the lock, waiting for its turn at most `wait`.
+    ///
+    /// - `wait = Duration::ZERO` makes one attempt and never queues: it succeeds only when the
+    ///   lock is free and nobody is waiting for it (or the calling task already holds it);
+    /// - `lease = None` takes it in watchdog mode, `Some(lease)` with a fixed lease.
+    ///
+    /// Returns `Ok(None)` when the lock was not acquired within `wait`; the waiter has then left
+    /// the queue. A `wait` too long to represent as a deadline waits without bound.
+    ///
+    /// # Cancel safety
+    /// As [`lock`](FairLock::lock).
+    ///
+    /// # Errors
+    /// As [`lock_with_lease`](FairLock::lock_with_lease).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use std::time::Duration;
+    /// let lock = client.fair_lock("tenant:7:jobs");
+    /// match lock.try_lock(Duration::from_secs(5), None).await? {
+    ///     Some(guard) => guard.unlock().await?,
+    ///     None => println!("not our turn within 5 s"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        self.acquire(Some(wait), lease).await
+    }
+
+    async fn acquire(
+        &self,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        let keys = self.object.keys()?;
+        let inner = self.object.inner();
+        let (lease, watchdog) = lease_mode(inner, lease)?;
+        // A single attempt must not leave a queue entry behind that would hold others up.
+        let keepalive = if wait == Some(Duration::ZERO) {
+            Duration::ZERO
+        } else {
+            self.waiter_timeout
+        };
+        let attempt = FairAttempt {
+            client: inner,
+            name: &self.object.name,
+            keys,
+            owner: owner::current(&inner.id),
+            lease,
+            lease_ms: lease_millis(lease).to_string(),
+            watchdog,
+            waiter: waiter_id(&inner.id, inner.next_sequence()),
+            keepalive,
+            keepalive_ms: lease_millis(keepalive).to_string(),
+            queued: AtomicBool::new(false),
+        };
+        acquire(inner, &attempt, wait).await
+    }
+
+    /// Whether anyone holds the lock.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn is_locked(&self) -> Result<bool, Error> {
+        self.object.exists().await
+    }
+
+    /// Whether the calling task holds the lock (through this client).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
+    pub async fn is_held_by_current_task(&self) -> Result<bool, Error> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// How many times the calling task holds the lock (0: not at all).
+    ///
+    /// # Errors
+    /// As [`is_held_by_current_task`](FairLock::is_held_by_current_task).
+    pub async fn hold_count(&self) -> Result<u32, Error> {
+        self.object
+            .hash_count(&owner::current(&self.object.inner().id))
+            .await
+    }
+
+    /// How long the current holder's lease still runs; `None` when the lock is free.
+    /// `Some(Duration::MAX)` if the key exists without expiry (not written by lockkit).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails.
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
+        self.object.remaining_ttl().await
+    }
+
+    /// Deletes the lock whoever holds it and wakes the waiter first in line; returns whether it
+    /// was locked. The queue is kept: waiters are served in order as before.
+    ///
+    /// This is an administrative operation: the holders are not asked. Their guards find out at
+    /// the next renewal (watchdog mode), report [`is_lost`](LockGuard::is_lost) from then on, and
+    /// get [`Error::NotHeld`] from [`unlock`](LockGuard::unlock).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
+    pub async fn force_unlock(&self) -> Result<bool, Error> {
+        let keys = self.object.keys()?;
+        let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+        let reply = self
+            .object
+            .inner()
+            .exec
+            .ints(
+                &FORCE_UNLOCK,
+                Kind::FairLock,
+                &key_refs,
+                &[&keys.channel, "0"],
+                Resend::Never,
+            )
+            .await?;
+        Ok(decode_force_unlock(&reply)?)
+    }
+}
+
+/// One acquire call: every retry runs as the same waiter, so it keeps its place in the queue.
+struct FairAttempt<'a> {
+    client: &'a Arc<ClientInner>,
+    name: &'a Arc<str>,
+    keys: &'a Arc<ObjectKeys>,
+    owner: String,
+    lease: Duration,
+    lease_ms: String,
+    watchdog: bool,
+    waiter: String,
+    /// How long the queue entry lives without a retry; zero: try once, never queue.
+    keepalive: Duration,
+    keepalive_ms: String,
+    /// Whether the waiter may be in the queue: set before a script that may queue it is sent,
+    /// cleared when a grant (which takes it out) is seen. Dropping the attempt while set takes
+    /// it out of the queue.
+    queued: AtomicBool,
+}
+
+impl Attempt for FairAttempt<'_> {
+    type Output = LockGuard;
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    fn waiter_tag(&self) -> Option<&str> {
+        Some(&self.waiter)
+    }
+
+    async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = HoldGuard::prepare(
+            client,
+            &FAIR_HOLDS,
+            self.name,
+            self.keys,
+            self.lease,
+            self.watchdog,
+        );
+        if !self.keepalive.is_zero() {
+            self.queued.store(true, Ordering::Release);
+        }
+        let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
+        let sent = Instant::now();
+        let reply = client
+            .exec
+            .ints(
+                &ACQUIRE,
+                Kind::FairLock,
+                &keys,
+                &[
+                    &self.owner,
+                    &guard.hold().marker,
+                    &self.lease_ms,
+                    &self.waiter,
+                    &self.keepalive_ms,
+                    &self.keys.channel,
+                    "0",
+                ],
+                Resend::Allowed,
+            )
+            .await?;
+        match AcquireReply::decode(&reply)? {
+            AcquireReply::Acquired { hold_count } => {
+                // A grant takes the waiter out of the queue in the same script.
+                self.queued.store(false, Ordering::Release);
+                Ok(Outcome::Acquired(LockGuard::new(
+                    guard.granted(sent)?,
+                    hold_count,
+                    None,
+                )))
+            }
+            AcquireReply::Busy { wait_ms } => {
+                guard.disarm();
+                // Retry (and so refresh the queue entry) well before it runs out, even when no
+                // message comes and the holder's lease is long.
+                let refresh = self.keepalive / 3;
+                Ok(Outcome::Busy {
+                    retry_in: Some(
+                        wait_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
+                    ),
+                })
+            }
+        }
+    }
+}
+
+impl Drop for FairAttempt<'_> {
+    fn drop(&mut self) {
+        if !*self.queued.get_mut() {
+            return;
+        }
+        // Gave up (timed out, cancelled, failed) while queued: leave the queue and pass the turn
+        // on, in the background. Without a runtime, the entry runs out after the keep-alive.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = Arc::clone(self.client);
+        let keys = Arc::clone(self.keys);
+        let waiter = std::mem::take(&mut self.waiter);
+        let name = Arc::clone(self.name);
+        runtime.spawn(async move {
+            let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+            let result = client
+                .exec
+                .ints(
+                    &CANCEL,
+                    Kind::FairLock,
+                    &key_refs,
+                    &[&waiter, &keys.channel, "0"],
+                    Resend::Allowed,
+                )
+                .await
+                .and_then(|reply| Ok(decode_cancel(&reply)?));
+            match result {
+                Ok(removed) => {
+                    tracing::debug!(%name, %waiter, removed, "left the fair lock's queue")
+                }
+                Err(err) => tracing::debug!(
+                    %name,
+                    %waiter,
+                    "could not leave the fair lock's queue; the entry runs out on its own: {err}"
+                ),
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds<T: Send + Sync + Clone + 'static>() {}
+
+    #[test]
+    fn bounds_hold() {
+        bounds::<FairLock>();
     }
 }

@@ -124,7 +124,7 @@ impl Lock {
     ///
     /// # Errors
     /// As [`lock`](Lock::lock); [`Error::InvalidArgument`] for a lease of zero or over
-    /// [`MAX_LEASE`].
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
         self.lock_inner(Some(lease)).await
     }

@@ -1,10 +1,81 @@
 //! [`ReadWriteLock`]: a reentrant read-write lock: many readers or one writer.
 
-use crate::client::Client;
-use crate::object::Object;
-use lockkit_protocol::keys::Kind;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// A reentrant read-write lock: many readers or one writer.
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::read_write_lock::{
+    decode_force_unlock, AcquireReply, Mode, Status, ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW, STATUS,
+};
+use tokio::time::Instant;
+
+use crate::acquire::{acquire, Attempt, Outcome};
+use crate::client::{Client, ClientInner};
+use crate::error::Error;
+use crate::exec::Resend;
+use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::object::Object;
+use crate::{owner, LockGuard};
+
+/// How holds of a [`ReadWriteLock`] (read and write alike) are released and renewed.
+pub(crate) static RW_LOCK_HOLDS: HoldKind = HoldKind {
+    kind: Kind::ReadWriteLock,
+    release: &RELEASE,
+    renew: &RENEW,
+};
+
+/// A reentrant read-write lock: any number of readers, or one writer.
+///
+/// Get one with [`Client::read_write_lock`]. The handle is cheap, `Clone + Send + Sync`, and sends
+/// nothing until used. Use it where reads are frequent, may take a while, and can safely run side
+/// by side (rebuilding a cache from a shared table while writers update it rarely); where every
+/// caller writes, a plain [`Lock`](crate::Lock) is simpler and as fast.
+///
+/// # Rules
+/// - A **read** hold is granted unless another owner holds a write hold.
+/// - A **write** hold is granted when nobody else holds the lock in either mode.
+/// - Both are **reentrant** per owner (the task, in this client, as for [`Lock`](crate::Lock)):
+///   each hold is one [`LockGuard`] and is released on its own; [`LockGuard::hold_count`] is the
+///   owner's count *in that mode*.
+/// - **Downgrade** is allowed: the writer may also take read holds, and releasing its write holds
+///   leaves the read holds, so it keeps reading what it wrote while other readers come in.
+/// - **Upgrade** is refused: a write request by an owner that holds only read holds fails at once
+///   with [`Error::Refused`], whether from [`write_lock`](ReadWriteLock::write_lock) or
+///   [`try_write_lock`](ReadWriteLock::try_write_lock). Waiting could never succeed (the owner's
+///   own read holds block it, the classic self-deadlock), and two readers upgrading at once would
+///   deadlock each other. Release the read holds, then take the write lock, and re-check what you
+///   read.
+/// - Readers are not held back by waiting writers: under a steady stream of overlapping readers a
+///   writer waits until they all happen to be gone.
+///
+/// # Leases
+/// Every hold has a lease of its **own**, in watchdog mode (`lease: None`) or fixed, as for
+/// [`Lock`](crate::Lock). A reader that crashes loses its hold when that hold's lease ends, even
+/// while other readers keep renewing theirs.
+///
+/// # Waiting
+/// A task that finds the lock taken sleeps until a release wakes it, or at most until the
+/// conflicting holds' leases would end. The end of a write phase wakes every waiting task (all the
+/// readers may enter); the lock falling free after a read phase wakes one waiting task per client
+/// (one writer may enter).
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use std::time::Duration;
+///
+/// let prices = client.read_write_lock("prices");
+/// // Many pods may read at once ...
+/// let read = prices.read_lock().await?;
+/// // ... read the price table ...
+/// read.unlock().await?;
+///
+/// // ... and one pod at a time rewrites it, while no one reads.
+/// if let Some(write) = prices.try_write_lock(Duration::from_secs(5), None).await? {
+///     // ... rewrite the price table ...
+///     write.unlock().await?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct ReadWriteLock {
     object: Object,
@@ -17,8 +88,313 @@ impl ReadWriteLock {
         }
     }
 
-    /// The object's name.
+    /// The lock's name.
     pub fn name(&self) -> &str {
         &self.object.name
+    }
+
+    fn keys(&self) -> Result<&Arc<ObjectKeys>, Error> {
+        self.object.keys()
+    }
+
+    /// Waits as long as it takes, then holds a read hold in watchdog mode.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future at any point leaves no hold behind (a hold the acquire
+    /// script may already have taken is released in the background).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down,
+    /// [`Error::InvalidArgument`] for an invalid name, [`Error::WrongType`] when the lock's key
+    /// holds something else.
+    pub async fn read_lock(&self) -> Result<LockGuard, Error> {
+        self.wait_for(Mode::Read, None).await
+    }
+
+    /// Waits as long as it takes, then holds a read hold for `lease`, without renewal.
+    ///
+    /// # Cancel safety
+    /// As [`read_lock`](ReadWriteLock::read_lock).
+    ///
+    /// # Errors
+    /// As [`read_lock`](ReadWriteLock::read_lock); [`Error::InvalidArgument`] for a lease of zero
+    /// or over [`MAX_LEASE`](crate::MAX_LEASE).
+    pub async fn read_lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
+        self.wait_for(Mode::Read, Some(lease)).await
+    }
+
+    /// Tries to take a read hold, waiting at most `wait` while another owner writes.
+    ///
+    /// - `wait = Duration::ZERO` makes one attempt and never waits;
+    /// - `lease = None` takes it in watchdog mode, `Some(lease)` with a fixed lease.
+    ///
+    /// Returns `Ok(None)` when no read hold was granted within `wait`. A `wait` too long to
+    /// represent as a deadline waits without bound.
+    ///
+    /// # Cancel safety
+    /// As [`read_lock`](ReadWriteLock::read_lock).
+    ///
+    /// # Errors
+    /// As [`read_lock_with_lease`](ReadWriteLock::read_lock_with_lease).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use std::time::Duration;
+    /// let config = client.read_write_lock("config");
+    /// match config.try_read_lock(Duration::from_millis(200), None).await? {
+    ///     Some(guard) => {
+    ///         // ... read the configuration ...
+    ///         guard.unlock().await?;
+    ///     }
+    ///     None => println!("a writer is updating the configuration; using the cached copy"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_read_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        self.acquire(Mode::Read, Some(wait), lease).await
+    }
+
+    /// Waits as long as it takes, then holds the write hold in watchdog mode.
+    ///
+    /// # Cancel safety
+    /// As [`read_lock`](ReadWriteLock::read_lock).
+    ///
+    /// # Errors
+    /// [`Error::Refused`] at once when the calling task holds read holds of this lock and no write
+    /// hold (a reader cannot upgrade: it would wait for itself forever); otherwise as
+    /// [`read_lock`](ReadWriteLock::read_lock).
+    pub async fn write_lock(&self) -> Result<LockGuard, Error> {
+        self.wait_for(Mode::Write, None).await
+    }
+
+    /// Waits as long as it takes, then holds the write hold for `lease`, without renewal.
+    ///
+    /// # Cancel safety
+    /// As [`read_lock`](ReadWriteLock::read_lock).
+    ///
+    /// # Errors
+    /// As [`write_lock`](ReadWriteLock::write_lock); [`Error::InvalidArgument`] for a lease of
+    /// zero or over [`MAX_LEASE`](crate::MAX_LEASE).
+    pub async fn write_lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
+        self.wait_for(Mode::Write, Some(lease)).await
+    }
+
+    /// Tries to take the write hold, waiting at most `wait` while others hold the lock.
+    ///
+    /// `wait` and `lease` as in [`try_read_lock`](ReadWriteLock::try_read_lock). Returns
+    /// `Ok(None)` when the write hold was not granted within `wait`.
+    ///
+    /// An upgrade (the calling task holds only read holds) is an error, not `Ok(None)`: no wait
+    /// could ever end in success, and treating it as "busy" would hide the bug.
+    ///
+    /// # Cancel safety
+    /// As [`read_lock`](ReadWriteLock::read_lock).
+    ///
+    /// # Errors
+    /// [`Error::Refused`] at once for an upgrade, whatever `wait`; otherwise as
+    /// [`write_lock_with_lease`](ReadWriteLock::write_lock_with_lease).
+    pub async fn try_write_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        self.acquire(Mode::Write, Some(wait), lease).await
+    }
+
+    async fn wait_for(&self, mode: Mode, lease: Option<Duration>) -> Result<LockGuard, Error> {
+        loop {
+            if let Some(guard) = self.acquire(mode, None, lease).await? {
+                return Ok(guard);
+            }
+        }
+    }
+
+    async fn acquire(
+        &self,
+        mode: Mode,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        let keys = self.keys()?;
+        let inner = self.object.inner();
+        let (lease, watchdog) = lease_mode(inner, lease)?;
+        let attempt = RwAttempt {
+            client: inner,
+            name: &self.object.name,
+            keys,
+            owner: owner::current(&inner.id),
+            mode,
+            lease,
+            lease_ms: lease_millis(lease).to_string(),
+            watchdog,
+        };
+        acquire(inner, &attempt, wait).await
+    }
+
+    /// Whether anyone holds the lock, in either mode. Holds whose lease has run out do not count.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
+    pub async fn is_locked(&self) -> Result<bool, Error> {
+        Ok(self.status().await?.mode.is_some())
+    }
+
+    /// Whether someone holds a write hold.
+    ///
+    /// # Errors
+    /// As [`is_locked`](ReadWriteLock::is_locked).
+    pub async fn is_write_locked(&self) -> Result<bool, Error> {
+        Ok(self.status().await?.mode == Some(Mode::Write))
+    }
+
+    /// How many read holds the calling task has (through this client); 0 when none.
+    ///
+    /// # Errors
+    /// As [`is_locked`](ReadWriteLock::is_locked).
+    pub async fn read_hold_count(&self) -> Result<u32, Error> {
+        Ok(self.status().await?.read_holds)
+    }
+
+    /// How many write holds the calling task has (through this client); 0 when none.
+    ///
+    /// # Errors
+    /// As [`is_locked`](ReadWriteLock::is_locked).
+    pub async fn write_hold_count(&self) -> Result<u32, Error> {
+        Ok(self.status().await?.write_holds)
+    }
+
+    async fn status(&self) -> Result<Status, Error> {
+        let keys = self.keys()?;
+        let inner = self.object.inner();
+        let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+        let reply = inner
+            .exec
+            .ints(
+                &STATUS,
+                Kind::ReadWriteLock,
+                &key_refs,
+                &[&owner::current(&inner.id)],
+                Resend::Allowed,
+            )
+            .await?;
+        Ok(Status::decode(&reply)?)
+    }
+
+    /// Deletes the lock whoever holds it, readers and writer alike, and wakes every waiting task;
+    /// returns whether it was held.
+    ///
+    /// This is an administrative operation: the holders are not asked. Their guards find out at
+    /// the next renewal (watchdog mode) or check (fixed lease), report
+    /// [`is_lost`](LockGuard::is_lost) from then on, and get [`Error::NotHeld`] from
+    /// [`unlock`](LockGuard::unlock).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
+    pub async fn force_unlock(&self) -> Result<bool, Error> {
+        let keys = self.keys()?;
+        let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+        let reply = self
+            .object
+            .inner()
+            .exec
+            .ints(
+                &FORCE_UNLOCK,
+                Kind::ReadWriteLock,
+                &key_refs,
+                &[&keys.channel, "0"],
+                Resend::Never,
+            )
+            .await?;
+        Ok(decode_force_unlock(&reply)?)
+    }
+}
+
+struct RwAttempt<'a> {
+    client: &'a Arc<ClientInner>,
+    name: &'a Arc<str>,
+    keys: &'a Arc<ObjectKeys>,
+    owner: String,
+    mode: Mode,
+    lease: Duration,
+    lease_ms: String,
+    watchdog: bool,
+}
+
+impl Attempt for RwAttempt<'_> {
+    type Output = LockGuard;
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = HoldGuard::prepare(
+            client,
+            &RW_LOCK_HOLDS,
+            self.name,
+            self.keys,
+            self.lease,
+            self.watchdog,
+        );
+        let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
+        let sent = Instant::now();
+        let reply = client
+            .exec
+            .ints(
+                &ACQUIRE,
+                Kind::ReadWriteLock,
+                &keys,
+                &[
+                    &self.owner,
+                    &guard.hold().marker,
+                    &self.lease_ms,
+                    self.mode.arg(),
+                ],
+                Resend::Allowed,
+            )
+            .await?;
+        match AcquireReply::decode(&reply)? {
+            AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard::new(
+                guard.granted(sent)?,
+                hold_count,
+                None,
+            ))),
+            AcquireReply::Busy { wait_ms } => {
+                guard.disarm();
+                Ok(Outcome::Busy {
+                    retry_in: wait_ms.map(Duration::from_millis),
+                })
+            }
+            AcquireReply::UpgradeRefused { read_holds } => {
+                guard.disarm();
+                Err(Error::Refused {
+                    kind: Kind::ReadWriteLock.describe(),
+                    name: self.name.to_string(),
+                    reason: format!(
+                        "the calling task holds {read_holds} read hold(s) and no write hold; a \
+                         reader cannot upgrade to a write hold (release the read holds first)"
+                    ),
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds<T: Send + Sync + Clone + 'static>() {}
+
+    #[test]
+    fn bounds_hold() {
+        bounds::<ReadWriteLock>();
     }
 }

@@ -1,30 +1,549 @@
-//! [`Semaphore`]: a counting semaphore whose permits are leased.
+//! [`Semaphore`]: a counting semaphore whose permits are leased, and its [`SemaphorePermit`].
+//!
+//! The machinery here (administration, the acquire attempt) is shared with
+//! [`PermitExpirableSemaphore`](crate::PermitExpirableSemaphore): both kinds keep the same data and
+//! run the same scripts (`lockkit_protocol::semaphore`).
 
-use crate::client::Client;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::semaphore::{
+    decode_try_set_permits, AcquireReply, AddReply, AvailableReply, ACQUIRE, ADD_PERMITS,
+    AVAILABLE, RELEASE, RENEW, TRY_SET_PERMITS,
+};
+use tokio::time::Instant;
+
+use crate::acquire::{acquire, Attempt, Outcome};
+use crate::client::{Client, ClientInner};
+use crate::error::Error;
+use crate::exec::Resend;
+use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
 use crate::object::Object;
-use lockkit_protocol::keys::Kind;
 
-/// A counting semaphore whose permits are leased.
+/// The most permits a semaphore can have in total (and so the most one acquisition can take).
+pub(crate) const MAX_PERMITS: u64 = u32::MAX as u64;
+
+/// How holds of a [`Semaphore`] are released and renewed.
+pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
+    kind: Kind::Semaphore,
+    release: &RELEASE,
+    renew: &RENEW,
+};
+
+/// A counting semaphore shared by every client that uses the same name and Redis: at most
+/// `permits` permits are held at any time, across every task, client and process.
+///
+/// Get one with [`Client::semaphore`]. The handle is cheap, `Clone + Send + Sync`, and sends
+/// nothing until used. Set the total once with [`try_set_permits`](Semaphore::try_set_permits)
+/// (every instance may call it at start-up: only the first call sets it), then take permits with
+/// [`acquire`](Semaphore::acquire) or [`try_acquire`](Semaphore::try_acquire).
+///
+/// # Leases
+/// Unlike a classic semaphore, every hold of permits has a **lease**, as a lock's hold does, so a
+/// holder that crashes gives its permits back when its lease ends instead of shrinking the
+/// semaphore for good:
+/// - **watchdog mode** (`lease: None`, [`acquire`](Semaphore::acquire)): the lease is the client's
+///   watchdog timeout (30 s by default), renewed every third of it for as long as the
+///   [`SemaphorePermit`] lives;
+/// - **fixed lease** (`Some(lease)`, [`acquire_with_lease`](Semaphore::acquire_with_lease)): the
+///   permits come back after `lease`, guard or no guard.
+///
+/// # Ownership
+/// Permits are not owned by a task and there is no reentrancy: each acquisition is one hold of `k`
+/// permits, given back by its [`SemaphorePermit`] (from any task), or when its lease ends.
+///
+/// # Waiting
+/// A task that finds too few permits free subscribes to the semaphore's channel and sleeps until
+/// permits come back (a release of `k` permits wakes `k` waiters of each client), or at most until
+/// the earliest holder's lease would end. It never polls.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use std::time::Duration;
+///
+/// // At most 3 report exports at a time, across every pod.
+/// let exports = client.semaphore("report-exports");
+/// exports.try_set_permits(3).await?; // false on every pod but the first: fine
+/// if let Some(permit) = exports.try_acquire(1, Duration::from_secs(10), None).await? {
+///     // ... export ...
+///     permit.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Debug)]
 pub struct Semaphore {
     object: Object,
 }
 
 impl Semaphore {
+    /// The most permits a semaphore can have in total: 4,294,967,295.
+    pub const MAX_PERMITS: u64 = MAX_PERMITS;
+
     pub(crate) fn new(client: Client, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::Semaphore, name),
         }
     }
 
-    /// The object's name.
+    /// The semaphore's name.
     pub fn name(&self) -> &str {
         &self.object.name
     }
+
+    /// Sets the total number of permits to `permits`, only if it was never set; returns whether
+    /// this call set it.
+    ///
+    /// Zero is accepted (no acquisition is possible until [`add_permits`](Semaphore::add_permits)
+    /// adds some).
+    ///
+    /// # Cancel safety
+    /// The request is sent at most once; dropping the future after that leaves it to run or not.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for more than [`MAX_PERMITS`](Semaphore::MAX_PERMITS) or an
+    /// invalid name; [`Error::Redis`] when Redis fails — when the error
+    /// [`is_ambiguous`](crate::RedisError::is_ambiguous) the total may or may not have been set
+    /// (calling again answers `false` either way; [`available_permits`](Self::available_permits)
+    /// tells).
+    pub async fn try_set_permits(&self, permits: u64) -> Result<bool, Error> {
+        try_set_permits(&self.object, permits).await
+    }
+
+    /// Adds `permits` to the total (a negative number takes them away) and returns the new total.
+    ///
+    /// - On a semaphore whose permits were never set, the total starts from zero: adding sets it.
+    /// - Added permits wake as many waiters.
+    /// - Taking permits away never takes them from holders: while holders keep more than the new
+    ///   total, no permit is free, and they come back as holders release.
+    ///
+    /// # Cancel safety
+    /// As [`try_set_permits`](Semaphore::try_set_permits).
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when the total would go below zero or above
+    /// [`MAX_PERMITS`](Semaphore::MAX_PERMITS) (nothing changes); [`Error::Redis`] when Redis
+    /// fails — when the error [`is_ambiguous`](crate::RedisError::is_ambiguous) the change may or
+    /// may not have been made: the request is never re-sent, so it is never made twice.
+    pub async fn add_permits(&self, permits: i64) -> Result<u64, Error> {
+        add_permits(&self.object, permits).await
+    }
+
+    /// How many permits are free now (0 when the permits were never set).
+    ///
+    /// Permits of holds whose lease has ended are given back first (and announced to waiters).
+    ///
+    /// # Cancel safety
+    /// Cancel-safe.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the semaphore's keys hold
+    /// something else.
+    pub async fn available_permits(&self) -> Result<u64, Error> {
+        available_permits(&self.object).await
+    }
+
+    /// Waits as long as it takes, then holds `permits` permits in watchdog mode.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: dropping the future at any point leaves no permits taken (permits the acquire
+    /// script may already have taken are given back in the background).
+    ///
+    /// # Errors
+    /// - [`Error::InvalidArgument`] for zero permits, more than
+    ///   [`MAX_PERMITS`](Semaphore::MAX_PERMITS), or an invalid name;
+    /// - [`Error::Refused`] at once — not after waiting forever — when `permits` is more than the
+    ///   semaphore's total, or its permits were never set; also when the total is reduced below
+    ///   `permits` while waiting;
+    /// - [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down.
+    pub async fn acquire(&self, permits: u64) -> Result<SemaphorePermit, Error> {
+        self.acquire_unbounded(permits, None).await
+    }
+
+    /// Waits as long as it takes, then holds `permits` permits for `lease`, without renewal.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    ///
+    /// # Errors
+    /// As [`acquire`](Semaphore::acquire); [`Error::InvalidArgument`] for a lease of zero or over
+    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    pub async fn acquire_with_lease(
+        &self,
+        permits: u64,
+        lease: Duration,
+    ) -> Result<SemaphorePermit, Error> {
+        self.acquire_unbounded(permits, Some(lease)).await
+    }
+
+    async fn acquire_unbounded(
+        &self,
+        permits: u64,
+        lease: Option<Duration>,
+    ) -> Result<SemaphorePermit, Error> {
+        loop {
+            if let Some(permit) = self.acquire_within(permits, None, lease).await? {
+                return Ok(permit);
+            }
+        }
+    }
+
+    /// Tries to take `permits` permits, waiting at most `wait`.
+    ///
+    /// - `wait = Duration::ZERO` makes one attempt and never waits;
+    /// - `lease = None` holds them in watchdog mode, `Some(lease)` with a fixed lease.
+    ///
+    /// Returns `Ok(None)` when too few permits were free within `wait`. A `wait` too long to
+    /// represent as a deadline waits without bound.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Semaphore::acquire).
+    ///
+    /// # Errors
+    /// As [`acquire_with_lease`](Semaphore::acquire_with_lease).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use std::time::Duration;
+    /// let gpus = client.semaphore("gpus");
+    /// // Two of the GPUs, for at most an hour even if this process dies.
+    /// if let Some(permit) = gpus
+    ///     .try_acquire(2, Duration::from_secs(30), Some(Duration::from_secs(3600)))
+    ///     .await?
+    /// {
+    ///     assert_eq!(permit.permits(), 2);
+    ///     permit.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(
+        &self,
+        permits: u64,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<SemaphorePermit>, Error> {
+        self.acquire_within(permits, Some(wait), lease).await
+    }
+
+    async fn acquire_within(
+        &self,
+        permits: u64,
+        wait: Option<Duration>,
+        lease: Option<Duration>,
+    ) -> Result<Option<SemaphorePermit>, Error> {
+        let keys = self.object.keys()?;
+        let inner = self.object.inner();
+        let (lease, watchdog) = lease_mode(inner, lease)?;
+        let attempt = PermitAttempt::new(
+            &self.object,
+            keys,
+            &SEMAPHORE_HOLDS,
+            permits,
+            lease,
+            watchdog,
+        )?;
+        Ok(acquire(inner, &attempt, wait)
+            .await?
+            .map(|guard| SemaphorePermit { guard, permits }))
+    }
 }
 
-/// A held permit (work in progress).
-#[derive(Debug)]
+/// Checks a number of permits to set or take.
+fn check_permits(permits: u64, what: &str) -> Result<(), Error> {
+    if permits > MAX_PERMITS {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {permits} permits: a semaphore has at most {MAX_PERMITS}"
+        )));
+    }
+    Ok(())
+}
+
+fn refused(object: &Object, reason: String) -> Error {
+    Error::Refused {
+        kind: object.kind.describe(),
+        name: object.name.to_string(),
+        reason,
+    }
+}
+
+/// `try_set_permits` of both semaphore kinds.
+pub(crate) async fn try_set_permits(object: &Object, permits: u64) -> Result<bool, Error> {
+    check_permits(permits, "cannot set")?;
+    let keys = object.keys()?;
+    let reply = object
+        .inner()
+        .exec
+        .ints(
+            &TRY_SET_PERMITS,
+            object.kind,
+            &key_refs(keys),
+            &[&permits.to_string()],
+            Resend::Never,
+        )
+        .await?;
+    Ok(decode_try_set_permits(&reply)?)
+}
+
+/// `add_permits` of both semaphore kinds.
+pub(crate) async fn add_permits(object: &Object, permits: i64) -> Result<u64, Error> {
+    check_permits(permits.unsigned_abs(), "cannot add or remove")?;
+    let keys = object.keys()?;
+    let reply = object
+        .inner()
+        .exec
+        .ints(
+            &ADD_PERMITS,
+            object.kind,
+            &key_refs(keys),
+            &[
+                &permits.to_string(),
+                &MAX_PERMITS.to_string(),
+                &keys.channel,
+                "0",
+            ],
+            Resend::Never,
+        )
+        .await?;
+    match AddReply::decode(&reply)? {
+        AddReply::Added { total } => Ok(total),
+        AddReply::BelowZero { total } => Err(refused(
+            object,
+            format!(
+                "cannot remove {} permits: the total is {total}",
+                permits.unsigned_abs()
+            ),
+        )),
+        AddReply::AboveMax { total } => Err(refused(
+            object,
+            format!("cannot add {permits} permits to {total}: the most a semaphore can have is {MAX_PERMITS}"),
+        )),
+    }
+}
+
+/// `available_permits` of both semaphore kinds.
+pub(crate) async fn available_permits(object: &Object) -> Result<u64, Error> {
+    let keys = object.keys()?;
+    let reply = object
+        .inner()
+        .exec
+        .ints(
+            &AVAILABLE,
+            object.kind,
+            &key_refs(keys),
+            &[&keys.channel, "0"],
+            Resend::Allowed,
+        )
+        .await?;
+    Ok(match AvailableReply::decode(&reply)? {
+        AvailableReply::NotSet => 0,
+        AvailableReply::Set { available, .. } => available,
+    })
+}
+
+/// Every key of the object, as script `KEYS`.
+pub(crate) fn key_refs(keys: &ObjectKeys) -> Vec<&str> {
+    keys.keys.iter().map(String::as_str).collect()
+}
+
+/// One try at taking permits, for both semaphore kinds: yields the granted hold.
+pub(crate) struct PermitAttempt<'a> {
+    client: &'a Arc<ClientInner>,
+    object: &'a Object,
+    keys: &'a Arc<ObjectKeys>,
+    holds: &'static HoldKind,
+    permits: u64,
+    permits_arg: String,
+    lease: Duration,
+    lease_ms: String,
+    watchdog: bool,
+}
+
+impl<'a> PermitAttempt<'a> {
+    /// Checks `permits` (positive, at most [`MAX_PERMITS`]) and prepares the attempt.
+    pub(crate) fn new(
+        object: &'a Object,
+        keys: &'a Arc<ObjectKeys>,
+        holds: &'static HoldKind,
+        permits: u64,
+        lease: Duration,
+        watchdog: bool,
+    ) -> Result<Self, Error> {
+        if permits == 0 {
+            return Err(Error::InvalidArgument("cannot acquire zero permits".into()));
+        }
+        check_permits(permits, "cannot acquire")?;
+        Ok(Self {
+            client: object.inner(),
+            object,
+            keys,
+            holds,
+            permits,
+            permits_arg: permits.to_string(),
+            lease,
+            lease_ms: lease_millis(lease).to_string(),
+            watchdog,
+        })
+    }
+}
+
+impl Attempt for PermitAttempt<'_> {
+    type Output = HoldGuard;
+
+    fn channel(&self) -> &str {
+        &self.keys.channel
+    }
+
+    async fn attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = HoldGuard::prepare(
+            client,
+            self.holds,
+            &self.object.name,
+            self.keys,
+            self.lease,
+            self.watchdog,
+        );
+        let sent = Instant::now();
+        let reply = client
+            .exec
+            .ints(
+                &ACQUIRE,
+                self.object.kind,
+                &key_refs(self.keys),
+                &[
+                    &guard.hold().marker,
+                    &self.permits_arg,
+                    &self.lease_ms,
+                    &self.keys.channel,
+                    "0",
+                ],
+                Resend::Allowed,
+            )
+            .await?;
+        let reason = match AcquireReply::decode(&reply)? {
+            AcquireReply::Acquired { .. } => return Ok(Outcome::Acquired(guard.granted(sent)?)),
+            AcquireReply::Busy { retry_ms } => {
+                guard.disarm();
+                return Ok(Outcome::Busy {
+                    retry_in: retry_ms.map(Duration::from_millis),
+                });
+            }
+            AcquireReply::MoreThanTotal { total } => format!(
+                "asked for {} {}, but it has only {total} in total",
+                self.permits,
+                if self.permits == 1 {
+                    "permit"
+                } else {
+                    "permits"
+                }
+            ),
+            AcquireReply::NotSet => {
+                "its permits were never set (call try_set_permits or add_permits first)".into()
+            }
+        };
+        // Refused: the script took nothing.
+        guard.disarm();
+        Err(refused(self.object, reason))
+    }
+}
+
+/// Permits held from a [`Semaphore`]. Gives them back when dropped.
+///
+/// Prefer [`release`](SemaphorePermit::release), which reports whether the permits were still
+/// held; a permit that is merely dropped is released in the background (never leaked), and the
+/// release's result only goes to the log.
+#[must_use = "the permits are given back as soon as the guard is dropped"]
 pub struct SemaphorePermit {
-    _private: (),
+    guard: HoldGuard,
+    permits: u64,
+}
+
+impl std::fmt::Debug for SemaphorePermit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let hold = self.guard.hold();
+        f.debug_struct("SemaphorePermit")
+            .field("name", &hold.name)
+            .field("permits", &self.permits)
+            .field("watchdog", &hold.watchdog)
+            .field("lease", &hold.lease)
+            .field("lost", &hold.is_lost())
+            .finish()
+    }
+}
+
+impl SemaphorePermit {
+    /// The semaphore's name.
+    pub fn name(&self) -> &str {
+        &self.guard.hold().name
+    }
+
+    /// How many permits this guard holds.
+    pub fn permits(&self) -> u64 {
+        self.permits
+    }
+
+    /// Whether the lease is renewed by the watchdog (`true`) or fixed.
+    pub fn is_watchdog(&self) -> bool {
+        self.guard.hold().watchdog
+    }
+
+    /// Whether the lease is known to be gone: renewal found the hold missing, or the lease ran out
+    /// without being renewed (fixed lease past its end, Redis unreachable). Once `true`, it stays
+    /// `true`; the permits may then be held by someone else.
+    ///
+    /// The local clock starts a lease when the acquire or renewal is *sent*, so the guard reports
+    /// a lost lease no later than Redis gives the permits back.
+    pub fn is_lost(&self) -> bool {
+        self.guard.hold().is_lost()
+    }
+
+    /// Resolves when [`is_lost`](SemaphorePermit::is_lost) becomes true (or the permits are
+    /// released). Use it to abort work that must not outlive the lease:
+    ///
+    /// ```no_run
+    /// # async fn demo(semaphore: lockkit::Semaphore) -> Result<(), lockkit::Error> {
+    /// # async fn export() {}
+    /// let permit = semaphore.acquire(1).await?;
+    /// tokio::select! {
+    ///     () = export() => permit.release().await?,
+    ///     () = permit.lost() => eprintln!("lease lost; export aborted"),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The future does not borrow the guard and may be moved into another task.
+    pub fn lost(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.guard.hold().lost_signal()
+    }
+
+    /// Gives the permits back now, and wakes as many waiters.
+    ///
+    /// # Cancel safety
+    /// If the future is dropped before it completes, the release goes on in the background.
+    ///
+    /// # Errors
+    /// [`Error::NotHeld`] when the permits were already gone (their lease ran out): others may
+    /// have held them meanwhile. [`Error::Shutdown`] after [`Client::shutdown`], which already
+    /// released them. [`Error::Redis`] when Redis fails; the permits then come back when their
+    /// lease ends.
+    pub async fn release(self) -> Result<(), Error> {
+        self.guard.release().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds<T: Send + Sync + Clone + 'static>() {}
+    fn send_static<T: Send + 'static>() {}
+
+    #[test]
+    fn bounds_hold() {
+        bounds::<Semaphore>();
+        send_static::<SemaphorePermit>();
+    }
 }

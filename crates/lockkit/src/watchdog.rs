@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::join_all;
+use lockkit_protocol::keys::Kind;
 use lockkit_protocol::lock::decode_renew;
 use lockkit_protocol::slot::key_slot;
 use parking_lot::Mutex;
@@ -224,7 +225,9 @@ async fn renew_round(
 ) {
     let now = Instant::now();
     // One script call may only touch one slot (on a cluster) and run one kind's renew script.
-    let mut groups: HashMap<(&'static str, u16), Vec<Arc<Hold>>> = HashMap::new();
+    // Kinds that share a renew script may differ in their number of keys per hold (the script's
+    // stride), so the kind is part of the group too.
+    let mut groups: HashMap<(&'static str, Kind, u16), Vec<Arc<Hold>>> = HashMap::new();
     for hold in holds {
         if hold.is_lost() {
             if now >= hold.expires_at() {
@@ -238,7 +241,7 @@ async fn renew_round(
             0
         };
         groups
-            .entry((hold.kind.renew.name(), slot))
+            .entry((hold.kind.renew.name(), hold.kind.kind, slot))
             .or_default()
             .push(hold);
     }

@@ -1,0 +1,318 @@
+//! The read-write lock: many readers or one writer, reentrant per owner, and every hold with an
+//! expiry of its own.
+//!
+//! Two keys per lock (see `scripts/rwlock_acquire.lua`). The main key is a HASH:
+//!
+//! | field         | value |
+//! |---------------|-------|
+//! | `mode`        | `read` (only read holds) or `write` (one owner's write holds, plus maybe that owner's read holds) |
+//! | `r:<owner>`   | that owner's read hold count |
+//! | `w:<owner>`   | that owner's write hold count (one owner at most) |
+//! | `#<hold id>`  | one outstanding hold (its marker); the value is the count field it belongs to, `r:<owner>` or `w:<owner>`, so it records the hold's mode and owner |
+//!
+//! The `expiries` key is a ZSET of the hold markers scored by each hold's **own** expiry, in
+//! milliseconds of the server's clock (`TIME`). Every script first purges the holds whose expiry
+//! has come, so a crashed reader's hold runs out on schedule however busy the other readers are
+//! renewing theirs; both keys expire with the latest hold. Markers make every script idempotent
+//! per request, as in [`lock`](crate::lock).
+//!
+//! | script | KEYS | ARGV | reply |
+//! |---|---|---|---|
+//! | [`ACQUIRE`] | hash, expiries | owner, marker, lease ms, `r`/`w` | [`AcquireReply`] |
+//! | [`RELEASE`] | hash, expiries | marker, channel, sharded? | [`ReleaseReply`](crate::lock::ReleaseReply) |
+//! | [`RENEW`] | (hash, expiries)… | (marker, lease ms or 0)… | one `1`/`0` per hold: [`decode_renew`](crate::lock::decode_renew) |
+//! | [`STATUS`] | hash, expiries | owner | [`Status`] |
+//! | [`FORCE_UNLOCK`] | hash, expiries | channel, sharded? | [`decode_force_unlock`] |
+//!
+//! Release messages: the end of a write phase (the writer's last write hold) publishes
+//! [`Wake::All`](crate::wake::Wake::All), as every waiting reader may now enter; the lock becoming
+//! free after a read phase publishes [`Wake::One`](crate::wake::Wake::One), as one writer may now
+//! enter. No other release can admit a waiter.
+
+use crate::script::Script;
+use crate::DecodeError;
+
+/// Take one read or write hold.
+pub static ACQUIRE: Script =
+    Script::new("rwlock_acquire", include_str!("scripts/rwlock_acquire.lua"));
+/// Give back one hold, read or write.
+pub static RELEASE: Script =
+    Script::new("rwlock_release", include_str!("scripts/rwlock_release.lua"));
+/// Extend or check many holds at once (the watchdog's batch; two keys per hold).
+pub static RENEW: Script = Script::new("rwlock_renew", include_str!("scripts/rwlock_renew.lua"));
+/// Report the mode and one owner's hold counts.
+pub static STATUS: Script = Script::new("rwlock_status", include_str!("scripts/rwlock_status.lua"));
+/// Delete the lock whoever holds it, and wake every waiter.
+pub static FORCE_UNLOCK: Script = Script::new(
+    "rwlock_force_unlock",
+    include_str!("scripts/rwlock_force_unlock.lua"),
+);
+
+/// The two kinds of hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// Shared with other readers.
+    Read,
+    /// Exclusive (except for the writer's own read holds).
+    Write,
+}
+
+impl Mode {
+    /// The mode as [`ACQUIRE`] takes it in `ARGV[4]`.
+    ///
+    /// ```
+    /// use lockkit_protocol::read_write_lock::Mode;
+    /// assert_eq!((Mode::Read.arg(), Mode::Write.arg()), ("r", "w"));
+    /// ```
+    pub fn arg(self) -> &'static str {
+        match self {
+            Mode::Read => "r",
+            Mode::Write => "w",
+        }
+    }
+}
+
+/// Reply of [`ACQUIRE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// The hold was taken.
+    Acquired {
+        /// The owner's hold count in the requested mode, including this hold.
+        hold_count: u32,
+    },
+    /// Another owner's holds conflict.
+    Busy {
+        /// How long the conflicting holds can last at most, in milliseconds; `None` when the key
+        /// has no expiry (not written by lockkit).
+        wait_ms: Option<u64>,
+    },
+    /// A write hold was asked by an owner that holds only read holds: an upgrade, which could
+    /// never be granted (the owner's own read holds block it).
+    UpgradeRefused {
+        /// The owner's read hold count.
+        read_holds: u32,
+    },
+}
+
+impl AcquireReply {
+    /// Decodes the script's `{status, value}` reply.
+    pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
+        match *reply {
+            [1, count] if count > 0 => Ok(Self::Acquired {
+                hold_count: saturate(count),
+            }),
+            [0, wait] if wait >= 0 => Ok(Self::Busy {
+                wait_ms: Some(wait.unsigned_abs()),
+            }),
+            [0, -1] => Ok(Self::Busy { wait_ms: None }),
+            [2, count] if count > 0 => Ok(Self::UpgradeRefused {
+                read_holds: saturate(count),
+            }),
+            _ => Err(DecodeError::new(ACQUIRE.name(), reply)),
+        }
+    }
+}
+
+/// Reply of [`STATUS`]: the lock's mode and one owner's holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// `None` when the lock is free.
+    pub mode: Option<Mode>,
+    /// The owner's read hold count.
+    pub read_holds: u32,
+    /// The owner's write hold count.
+    pub write_holds: u32,
+    /// The lock's remaining TTL in milliseconds (the latest hold's expiry): `None` when free,
+    /// `Some(u64::MAX)` when the key has no expiry (not written by lockkit).
+    pub pttl_ms: Option<u64>,
+}
+
+impl Status {
+    /// Decodes the script's `{mode, read_holds, write_holds, pttl}` reply.
+    ///
+    /// ```
+    /// use lockkit_protocol::read_write_lock::{Mode, Status};
+    /// let status = Status::decode(&[2, 1, 1, 900]).unwrap();
+    /// assert_eq!(status.mode, Some(Mode::Write));
+    /// assert_eq!(Status::decode(&[0, 0, 0, -2]).unwrap().mode, None);
+    /// ```
+    pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
+        let err = || DecodeError::new(STATUS.name(), reply);
+        let [mode, read, write, pttl] = *reply else {
+            return Err(err());
+        };
+        if read < 0 || write < 0 {
+            return Err(err());
+        }
+        let mode = match (mode, pttl) {
+            (0, -2) => None,
+            (1, -1 | 0..) => Some(Mode::Read),
+            (2, -1 | 0..) => Some(Mode::Write),
+            _ => return Err(err()),
+        };
+        Ok(Self {
+            mode,
+            read_holds: saturate(read),
+            write_holds: saturate(write),
+            pttl_ms: match pttl {
+                -2 => None,
+                -1 => Some(u64::MAX),
+                ms => Some(ms.unsigned_abs()),
+            },
+        })
+    }
+}
+
+/// Decodes [`FORCE_UNLOCK`]'s reply: whether the lock was held.
+pub fn decode_force_unlock(reply: &[i64]) -> Result<bool, DecodeError> {
+    match *reply {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(DecodeError::new(FORCE_UNLOCK.name(), reply)),
+    }
+}
+
+fn saturate(count: i64) -> u32 {
+    u32::try_from(count).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lock::ReleaseReply;
+
+    const SCRIPTS: [&Script; 5] = [&ACQUIRE, &RELEASE, &RENEW, &STATUS, &FORCE_UNLOCK];
+
+    #[test]
+    fn decodes_acquire() {
+        assert_eq!(
+            AcquireReply::decode(&[1, 2]),
+            Ok(AcquireReply::Acquired { hold_count: 2 })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[0, 0]),
+            Ok(AcquireReply::Busy { wait_ms: Some(0) })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[0, 250]),
+            Ok(AcquireReply::Busy { wait_ms: Some(250) })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[0, -1]),
+            Ok(AcquireReply::Busy { wait_ms: None })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[2, 3]),
+            Ok(AcquireReply::UpgradeRefused { read_holds: 3 })
+        );
+        for bad in [
+            &[1, 0][..],
+            &[0, -2],
+            &[2, 0],
+            &[3, 1],
+            &[1],
+            &[1, 1, 1],
+            &[],
+        ] {
+            assert!(AcquireReply::decode(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn release_replies_follow_the_shared_convention() {
+        // The runtime's release path decodes every kind's release with `lock::ReleaseReply`.
+        assert_eq!(ReleaseReply::decode(&[1, 0]), Ok(ReleaseReply::Freed));
+        assert_eq!(
+            ReleaseReply::decode(&[2, 2]),
+            Ok(ReleaseReply::StillHeld { hold_count: 2 })
+        );
+        assert_eq!(ReleaseReply::decode(&[0, 0]), Ok(ReleaseReply::NotHeld));
+        let src = RELEASE.source();
+        for reply in ["{1, 0}", "{2, held}", "{0, 0}"] {
+            assert!(src.contains(&format!("return {reply}")), "{reply}");
+        }
+    }
+
+    #[test]
+    fn decodes_status() {
+        assert_eq!(
+            Status::decode(&[1, 2, 0, 1500]),
+            Ok(Status {
+                mode: Some(Mode::Read),
+                read_holds: 2,
+                write_holds: 0,
+                pttl_ms: Some(1500),
+            })
+        );
+        assert_eq!(
+            Status::decode(&[0, 0, 0, -2]),
+            Ok(Status {
+                mode: None,
+                read_holds: 0,
+                write_holds: 0,
+                pttl_ms: None,
+            })
+        );
+        assert_eq!(
+            Status::decode(&[2, 0, 1, -1]).map(|s| s.pttl_ms),
+            Ok(Some(u64::MAX))
+        );
+        for bad in [
+            &[3, 0, 0, 10][..],
+            &[0, 0, 0, 10],
+            &[1, 0, 0, -2],
+            &[1, -1, 0, 10],
+            &[1, 0, 0],
+        ] {
+            assert!(Status::decode(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn decodes_force_unlock() {
+        assert_eq!(decode_force_unlock(&[1]), Ok(true));
+        assert_eq!(decode_force_unlock(&[0]), Ok(false));
+        assert!(decode_force_unlock(&[2]).is_err());
+        assert!(decode_force_unlock(&[]).is_err());
+    }
+
+    #[test]
+    fn every_script_documents_its_contract() {
+        for script in SCRIPTS {
+            let src = script.source();
+            assert!(
+                src.starts_with(&format!("-- {}:", script.name())),
+                "{}",
+                script.name()
+            );
+            assert!(
+                src.contains("KEYS[") && src.contains("ARGV[") && src.contains("Reply"),
+                "{}",
+                script.name()
+            );
+        }
+    }
+
+    /// The purge and settle helpers are copied into every script (Lua has no includes); the
+    /// copies must not drift apart.
+    #[test]
+    fn every_script_carries_the_same_common_helpers() {
+        fn common(src: &str) -> Option<&str> {
+            let start = src.find("-- rwlock common: begin")?;
+            let end = src.find("-- rwlock common: end")?;
+            Some(&src[start..end])
+        }
+        let reference = common(ACQUIRE.source()).expect("acquire has the helpers");
+        assert!(reference.contains("local function purge"));
+        for script in SCRIPTS {
+            assert_eq!(
+                common(script.source()),
+                Some(reference),
+                "{} differs",
+                script.name()
+            );
+            // Every script purges before it looks at the holds.
+            assert!(script.source().contains("purge(key, expiries, "));
+        }
+    }
+}

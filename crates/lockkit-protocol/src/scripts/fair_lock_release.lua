@@ -1,0 +1,52 @@
+-- fair_lock_release: give back one hold of a fair lock; when the lock is freed, wake the waiter
+-- first in line, and only that one.
+--
+-- KEYS[1]  lock key, KEYS[2] queue key, KEYS[3] timeouts key (see fair_lock_acquire.lua)
+-- ARGV[1]  hold marker of the hold to give back
+-- ARGV[2]  channel on which the unlock is announced
+-- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+--
+-- Reply    {1, 0}           released; the lock is now free and `w:<id of the next waiter>` (or
+--                           `one` when nobody is queued) was published
+--          {2, hold_count}  released; the same owner still holds hold_count holds
+--          {0, 0}           the hold was not there: its lease ran out, the lock was force-unlocked,
+--                           or this very hold was released already
+--
+-- Stale waiters at the head (deadline passed) are dropped first, so the message names a live one.
+-- The owner is read from the marker, so only the hold that was taken can be given back.
+local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
+local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
+
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local head = redis.call('LINDEX', queue, 0)
+while head do
+  local deadline = redis.call('ZSCORE', timeouts, head)
+  if deadline and tonumber(deadline) > now then
+    break
+  end
+  redis.call('LPOP', queue)
+  redis.call('ZREM', timeouts, head)
+  head = redis.call('LINDEX', queue, 0)
+end
+
+local owner = redis.call('HGET', key, marker)
+if not owner then
+  return {0, 0}
+end
+local count = redis.call('HINCRBY', key, owner, -1)
+if count > 0 then
+  redis.call('HDEL', key, marker)
+  return {2, count}
+end
+redis.call('DEL', key)
+local message = 'one'
+if head then
+  message = 'w:' .. head
+end
+if sharded == '1' then
+  redis.call('SPUBLISH', channel, message)
+else
+  redis.call('PUBLISH', channel, message)
+end
+return {1, 0}

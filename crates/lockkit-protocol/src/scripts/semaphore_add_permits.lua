@@ -1,0 +1,37 @@
+-- semaphore_add_permits: add to (or, with a negative delta, take from) a semaphore's total.
+--
+-- KEYS[1]  main HASH (see semaphore_lib.lua)
+-- KEYS[2]  leases ZSET
+-- ARGV[1]  delta: permits to add, negative to remove
+-- ARGV[2]  the largest total accepted
+-- ARGV[3]  channel on which permits that came back are announced
+-- ARGV[4]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+--
+-- Reply    {1, total}  done; total = the new total
+--          {0, total}  refused: the total would go below zero (total = the current total)
+--          {2, total}  refused: the total would exceed ARGV[2]
+--
+-- A semaphore whose permits were never set starts from 0. Removing permits never takes them away
+-- from holders: while they keep more than the new total, no permit is free. Added permits are
+-- announced ('n:<k>'), so that many waiters try again.
+local main, leases = KEYS[1], KEYS[2]
+local delta, max = tonumber(ARGV[1]), tonumber(ARGV[2])
+local channel, sharded = ARGV[3], ARGV[4]
+
+local returned = purge(main, leases, now_ms())
+local reply
+local total = tonumber(redis.call('HGET', main, 'permits')) or 0
+local new = total + delta
+if new < 0 then
+  reply = {0, total}
+elseif new > max then
+  reply = {2, total}
+else
+  redis.call('HSET', main, 'permits', new)
+  if delta > 0 then
+    returned = returned + delta
+  end
+  reply = {1, new}
+end
+announce(main, returned, channel, sharded)
+return reply

@@ -1,0 +1,68 @@
+-- semaphore_lib: helpers shared by every semaphore script (both kinds); the runtime prepends this
+-- file to each semaphore_*.lua, so the helpers are written once.
+--
+-- Data of one semaphore:
+-- KEYS[1]  main HASH: field `permits` = the total number of permits (absent: never set);
+--          field `used` = the permits held by live holds; field #<hold> (a hold marker, always
+--          starting with '#') = the number of permits that hold took
+-- KEYS[2]  leases ZSET: member = hold marker, score = end of that hold's lease, in server
+--          milliseconds (redis.call('TIME'), never a client clock)
+--
+-- A hold is live while its score is in the future. Every script first gives back the permits of
+-- the holds whose lease has ended (`purge`), so a crashed holder's permits come back without
+-- anyone releasing them; the permits that came back are announced.
+
+-- The server's time in milliseconds.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Takes `n` permits off `used`; never below zero.
+local function give_back(main, n)
+  if n > 0 and redis.call('HINCRBY', main, 'used', -n) < 0 then
+    redis.call('HSET', main, 'used', 0)
+  end
+end
+
+-- Gives back the permits of every hold whose lease ended by `now`; returns how many came back.
+local function purge(main, leases, now)
+  local ended = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
+  if #ended == 0 then
+    return 0
+  end
+  local back = 0
+  for _, marker in ipairs(ended) do
+    back = back + (tonumber(redis.call('HGET', main, marker)) or 0)
+    redis.call('HDEL', main, marker)
+  end
+  redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
+  give_back(main, back)
+  return back
+end
+
+-- The permits free now (0 while holders keep more than a reduced total).
+local function available(main)
+  local total = tonumber(redis.call('HGET', main, 'permits')) or 0
+  local used = tonumber(redis.call('HGET', main, 'used')) or 0
+  return math.max(total - used, 0)
+end
+
+-- Announces that `returned` permits came back: 'n:<k>' wakes k waiters, k = the permits that
+-- came back, or fewer when fewer are free (a total reduced below what holders keep). Nothing
+-- when none are free.
+local function announce(main, returned, channel, sharded)
+  if returned <= 0 then
+    return
+  end
+  local k = math.min(returned, available(main))
+  if k <= 0 then
+    return
+  end
+  if sharded == '1' then
+    redis.call('SPUBLISH', channel, 'n:' .. k)
+  else
+    redis.call('PUBLISH', channel, 'n:' .. k)
+  end
+end
+
