@@ -109,3 +109,16 @@ pub fn lock_key(name: &str) -> String {
         Err(err) => panic!("invalid lock name {name:?}: {err}"),
     }
 }
+
+/// Waits (with a hang guard) until `client` has at least `waiters` tasks registered as waiting.
+///
+/// # Panics
+/// When that does not happen within a minute.
+pub async fn until_waiting(client: &lockkit::Client, waiters: usize) {
+    within(Duration::from_secs(60), "waiters to register", async {
+        while client.waiting_count() < waiters {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}

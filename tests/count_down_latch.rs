@@ -7,21 +7,11 @@ use std::time::Duration;
 use fred::interfaces::{KeysInterface, PubsubInterface};
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::Error;
-use lockkit_suite::{client, client_with, raw, redis, spawned, unique, within};
+use lockkit_suite::{client, client_with, raw, redis, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(30);
 const LONG: Duration = Duration::from_secs(60);
-
-/// Waits (guarded against hangs) until `client` has at least `waiters` tasks waiting.
-async fn until_waiting(client: &lockkit::Client, waiters: usize) {
-    within(HANG, "waiters to register", async {
-        while client.waiting_count() < waiters {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-}
 
 fn latch_keys(name: &str) -> lockkit::protocol::keys::ObjectKeys {
     Namespace::default()

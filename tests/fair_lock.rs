@@ -10,7 +10,7 @@ use fred::interfaces::{ClientLike, HashesInterface};
 use fred::types::{ClusterHash, CustomCommand, FromValue};
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::{Error, FairLock, MAX_LEASE};
-use lockkit_suite::{client, raw, redis, spawned, unique, within};
+use lockkit_suite::{client, raw, redis, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(30);
@@ -362,9 +362,7 @@ async fn a_cancelled_head_passes_a_free_lock_on_by_name() {
         .unwrap();
     let task = tokio::spawn(async move { lock.lock().await });
     within(HANG, "waiter queued", queue_reaches(&raw, &name, 2)).await;
-    while client.waiting_count() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&client, 1).await;
 
     // The ghost gives up: its cancel script (run here by hand) names the waiter behind it.
     let keys = keys(&name);
@@ -547,9 +545,7 @@ async fn force_unlock_hands_the_lock_to_the_head_of_the_queue() {
         .unwrap();
     let task = tokio::spawn(async move { lock.lock().await });
     within(HANG, "waiter queued", queue_reaches(&raw, &name, 1)).await;
-    while waiting.waiting_count() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&waiting, 1).await;
 
     assert!(admin.fair_lock(&name).force_unlock().await.unwrap());
     let got = within(HANG, "head after force_unlock", task)
@@ -694,9 +690,7 @@ async fn an_acquire_replayed_after_a_lost_reply_queues_and_counts_once() {
     let lock = waiting.fair_lock(&name);
     let task = tokio::spawn(async move { lock.lock().await });
     within(HANG, "cut", proxy.wait_triggered()).await;
-    while waiting.waiting_count() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&waiting, 1).await;
     assert_eq!(queue(&raw, &name).await.len(), 1, "queued once");
 
     guard.unlock().await.unwrap();

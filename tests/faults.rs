@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::interfaces::HashesInterface;
 use lockkit::Error;
-use lockkit_suite::{client, lock_key, raw, spawned, unique, within};
+use lockkit_suite::{client, lock_key, raw, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(60);
@@ -124,9 +124,7 @@ async fn a_server_that_dies_mid_wait_ends_the_wait_with_an_error() {
         .unwrap();
     let lock = waiter.lock(&name);
     let task = tokio::spawn(async move { lock.lock().await });
-    while waiter.waiting_count() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&waiter, 1).await;
     server.kill();
     let result = within(HANG, "waiter on a dead server", task).await.unwrap();
     assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::interfaces::HashesInterface;
 use lockkit::Error;
-use lockkit_suite::{client, lock_key, raw, redis, unique, within};
+use lockkit_suite::{client, lock_key, raw, redis, unique, until_waiting, within};
 
 const HANG: Duration = Duration::from_secs(30);
 
@@ -261,9 +261,7 @@ async fn shutdown_wakes_waiting_tasks_with_an_error() {
     let _guard = holder.lock(&name).lock().await.unwrap();
     let lock = waiting.lock(&name);
     let task = tokio::spawn(async move { lock.lock().await });
-    while waiting.waiting_count() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&waiting, 1).await;
     waiting.shutdown().await.unwrap();
     let result = within(HANG, "waiter after shutdown", task).await.unwrap();
     assert!(matches!(result, Err(Error::Shutdown)), "{result:?}");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit::Error;
-use lockkit_suite::{client, spawned, unique, within};
+use lockkit_suite::{client, spawned, unique, until_waiting, within};
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -37,9 +37,7 @@ async fn a_busy_member_means_nothing_is_held() {
         let multi = multi.clone();
         async move { multi.try_lock(Duration::from_secs(30), None).await }
     });
-    while a.waiting_count() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&a, 1).await;
     blocker.unlock().await.unwrap();
     let guard = within(HANG, "multi after release", waiting)
         .await

@@ -9,7 +9,7 @@ use fred::interfaces::{HashesInterface, KeysInterface, LuaInterface};
 use lockkit::protocol::keys::{Kind, Namespace, ObjectKeys};
 use lockkit::protocol::read_write_lock::{ACQUIRE, RELEASE};
 use lockkit::{Error, MAX_LEASE};
-use lockkit_suite::{client, client_with, raw, redis, spawned, unique, within};
+use lockkit_suite::{client, client_with, raw, redis, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 use tokio::sync::Barrier;
 
@@ -37,16 +37,6 @@ async fn holds_in_redis(url: &str, name: &str) -> i64 {
         )
         .await
         .unwrap()
-}
-
-/// Returns once `count` tasks of `client` wait for a release (hang-guarded).
-async fn waiting_until(client: &lockkit::Client, count: usize) {
-    within(HANG, "tasks to start waiting", async {
-        while client.waiting_count() < count {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
 }
 
 fn refused<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
@@ -308,7 +298,7 @@ async fn a_writer_downgrades_and_the_release_lets_waiting_readers_in() {
             lock.try_read_lock(FOREVER, None).await
         }));
     }
-    waiting_until(&readers, 2).await;
+    until_waiting(&readers, 2).await;
 
     let read = lock
         .try_read_lock(Duration::ZERO, None)
@@ -374,7 +364,7 @@ async fn the_last_reader_leaving_lets_a_waiting_writer_in() {
     }
     let lock = writer.read_write_lock(&name);
     let task = tokio::spawn(async move { lock.try_write_lock(FOREVER, None).await });
-    waiting_until(&writer, 1).await;
+    until_waiting(&writer, 1).await;
     guards.pop().unwrap().unlock().await.unwrap();
     assert!(
         !writer
@@ -516,7 +506,7 @@ async fn force_unlock_frees_every_holder_and_wakes_waiters() {
         .unwrap();
     let lock = waiter.read_write_lock(&name);
     let task = tokio::spawn(async move { lock.try_write_lock(FOREVER, None).await });
-    waiting_until(&waiter, 1).await;
+    until_waiting(&waiter, 1).await;
 
     assert!(admin.read_write_lock(&name).force_unlock().await.unwrap());
     let got = within(HANG, "writer after force_unlock", task)

@@ -8,7 +8,7 @@ use std::time::Duration;
 use fred::interfaces::LuaInterface;
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::{Error, ExpirablePermit, SemaphorePermit};
-use lockkit_suite::{client, client_with, raw, redis, spawned, unique, within};
+use lockkit_suite::{client, client_with, raw, redis, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(30);
@@ -16,16 +16,6 @@ const LONG: Duration = Duration::from_secs(60);
 /// Longer than any waiter's patience (`LONG`), which is longer than the hang guard (`HANG`): a
 /// waiter that is not woken by a message sleeps past the guard.
 const LEASE: Duration = Duration::from_secs(120);
-
-/// Waits (guarded against hangs) until `client` has at least `waiters` tasks waiting.
-async fn until_waiting(client: &lockkit::Client, waiters: usize) {
-    within(HANG, "waiters to register", async {
-        while client.waiting_count() < waiters {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-}
 
 fn keys(kind: Kind, name: &str) -> Vec<String> {
     Namespace::default().object(kind, name).unwrap().keys

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use lockkit_suite::{client, redis, unique, within};
+use lockkit_suite::{client, redis, unique, until_waiting, within};
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -22,9 +22,7 @@ async fn a_release_hands_the_lock_over_long_before_the_holders_lease_ends() {
         .unwrap();
     let lock = waiter.lock(&name);
     let task = tokio::spawn(async move { lock.try_lock(Duration::from_secs(30), None).await });
-    while waiter.waiting_count() == 0 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&waiter, 1).await;
     guard.unlock().await.unwrap();
     let got = within(HANG, "handoff", task).await.unwrap().unwrap();
     assert!(got.is_some(), "woken by the release, not by the 60 s lease");
@@ -75,9 +73,7 @@ async fn each_release_lets_one_waiter_in_until_all_are_served() {
             guard.unlock().await.unwrap();
         }));
     }
-    while waiters.waiting_count() < 5 {
-        tokio::task::yield_now().await;
-    }
+    until_waiting(&waiters, 5).await;
     guard.unlock().await.unwrap();
     let mut served = Vec::new();
     for _ in 0..5 {

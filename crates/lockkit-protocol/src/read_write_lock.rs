@@ -32,21 +32,30 @@
 use crate::script::Script;
 use crate::DecodeError;
 
+/// One read-write lock script: the shared helpers (`rwlock_lib.lua`) followed by the
+/// operation's file.
+macro_rules! rwlock_script {
+    ($name:literal) => {
+        Script::new(
+            $name,
+            concat!(
+                include_str!("scripts/rwlock_lib.lua"),
+                include_str!(concat!("scripts/", $name, ".lua"))
+            ),
+        )
+    };
+}
+
 /// Take one read or write hold.
-pub static ACQUIRE: Script =
-    Script::new("rwlock_acquire", include_str!("scripts/rwlock_acquire.lua"));
+pub static ACQUIRE: Script = rwlock_script!("rwlock_acquire");
 /// Give back one hold, read or write.
-pub static RELEASE: Script =
-    Script::new("rwlock_release", include_str!("scripts/rwlock_release.lua"));
+pub static RELEASE: Script = rwlock_script!("rwlock_release");
 /// Extend or check many holds at once (the watchdog's batch; two keys per hold).
-pub static RENEW: Script = Script::new("rwlock_renew", include_str!("scripts/rwlock_renew.lua"));
+pub static RENEW: Script = rwlock_script!("rwlock_renew");
 /// Report the mode and one owner's hold counts.
-pub static STATUS: Script = Script::new("rwlock_status", include_str!("scripts/rwlock_status.lua"));
+pub static STATUS: Script = rwlock_script!("rwlock_status");
 /// Delete the lock whoever holds it, and wake every waiter.
-pub static FORCE_UNLOCK: Script = Script::new(
-    "rwlock_force_unlock",
-    include_str!("scripts/rwlock_force_unlock.lua"),
-);
+pub static FORCE_UNLOCK: Script = rwlock_script!("rwlock_force_unlock");
 
 /// The two kinds of hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -276,43 +285,28 @@ mod tests {
         assert!(decode_force_unlock(&[]).is_err());
     }
 
+    /// The helpers are written once (`rwlock_lib.lua`) and put in front of every script.
     #[test]
-    fn every_script_documents_its_contract() {
+    fn every_script_is_the_helpers_then_its_documented_operation() {
+        let lib = include_str!("scripts/rwlock_lib.lua");
+        assert!(lib.contains("local function purge"));
         for script in SCRIPTS {
-            let src = script.source();
+            let op = script
+                .source()
+                .strip_prefix(lib)
+                .expect("starts with the helpers");
             assert!(
-                src.starts_with(&format!("-- {}:", script.name())),
+                op.starts_with(&format!("-- {}:", script.name())),
                 "{}",
                 script.name()
             );
             assert!(
-                src.contains("KEYS[") && src.contains("ARGV[") && src.contains("Reply"),
+                op.contains("KEYS[") && op.contains("Reply"),
                 "{}",
-                script.name()
-            );
-        }
-    }
-
-    /// The purge and settle helpers are copied into every script (Lua has no includes); the
-    /// copies must not drift apart.
-    #[test]
-    fn every_script_carries_the_same_common_helpers() {
-        fn common(src: &str) -> Option<&str> {
-            let start = src.find("-- rwlock common: begin")?;
-            let end = src.find("-- rwlock common: end")?;
-            Some(&src[start..end])
-        }
-        let reference = common(ACQUIRE.source()).expect("acquire has the helpers");
-        assert!(reference.contains("local function purge"));
-        for script in SCRIPTS {
-            assert_eq!(
-                common(script.source()),
-                Some(reference),
-                "{} differs",
                 script.name()
             );
             // Every script purges before it looks at the holds.
-            assert!(script.source().contains("purge(key, expiries, "));
+            assert!(op.contains("purge(key, expiries, "), "{}", script.name());
         }
     }
 }

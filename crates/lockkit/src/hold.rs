@@ -175,22 +175,43 @@ impl Hold {
 }
 
 /// Gives back `hold` in Redis.
+pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
+    release_marker(
+        exec,
+        hold.kind,
+        &hold.keys,
+        &hold.name,
+        &hold.marker,
+        || hold.is_lost(),
+    )
+    .await
+}
+
+/// Gives back the hold named by `marker` of an object of `kind` (also for holds known only by
+/// their marker, like a permit released by id).
 ///
 /// The release script is sent at most once per attempt; when the connection breaks under it, it is
 /// sent again (the marker makes that safe). When an earlier attempt may have run and the next one
-/// finds the hold gone, the hold counts as released unless it was already known lost.
-pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
+/// finds the hold gone, the hold counts as released unless `known_lost` says it was already gone.
+pub(crate) async fn release_marker(
+    exec: &Exec,
+    kind: &HoldKind,
+    keys: &ObjectKeys,
+    name: &str,
+    marker: &str,
+    known_lost: impl Fn() -> bool,
+) -> Result<(), Error> {
+    let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     let mut ambiguous = false;
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let keys: Vec<&str> = hold.keys.keys.iter().map(String::as_str).collect();
         let result = exec
             .ints(
-                hold.kind.release,
-                hold.kind.kind,
-                &keys,
-                &[&hold.marker, &hold.keys.channel, "0"],
+                kind.release,
+                kind.kind,
+                &key_refs,
+                &[marker, &keys.channel, "0"],
                 Resend::Never,
             )
             .await;
@@ -198,14 +219,14 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
             Ok(reply) => {
                 return match ReleaseReply::decode(&reply)? {
                     ReleaseReply::Freed | ReleaseReply::StillHeld { .. } => Ok(()),
-                    ReleaseReply::NotHeld if ambiguous && !hold.is_lost() => Ok(()),
+                    ReleaseReply::NotHeld if ambiguous && !known_lost() => Ok(()),
                     ReleaseReply::NotHeld => Err(Error::NotHeld {
-                        name: hold.name.to_string(),
+                        name: name.to_owned(),
                     }),
                 };
             }
             Err(Error::Redis(err)) if err.is_ambiguous() && attempt < RELEASE_ATTEMPTS => {
-                tracing::debug!(name = %hold.name, "release interrupted ({err}); sending it again");
+                tracing::debug!(name, "release interrupted ({err}); sending it again");
                 ambiguous = true;
             }
             Err(err) => return Err(err),

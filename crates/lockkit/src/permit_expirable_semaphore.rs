@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_protocol::keys::Kind;
-use lockkit_protocol::lock::ReleaseReply;
 use lockkit_protocol::semaphore::{
     decode_update_lease, is_permit_id, RELEASE, RENEW, UPDATE_LEASE,
 };
@@ -18,7 +17,7 @@ use crate::acquire::acquire;
 use crate::client::{Client, ClientInner};
 use crate::error::Error;
 use crate::exec::Resend;
-use crate::hold::{lease_millis, validate_lease, HoldGuard, HoldKind};
+use crate::hold::{lease_millis, release_marker, validate_lease, HoldGuard, HoldKind};
 use crate::object::Object;
 use crate::semaphore::{self, key_refs, PermitAttempt, MAX_PERMITS};
 
@@ -29,9 +28,6 @@ pub(crate) static PERMIT_HOLDS: HoldKind = HoldKind {
     release: &RELEASE,
     renew: &RENEW,
 };
-
-/// How many times a release by id is sent when the connection breaks under it.
-const RELEASE_ATTEMPTS: u32 = 3;
 
 /// A semaphore whose permits have **ids** and **leases of their own**: a permit can be released
 /// by id from anywhere (another task, client or process), and its lease changed by id.
@@ -208,40 +204,15 @@ impl PermitExpirableSemaphore {
     pub async fn release(&self, id: &str) -> Result<(), Error> {
         check_id(id)?;
         let keys = self.object.keys()?;
-        let exec = &self.object.inner().exec;
-        // Sent at most once per attempt and retried here, as a guard's release is: a retry that
-        // finds the permit gone after an interrupted attempt counts as released, since that
-        // attempt may have been the one that released it.
-        let mut ambiguous = false;
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            let result = exec
-                .ints(
-                    &RELEASE,
-                    self.object.kind,
-                    &key_refs(keys),
-                    &[id, &keys.channel, "0"],
-                    Resend::Never,
-                )
-                .await;
-            match result {
-                Ok(reply) => {
-                    return match ReleaseReply::decode(&reply)? {
-                        ReleaseReply::Freed | ReleaseReply::StillHeld { .. } => Ok(()),
-                        ReleaseReply::NotHeld if ambiguous => Ok(()),
-                        ReleaseReply::NotHeld => Err(Error::NotHeld {
-                            name: self.object.name.to_string(),
-                        }),
-                    };
-                }
-                Err(Error::Redis(err)) if err.is_ambiguous() && attempt < RELEASE_ATTEMPTS => {
-                    tracing::debug!(name = %self.object.name, "release by id interrupted ({err}); sending it again");
-                    ambiguous = true;
-                }
-                Err(err) => return Err(err),
-            }
-        }
+        release_marker(
+            &self.object.inner().exec,
+            &PERMIT_HOLDS,
+            keys,
+            &self.object.name,
+            id,
+            || false,
+        )
+        .await
     }
 
     /// Sets the lease of the permit with this id to end `lease` from now (earlier or later than
