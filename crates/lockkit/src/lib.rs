@@ -30,6 +30,19 @@
 //! - [`LockGuard`]: one hold. `unlock()` releases it and tells you whether it was still yours;
 //!   dropping it releases in the background. `is_lost()` and `lost()` tell you when the lease is
 //!   gone, so a long critical section can stop.
+//! - The rest of the family, with the same conventions (`try_*` with `wait` and
+//!   `lease: Option<Duration>`, guards that release on drop and report lost leases):
+//!   - [`FencedLock`]: every acquisition carries a strictly increasing fencing token, for storage
+//!     that rejects a paused holder's late write;
+//!   - [`FairLock`]: granted in request order across clients;
+//!   - [`ReadWriteLock`]: many readers or one writer; each read hold expires on its own;
+//!   - [`SpinLock`]: the plain `SET NX PX` lock, polling with backoff instead of pub/sub;
+//!   - [`MultiLock`]: several locks, all or nothing;
+//!   - [`Semaphore`]: at most N at a time, with **leased** permits that a crashed holder gives
+//!     back; [`PermitExpirableSemaphore`]: permits with ids, released by id from anywhere;
+//!   - [`CountDownLatch`]: wait until N things have happened.
+//!
+//! `docs/guide.md` in the repository says which to use when, and how each behaves under failure.
 //!
 //! # Ownership
 //!
