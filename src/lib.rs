@@ -9,6 +9,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use lockkit_testkit::{RedisServer, TestRedis};
 
+pub mod checker;
+
 /// A Redis for one test: spawned, or the external one named by `REDIS_URL`.
 ///
 /// # Panics

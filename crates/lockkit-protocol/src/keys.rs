@@ -10,7 +10,11 @@
 //! - any other name is wrapped whole: `order:42` becomes `{order:42}`;
 //! - a name that contains `}` but no valid tag (say `}x`) would make an empty tag when wrapped, so
 //!   its tag is the name with every `}` replaced by `_`, followed by the name itself:
-//!   `}x` becomes `{_x}}x`. The full name stays in the key, so distinct names never collide.
+//!   `}x` becomes `{_x}}x` (the *escaped* form).
+//!
+//! A name that is itself the wrapped or escaped form of another name (`{a}` is how `a` is
+//! written, `{_x}}x` how `}x` is) is escaped too, rather than kept: `{a}` becomes `{{a_}{a}`.
+//! So distinct names never share a key — not even names chosen to collide.
 //!
 //! The prefix may not contain braces, so the first `{` of every key is the tag's.
 
@@ -232,7 +236,7 @@ pub fn hash_tag(key: &[u8]) -> &[u8] {
 
 /// `name` with a hash tag, following the rules in the module docs.
 pub fn tagged_name(name: &str) -> Cow<'_, str> {
-    if hash_tag(name.as_bytes()).len() < name.len() {
+    if hash_tag(name.as_bytes()).len() < name.len() && !is_tagged_form(name) {
         return Cow::Borrowed(name);
     }
     if !name.contains('}') {
@@ -241,9 +245,72 @@ pub fn tagged_name(name: &str) -> Cow<'_, str> {
     Cow::Owned(format!("{{{}}}{name}", name.replace('}', "_")))
 }
 
+/// Whether `name` has the shape of what [`tagged_name`] makes of a name it does not keep: the
+/// wrapped form `{n}` (n without `}`) or the escaped form `{t}n` (n with a `}`, t = n with every
+/// `}` replaced by `_`). Such a name must not be kept as it is, or it would share its key with
+/// the name it looks like.
+fn is_tagged_form(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix('{') else {
+        return false;
+    };
+    if let Some(inner) = rest.strip_suffix('}') {
+        if !inner.is_empty() && !inner.contains('}') {
+            return true;
+        }
+    }
+    // `}` and `_` are one byte each, so t and n have the same length.
+    let half = rest.len().saturating_sub(1) / 2;
+    match (
+        rest.get(..half),
+        rest.get(half..half + 1),
+        rest.get(half + 1..),
+    ) {
+        (Some(tag), Some("}"), Some(inner)) if inner.len() == half && inner.contains('}') => {
+            tag == inner.replace('}', "_")
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn distinct_names_never_share_a_key() {
+        // Every name of up to 6 characters over an alphabet of braces and two letters: 5,460
+        // names, among them every tricky shape (`{a}`, `{_x}}x`, `}{`, `{{}}`, ...).
+        let alphabet = ['{', '}', 'a', '_'];
+        let mut names = vec![String::new()];
+        let mut all = Vec::new();
+        for _ in 0..6 {
+            names = names
+                .iter()
+                .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
+                .collect();
+            all.extend(names.iter().cloned());
+        }
+        let mut seen = std::collections::HashMap::new();
+        for name in &all {
+            let tagged = tagged_name(name).into_owned();
+            let tag = hash_tag(tagged.as_bytes());
+            assert!(!tag.is_empty() && tag.len() < tagged.len(), "{name:?}");
+            if let Some(other) = seen.insert(tagged.clone(), name) {
+                panic!("{other:?} and {name:?} share the key part {tagged:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_name_shaped_like_another_names_key_is_escaped() {
+        assert_eq!(tagged_name("a"), "{a}");
+        assert_eq!(tagged_name("{a}"), "{{a_}{a}");
+        assert_eq!(tagged_name("}x"), "{_x}}x");
+        assert_ne!(tagged_name("{_x}}x"), "{_x}}x");
+        // Ordinary user tags are kept, wherever they stand.
+        assert_eq!(tagged_name("{user42}:cart"), "{user42}:cart");
+        assert_eq!(tagged_name("cart:{user42}"), "cart:{user42}");
+    }
 
     #[test]
     fn wraps_plain_names() {

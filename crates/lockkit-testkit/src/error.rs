@@ -121,6 +121,16 @@ pub enum TestkitError {
         addr: SocketAddr,
     },
 
+    /// Test certificates could not be generated with the `openssl` command.
+    #[error(
+        "generating test certificates failed: {detail}; the `openssl` command is needed \
+         (Debian package `openssl`)"
+    )]
+    Certificates {
+        /// What went wrong: the command and its output.
+        detail: String,
+    },
+
     /// A temporary directory could not be created.
     #[error("creating temporary directory under {base}: {source}")]
     TempDir {

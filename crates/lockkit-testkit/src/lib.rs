@@ -11,6 +11,9 @@
 //!   [`RedisServer::command`].
 //! * [`redis_url`] gives a server for a test: the one named by the `REDIS_URL`
 //!   environment variable if set, else a spawned one.
+//! * [`TestCertificates`] makes a CA with server and client certificates at
+//!   test time, and [`ServerOptions::tls`] starts a server that speaks only
+//!   TLS (`rediss://`).
 //! * [`FaultProxy`] forwards TCP connections to a server and can add latency
 //!   and jitter, pause traffic, cut connections, refuse new ones, or drop the
 //!   reply to one chosen request after the server executed it.
@@ -43,8 +46,10 @@ mod error;
 mod proxy;
 mod resp;
 mod server;
+mod tls;
 
 pub use error::TestkitError;
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, send_command, RespValue};
 pub use server::{redis_url, RedisServer, ServerOptions, TestRedis};
+pub use tls::TestCertificates;

@@ -1,10 +1,11 @@
 //! A minimal RESP2 client: just enough to inspect a server from a test.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpStream, UnixStream};
 
 use crate::TestkitError;
 
@@ -134,13 +135,41 @@ pub(crate) async fn exchange(
     }
 }
 
+/// As [`exchange`], over the Unix socket at `path` of the server known as `addr` (a TLS-only
+/// server's plain-text side door for the kit: its TCP port speaks only TLS).
+pub(crate) async fn exchange_unix(
+    path: &Path,
+    addr: SocketAddr,
+    commands: &[Vec<&str>],
+    timeout: Duration,
+) -> Result<Vec<RespValue>, TestkitError> {
+    let exchange = async {
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|e| TestkitError::io(format!("connecting to {}", path.display()), e))?;
+        exchange_on(stream, addr, commands).await
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(TestkitError::CommandTimeout { addr, timeout }),
+    }
+}
+
 async fn exchange_inner(
     addr: SocketAddr,
     commands: &[Vec<&str>],
 ) -> Result<Vec<RespValue>, TestkitError> {
-    let mut stream = TcpStream::connect(addr)
+    let stream = TcpStream::connect(addr)
         .await
         .map_err(|e| TestkitError::io(format!("connecting to {addr}"), e))?;
+    exchange_on(stream, addr, commands).await
+}
+
+async fn exchange_on<S: AsyncRead + AsyncWrite + Unpin>(
+    mut stream: S,
+    addr: SocketAddr,
+    commands: &[Vec<&str>],
+) -> Result<Vec<RespValue>, TestkitError> {
     let mut request = Vec::new();
     for command in commands {
         request.extend_from_slice(&encode_command(command));

@@ -11,8 +11,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::net::TcpSocket;
 use tokio::time::Instant;
 
-use crate::resp::{exchange, COMMAND_TIMEOUT};
-use crate::{RespValue, TestkitError};
+use crate::resp::{exchange, exchange_unix, COMMAND_TIMEOUT};
+use crate::{RespValue, TestCertificates, TestkitError};
 
 /// How many fresh ports [`RedisServer::start_with`] tries.
 const PORT_ATTEMPTS: usize = 5;
@@ -42,6 +42,16 @@ pub struct ServerOptions {
     args: Vec<String>,
     binary: Option<PathBuf>,
     startup_timeout: Duration,
+    tls: Option<Box<TlsFiles>>,
+}
+
+/// The files of a TLS server: what `--tls-*-file` points at.
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    auth_clients: bool,
 }
 
 impl Default for ServerOptions {
@@ -50,6 +60,7 @@ impl Default for ServerOptions {
             args: Vec::new(),
             binary: None,
             startup_timeout: Duration::from_secs(10),
+            tls: None,
         }
     }
 }
@@ -82,6 +93,38 @@ impl ServerOptions {
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
         self
+    }
+
+    /// Makes the server speak **only TLS** on its port, with the server certificate of `certs`
+    /// (`--port 0 --tls-port <port>`); [`RedisServer::url`] is then `rediss://127.0.0.1:<port>`.
+    /// Clients are not asked for a certificate unless
+    /// [`require_client_certificates`](ServerOptions::require_client_certificates) is set.
+    ///
+    /// The kit itself (readiness probe, [`RedisServer::command`]) talks to such a server over a
+    /// Unix socket in the server's directory, so it needs no TLS of its own. `certs` must live
+    /// as long as the server (and across [`RedisServer::start_again`]).
+    pub fn tls(mut self, certs: &TestCertificates) -> Self {
+        self.tls = Some(Box::new(TlsFiles {
+            cert: certs.server_cert(),
+            key: certs.server_key(),
+            ca: certs.ca_cert(),
+            auth_clients: false,
+        }));
+        self
+    }
+
+    /// With [`tls`](ServerOptions::tls): clients must present a certificate signed by the test CA
+    /// (`--tls-auth-clients yes`, Redis's own default).
+    pub fn require_client_certificates(mut self) -> Self {
+        if let Some(tls) = &mut self.tls {
+            tls.auth_clients = true;
+        }
+        self
+    }
+
+    /// Whether the server speaks TLS (see [`tls`](ServerOptions::tls)).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// How long to wait for a started server to answer `PING` (default 10 s).
@@ -186,10 +229,16 @@ impl RedisServer {
         SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
     }
 
-    /// The URL of the server, `redis://127.0.0.1:<port>`. It carries no
-    /// password even if one was set: see [`password`](RedisServer::password).
+    /// The URL of the server, `redis://127.0.0.1:<port>` (`rediss://` for a
+    /// [TLS](ServerOptions::tls) server). It carries no password even if one
+    /// was set: see [`password`](RedisServer::password).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.options.is_tls() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// The process id, or `None` while the server is killed.
@@ -285,7 +334,11 @@ impl RedisServer {
             commands.push(vec!["AUTH", password]);
         }
         commands.push(args.to_vec());
-        let mut replies = exchange(self.addr(), &commands, COMMAND_TIMEOUT).await?;
+        let unix = unix_socket(&self.dir.path, self.generation, &self.options);
+        let mut replies = match unix {
+            Some(path) => exchange_unix(&path, self.addr(), &commands, COMMAND_TIMEOUT).await?,
+            None => exchange(self.addr(), &commands, COMMAND_TIMEOUT).await?,
+        };
         replies.pop().ok_or_else(|| TestkitError::Protocol {
             addr: self.addr(),
             detail: "no reply".to_owned(),
@@ -416,7 +469,8 @@ async fn start_on(
     options: &ServerOptions,
 ) -> Result<Process, TestkitError> {
     let mut process = spawn(binary, port, dir, generation, options)?;
-    wait_ready(&mut process, port, options).await?;
+    let unix = unix_socket(dir, generation, options);
+    wait_ready(&mut process, port, unix.as_deref(), options).await?;
     tracing::debug!(port, pid = process.pid, "redis-server ready");
     Ok(process)
 }
@@ -435,8 +489,30 @@ fn spawn(
     let err = out
         .try_clone()
         .map_err(|e| TestkitError::io(format!("duplicating {}", stdio.display()), e))?;
-    let child = Command::new(binary)
-        .args(["--port", &port.to_string()])
+    let mut command = Command::new(binary);
+    match (&options.tls, unix_socket(dir, generation, options)) {
+        (Some(tls), Some(unix)) => {
+            command
+                .args(["--port", "0", "--tls-port", &port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args([
+                    "--tls-auth-clients",
+                    if tls.auth_clients { "yes" } else { "no" },
+                ])
+                .arg("--unixsocket")
+                .arg(&unix)
+                .args(["--unixsocketperm", "700"]);
+        }
+        _ => {
+            command.args(["--port", &port.to_string()]);
+        }
+    }
+    let child = command
         .args(["--bind", "127.0.0.1"])
         .args(["--protected-mode", "no"])
         .args(["--daemonize", "no"])
@@ -467,6 +543,7 @@ fn spawn(
 async fn wait_ready(
     process: &mut Process,
     port: u16,
+    unix: Option<&Path>,
     options: &ServerOptions,
 ) -> Result<(), TestkitError> {
     let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
@@ -499,7 +576,7 @@ async fn wait_ready(
             });
         }
         let probe_timeout = PROBE_TIMEOUT.min(deadline - now);
-        if probe(addr, process.pid, options.password(), probe_timeout).await {
+        if probe(addr, unix, process.pid, options.password(), probe_timeout).await {
             return Ok(());
         }
         let now = Instant::now();
@@ -508,15 +585,26 @@ async fn wait_ready(
     }
 }
 
-/// Whether the server on `addr` is up and is the process `pid`.
-async fn probe(addr: SocketAddr, pid: u32, password: Option<&str>, timeout: Duration) -> bool {
+/// Whether the server on `addr` (reached through the Unix socket `unix` if given) is up and is
+/// the process `pid`.
+async fn probe(
+    addr: SocketAddr,
+    unix: Option<&Path>,
+    pid: u32,
+    password: Option<&str>,
+    timeout: Duration,
+) -> bool {
     let mut commands = Vec::with_capacity(3);
     if let Some(password) = password {
         commands.push(vec!["AUTH", password]);
     }
     commands.push(vec!["PING"]);
     commands.push(vec!["INFO", "server"]);
-    let replies = match exchange(addr, &commands, timeout).await {
+    let replies = match unix {
+        Some(path) => exchange_unix(path, addr, &commands, timeout).await,
+        None => exchange(addr, &commands, timeout).await,
+    };
+    let replies = match replies {
         Ok(replies) => replies,
         Err(err) => {
             tracing::trace!(%addr, %err, "redis-server not ready yet");
@@ -544,6 +632,14 @@ async fn probe(addr: SocketAddr, pid: u32, password: Option<&str>, timeout: Dura
         RespValue::Error(err) if err.starts_with("NOAUTH") => true,
         _ => false,
     }
+}
+
+/// The Unix socket through which the kit talks to a TLS server of this generation; `None` for a
+/// plain server, reached on its TCP port.
+fn unix_socket(dir: &Path, generation: u32, options: &ServerOptions) -> Option<PathBuf> {
+    options
+        .is_tls()
+        .then(|| dir.join(format!("redis-{generation}.sock")))
 }
 
 fn is_address_in_use(log: &str) -> bool {
@@ -626,12 +722,12 @@ fn find_binary(options: &ServerOptions) -> Result<PathBuf, TestkitError> {
 
 /// A directory under the system temporary directory, removed on drop.
 #[derive(Debug)]
-struct TempDir {
-    path: PathBuf,
+pub(crate) struct TempDir {
+    pub(crate) path: PathBuf,
 }
 
 impl TempDir {
-    fn new() -> Result<TempDir, TestkitError> {
+    pub(crate) fn new() -> Result<TempDir, TestkitError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let base = std::env::temp_dir();
         let mut last_err = None;

@@ -9,9 +9,12 @@ use fred::types::Builder;
 use lockkit_protocol::keys::{Namespace, DEFAULT_PREFIX};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "tls")]
+use crate::error::RedisError;
 use crate::error::{redis, Error};
 use crate::exec::Exec;
 use crate::lock::Lock;
+use crate::tls::TlsSettings;
 use crate::waiters::WaiterHub;
 use crate::watchdog::{Watchdog, WatchdogConfig};
 use crate::{
@@ -244,7 +247,7 @@ impl Client {
 ///     .await?;
 /// # Ok(()) }
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ClientBuilder {
     url: Option<String>,
     watchdog_timeout: Duration,
@@ -252,6 +255,22 @@ pub struct ClientBuilder {
     command_timeout: Duration,
     connect_timeout: Duration,
     renew_batch: usize,
+    tls: TlsSettings,
+}
+
+/// Shows the URL without its password, and no key material.
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("url", &self.url.as_deref().map(redact))
+            .field("watchdog_timeout", &self.watchdog_timeout)
+            .field("key_prefix", &self.key_prefix)
+            .field("command_timeout", &self.command_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("renew_batch", &self.renew_batch)
+            .field("tls", &self.tls)
+            .finish()
+    }
 }
 
 impl Default for ClientBuilder {
@@ -263,6 +282,7 @@ impl Default for ClientBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             renew_batch: DEFAULT_RENEW_BATCH,
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -272,7 +292,13 @@ impl ClientBuilder {
     /// - `redis://[[user]:password@]host:port[/db]`: one server;
     /// - `redis-cluster://[[user]:password@]host:port?node=host2:port2`: a Redis Cluster;
     /// - `redis-sentinel://[[user]:password@]host:port/db?sentinelServiceName=name&node=host2:port2`:
-    ///   primaries found through Sentinel.
+    ///   primaries found through Sentinel;
+    /// - `rediss://`, `rediss-cluster://`, `rediss-sentinel://`: the same over TLS, with the `tls`
+    ///   cargo feature (without it they are refused rather than used in plain text). The server's
+    ///   certificate must be valid for the host as written in the URL (an IP address needs an IP
+    ///   subject alternative name). See
+    ///   [`tls_root_certificates_pem`](ClientBuilder::tls_root_certificates_pem) for the trusted
+    ///   roots.
     pub fn url(mut self, url: impl Into<String>) -> Self {
         self.url = Some(url.into());
         self
@@ -310,11 +336,56 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in `pem` (one or more `BEGIN CERTIFICATE` blocks) for `rediss://`
+    /// connections, **instead of** the system's root certificates. Calling it again adds more.
+    ///
+    /// By default a TLS client trusts the operating system's roots (through
+    /// `rustls-native-certs`), which suits a managed Redis with a publicly trusted certificate.
+    /// A self-hosted Redis usually has a private CA: give its certificate here, and only that CA
+    /// is trusted.
+    ///
+    /// Needs the `tls` feature: without it, [`build`](ClientBuilder::build) fails with
+    /// [`Error::InvalidArgument`]; so it does with a plain `redis://` URL, or a `pem` that holds
+    /// no valid certificate.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+    /// let client = lockkit::Client::builder()
+    ///     .url("rediss://redis.internal:6380")
+    ///     .tls_root_certificates_pem(std::fs::read("/etc/redis/tls/ca.crt")?)
+    ///     .build()
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn tls_root_certificates_pem(mut self, pem: impl AsRef<[u8]>) -> Self {
+        self.tls.roots_pem.push(pem.as_ref().to_vec());
+        self
+    }
+
+    /// Presents this client certificate (`chain_pem`: the certificate, then any intermediates)
+    /// and its private key (`key_pem`: PKCS#8, PKCS#1 or SEC1) to servers that ask for one —
+    /// Redis does by default (`tls-auth-clients yes`).
+    ///
+    /// Needs the `tls` feature and a `rediss://` URL, as
+    /// [`tls_root_certificates_pem`](ClientBuilder::tls_root_certificates_pem). The key is kept
+    /// in memory only and never shown by `Debug`.
+    pub fn tls_client_certificate_pem(
+        mut self,
+        chain_pem: impl AsRef<[u8]>,
+        key_pem: impl AsRef<[u8]>,
+    ) -> Self {
+        self.tls.client_auth = Some((chain_pem.as_ref().to_vec(), key_pem.as_ref().to_vec()));
+        self
+    }
+
     /// Connects and starts the client's background tasks.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for bad settings, [`Error::Redis`] when the server cannot be
-    /// reached in time or refuses the credentials.
+    /// [`Error::InvalidArgument`] for bad settings: among them a TLS URL or TLS settings in a
+    /// build without the `tls` feature, TLS settings with a plain `redis://` URL, PEM input
+    /// without a valid certificate or key. [`Error::Redis`] (operation `connect`) when the server
+    /// cannot be reached in time, refuses the credentials, or fails the TLS handshake (an
+    /// untrusted or mismatched certificate).
     pub async fn build(self) -> Result<Client, Error> {
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT || self.watchdog_timeout > MAX_LEASE {
             return Err(Error::InvalidArgument(format!(
@@ -341,14 +412,33 @@ impl ClientBuilder {
         let url = self
             .url
             .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
-        check_scheme(&url)?;
-        let config = Config::from_url(&url).map_err(|err| {
+        let tls = check_scheme(&url, cfg!(feature = "tls"))?;
+        if !tls && self.tls.is_set() {
+            return Err(Error::InvalidArgument(format!(
+                "TLS settings were given, but the URL {:?} is not a TLS URL (rediss://)",
+                redact(&url)
+            )));
+        }
+        // fred is given the plain scheme and lockkit's own TLS configuration: fred's default one
+        // would load the system's roots with rustls' process-wide provider, which panics when
+        // more than one provider is compiled in.
+        let plain_url = if tls {
+            url.replacen("rediss", "redis", 1)
+        } else {
+            url.clone()
+        };
+        #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+        let mut config = Config::from_url(&plain_url).map_err(|err| {
             Error::InvalidArgument(format!(
                 "invalid Redis URL {:?}: {}",
                 redact(&url),
                 err.details()
             ))
         })?;
+        #[cfg(feature = "tls")]
+        if tls {
+            config.tls = Some(crate::tls::config(&self.tls)?);
+        }
         let clustered = config.server.is_clustered();
 
         let mut builder = Builder::from_config(config);
@@ -367,13 +457,14 @@ impl ClientBuilder {
         let sub = builder
             .build_subscriber_client()
             .map_err(redis("connect"))?;
-        connect(&redis_client, self.connect_timeout).await?;
+        connect(&redis_client, self.connect_timeout)
+            .await
+            .map_err(explain_tls)?;
         if let Err(err) = connect(&sub, self.connect_timeout).await {
             let _ = redis_client.quit().await;
             return Err(err);
         }
-        // Resubscribes to the tracked channels after a reconnect.
-        let _resubscriber = sub.manage_subscriptions();
+        // No `manage_subscriptions()`: the waiter hub re-subscribes after a reconnect itself.
 
         let exec = Exec::new(redis_client);
         let closed = CancellationToken::new();
@@ -421,18 +512,45 @@ async fn connect<C: ClientLike>(client: &C, timeout: Duration) -> Result<(), Err
     }
 }
 
-/// Accepts the schemes lockkit supports; rejects the rest (fred would read `http://` as Redis,
-/// and without TLS support compiled in a `rediss://` URL must not fall back to plain text).
-fn check_scheme(url: &str) -> Result<(), Error> {
+/// Makes a refused server certificate say so in words (fred reports it as an I/O error showing
+/// rustls' error value), with what to do about it.
+fn explain_tls(err: Error) -> Error {
+    #[cfg(feature = "tls")]
+    if let Error::Redis(redis) = &err {
+        if redis.source_details().contains("Certificate") {
+            return Error::Redis(RedisError::new(
+                "connect",
+                fred::error::Error::new(
+                    fred::error::ErrorKind::Tls,
+                    format!(
+                        "the server's TLS certificate was not accepted ({}); trust the CA that \
+                         signed it with ClientBuilder::tls_root_certificates_pem",
+                        redis.source_details()
+                    ),
+                ),
+            ));
+        }
+    }
+    err
+}
+
+/// Accepts the schemes lockkit supports and says whether the URL asks for TLS; rejects the rest
+/// (fred would read `http://` as Redis, and without TLS support compiled in (`tls_built`) a
+/// `rediss://` URL must not fall back to plain text).
+fn check_scheme(url: &str, tls_built: bool) -> Result<bool, Error> {
     let scheme = url.split_once("://").map(|(scheme, _)| scheme);
     match scheme {
-        Some("redis" | "redis-cluster" | "redis-sentinel") => Ok(()),
-        Some("rediss" | "rediss-cluster" | "rediss-sentinel") => Err(Error::InvalidArgument(format!(
-            "TLS URLs ({:?}) are not supported by this build of lockkit",
-            redact(url)
-        ))),
+        Some("redis" | "redis-cluster" | "redis-sentinel") => Ok(false),
+        Some("rediss" | "rediss-cluster" | "rediss-sentinel") if tls_built => Ok(true),
+        Some("rediss" | "rediss-cluster" | "rediss-sentinel") => {
+            Err(Error::InvalidArgument(format!(
+                "TLS URLs ({:?}) need lockkit's `tls` cargo feature, which this build lacks",
+                redact(url)
+            )))
+        }
         _ => Err(Error::InvalidArgument(format!(
-            "invalid Redis URL {:?}: the scheme must be redis://, redis-cluster:// or redis-sentinel://",
+            "invalid Redis URL {:?}: the scheme must be redis://, redis-cluster:// or \
+             redis-sentinel:// (or rediss… for TLS)",
             redact(url)
         ))),
     }
@@ -450,11 +568,49 @@ fn redact(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact;
+    use super::{check_scheme, redact, ClientBuilder};
+    use crate::Error;
 
     #[test]
     fn redacts_credentials() {
         assert_eq!(redact("redis://u:secret@h:1/0"), "redis://***@h:1/0");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn builder_debug_shows_no_secrets() {
+        let builder = ClientBuilder::default()
+            .url("rediss://app:hunter2@h:1")
+            .tls_client_certificate_pem("CHAIN", "PRIVATE-KEY-BYTES");
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(!shown.contains("PRIVATE-KEY-BYTES"), "{shown}");
+        assert!(shown.contains("rediss://***@h:1"), "{shown}");
+    }
+
+    #[test]
+    fn tls_schemes_need_the_tls_build() {
+        for url in [
+            "rediss://h:1",
+            "rediss-cluster://h:1",
+            "rediss-sentinel://h:1",
+        ] {
+            assert!(matches!(check_scheme(url, true), Ok(true)), "{url}");
+            match check_scheme(url, false) {
+                Err(Error::InvalidArgument(msg)) => assert!(msg.contains("`tls`"), "{msg}"),
+                other => panic!("{url}: expected InvalidArgument, got {other:?}"),
+            }
+        }
+        for url in ["redis://h:1", "redis-cluster://h:1", "redis-sentinel://h:1"] {
+            for built in [false, true] {
+                assert!(matches!(check_scheme(url, built), Ok(false)), "{url}");
+            }
+        }
+        for url in ["http://h:1", "valkeys://h:1", "h:1", "redis+unix:///tmp/s"] {
+            assert!(
+                matches!(check_scheme(url, true), Err(Error::InvalidArgument(_))),
+                "{url}"
+            );
+        }
     }
 }

@@ -78,6 +78,12 @@ impl RedisError {
         self.operation
     }
 
+    /// The underlying client error's own text.
+    #[cfg(feature = "tls")]
+    pub(crate) fn source_details(&self) -> &str {
+        self.source.details()
+    }
+
     /// Whether the failure leaves the outcome unknown: the connection broke or the command timed
     /// out, so the command may or may not have run.
     pub fn is_ambiguous(&self) -> bool {

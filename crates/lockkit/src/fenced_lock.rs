@@ -135,11 +135,17 @@ impl FencedLock {
         self.lock.remaining_ttl().await
     }
 
-    /// Deletes the lock whoever holds it (administrative; the token counter is kept, so tokens
-    /// keep growing); returns whether it was locked.
+    /// Deletes the lock whoever holds it and wakes its waiters; returns whether it was locked.
+    /// The token counter is kept, so tokens keep growing.
+    ///
+    /// This is an administrative operation: the holders are not asked. Their guards find out at
+    /// the next renewal (watchdog mode) or check (fixed lease), report
+    /// [`is_lost`](LockGuard::is_lost) from then on, and get [`Error::NotHeld`] from
+    /// [`unlock`](LockGuard::unlock). A holder that keeps writing meanwhile is stopped by the
+    /// storage's token check, as the next holder's token is larger.
     ///
     /// # Errors
-    /// [`Error::Redis`] when Redis fails.
+    /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         self.lock.force_unlock().await
     }

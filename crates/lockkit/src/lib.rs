@@ -59,6 +59,13 @@
 //! make the storage check a fencing token. If your data already lives in one database, that
 //! database's own row locks or transactions are usually the better tool.
 //!
+//! # Cargo features
+//!
+//! - `tls`: `rediss://` (and `rediss-cluster://`, `rediss-sentinel://`) URLs, through rustls; see
+//!   [`ClientBuilder::tls_root_certificates_pem`] and
+//!   [`ClientBuilder::tls_client_certificate_pem`]. Off by default; without it TLS URLs are
+//!   refused, never used in plain text.
+//!
 //! # Cancellation
 //!
 //! Every async method is cancel-safe: dropping an acquire future at any point leaves no hold
@@ -82,6 +89,7 @@ mod permit_expirable_semaphore;
 mod read_write_lock;
 mod semaphore;
 mod spin_lock;
+mod tls;
 mod waiters;
 mod watchdog;
 

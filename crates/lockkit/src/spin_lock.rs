@@ -147,10 +147,16 @@ impl SpinLock {
         self.object.remaining_ttl().await
     }
 
-    /// Deletes the lock whoever holds it (administrative); returns whether it was locked.
+    /// Deletes the lock whoever holds it; returns whether it was locked. Waiters notice at their
+    /// next poll.
+    ///
+    /// This is an administrative operation: the holder is not asked. Its guard finds out at the
+    /// next renewal (watchdog mode) or check (fixed lease), reports
+    /// [`is_lost`](LockGuard::is_lost) from then on, and gets [`Error::NotHeld`] from
+    /// [`unlock`](LockGuard::unlock).
     ///
     /// # Errors
-    /// [`Error::Redis`] when Redis fails.
+    /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         self.object.force_unlock().await
     }

@@ -17,7 +17,8 @@
 //! `k` permits came back; all of them when every waiter must re-check; or the one waiter named by
 //! id (fair lock). A woken waiter that goes away without consuming its
 //! wake-up passes it on. When messages may have been lost (the broadcast channel lagged, or the
-//! subscriber connection was re-established) every waiter is woken to re-check.
+//! subscriber connection was re-established) every waiter is woken to re-check; after a
+//! reconnect, once the hub has subscribed again to every channel it tracks.
 //!
 //! Subscriptions live while at least one local task waits on the channel. `SUBSCRIBE` and
 //! `UNSUBSCRIBE` are serialised by one async mutex, and an unsubscribe re-checks under it that
@@ -255,14 +256,48 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
             },
             reconnect = reconnects.recv() => match reconnect {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
-                    tracing::info!("subscriber connection re-established; waking every waiter to re-check");
-                    wake_all(&hub);
+                    tracing::info!("subscriber connection re-established; re-subscribing and waking every waiter to re-check");
+                    if let Some(hub) = hub.upgrade() {
+                        tokio::spawn(resubscribe(hub));
+                    }
                 }
                 Err(RecvError::Closed) => break,
             },
         }
     }
     let _ = sub.quit().await;
+}
+
+/// Restores the subscriptions after the subscriber connection was re-established, then wakes
+/// every waiter to re-check (a release may have been published while the connection was down).
+///
+/// Done here rather than by fred's `manage_subscriptions`, which also sends `PSUBSCRIBE` with no
+/// patterns: the error reply to that was taken as the reply to a waiter's own subscription, so
+/// waits failed with a Redis error after reconnects
+/// (`tests/reliability.rs`, `waiting_across_reconnects_never_fails_with_a_subscribe_error`).
+async fn resubscribe(hub: Arc<HubInner>) {
+    {
+        let _serial = hub.subscribe_lock.lock().await;
+        let channels: Vec<fred::types::Key> = hub
+            .sub
+            .tracked_channels()
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        if !channels.is_empty() {
+            // Confirmed by a PING, as in `register`, before the waiters re-check.
+            let restored = match hub.sub.subscribe(channels).await {
+                Ok(()) => hub.sub.ping::<Value>(None).await.map(drop),
+                Err(err) => Err(err),
+            };
+            if let Err(err) = restored {
+                tracing::warn!("re-subscribing after a reconnect failed: {err}");
+            }
+        }
+    }
+    for entry in hub.channels.lock().values() {
+        entry.wake_all();
+    }
 }
 
 fn wake_all(hub: &Weak<HubInner>) {

@@ -9,6 +9,7 @@
 --
 -- Reply    {1}  set, by this request (also when this is a re-send of a request that set it)
 --          {0}  the latch is already counting down (nothing changed)
+--          error WRONGTYPE  the count key holds something else than a count (nothing changed)
 --
 -- Idempotent per request: a request re-sent after its first run set the count finds its marker
 -- and reports success rather than "already set".
@@ -21,7 +22,13 @@ redis.call('ZREMRANGEBYSCORE', requests, '-inf', now - window)
 if redis.call('ZSCORE', requests, marker) then
   return {1}
 end
-if redis.call('EXISTS', key) == 1 then
+-- GET fails with WRONGTYPE on a value of another type; a string that is no count is refused the
+-- same way, rather than taken for a latch counting down.
+local current = redis.call('GET', key)
+if current then
+  if not tonumber(current) then
+    return redis.error_reply('WRONGTYPE the latch key holds a string that is not a count')
+  end
   return {0}
 end
 redis.call('SET', key, ARGV[2])

@@ -1,0 +1,1064 @@
+//! The fault-injection suite: workers run critical sections on a resource the lock does not
+//! protect by itself (a counter and a history in a separate Redis), faults are injected into the
+//! lock's Redis and the network to it, and the checker (`lockkit_suite::checker`) looks for
+//! overlapping sections, lost updates and stale fenced writes. Each test appends its counts to
+//! `target/reliability/results.jsonl`, from which `scripts/reliability-report` writes the tables of
+//! `docs/reliability.md`.
+//!
+//! Durations (recovery times, signal lead times) are recorded, never asserted against a number;
+//! what is asserted is what must hold: no violation, and orderings on the one clock
+//! (`checker::now`, `CLOCK_MONOTONIC`).
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use fred::interfaces::{HashesInterface, KeysInterface, LuaInterface};
+use lockkit::Error;
+use lockkit_suite::checker::{
+    check, critical_section, millis_between, now, KeyEvents, Outcome, OverlapKind, Record,
+    Recorder, Section, Store, Verdict,
+};
+use lockkit_suite::{client, client_with, lock_key, raw, spawned, unique, until_waiting, within};
+use lockkit_testkit::FaultProxy;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+const HANG: Duration = Duration::from_secs(60);
+
+// === Worker processes ===
+
+/// A `lockkit-test-worker` process, driven line by line.
+struct Worker {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+}
+
+impl Worker {
+    fn spawn(
+        lock_url: &str,
+        store_url: &str,
+        resource: &str,
+        name: &str,
+        kind: &str,
+        watchdog_ms: u64,
+        lease_ms: Option<u64>,
+    ) -> Worker {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_lockkit-test-worker"));
+        command
+            .args([lock_url, store_url, resource, name, kind])
+            .arg(watchdog_ms.to_string());
+        if let Some(lease) = lease_ms {
+            command.arg(lease.to_string());
+        }
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        Worker {
+            child,
+            lines: BufReader::new(stdout).lines(),
+        }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id().unwrap()).unwrap())
+    }
+
+    /// The fields of the next line, which must start with `word`.
+    async fn expect(&mut self, word: &str) -> Vec<String> {
+        let line = within(HANG, word, self.lines.next_line())
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("worker exited before {word}"));
+        let fields: Vec<String> = line.split_whitespace().map(str::to_owned).collect();
+        assert_eq!(fields.first().map(String::as_str), Some(word), "{line}");
+        fields
+    }
+
+    async fn go(&mut self) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        stdin.write_all(b"GO\n").await.unwrap();
+        stdin.flush().await.unwrap();
+    }
+
+    fn signal(&self, signal: Signal) {
+        kill(self.pid(), signal).unwrap();
+    }
+}
+
+fn field<T: std::str::FromStr>(fields: &[String], i: usize) -> T {
+    fields[i]
+        .parse()
+        .unwrap_or_else(|_| panic!("field {i} of {fields:?}"))
+}
+
+fn token_field(fields: &[String], i: usize) -> Option<u64> {
+    fields[i].parse().ok()
+}
+
+/// The lock's remaining TTL in ms, read directly from the server, and when the command was sent.
+async fn pttl(url: &str, key: &str) -> (u64, i64) {
+    let redis = raw(url).await;
+    let sent = now();
+    let ttl: i64 = redis.pttl(key).await.unwrap();
+    (sent, ttl)
+}
+
+fn name_of_test() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("unknown")
+        .rsplit("::")
+        .next()
+        .unwrap_or("unknown")
+        .to_owned()
+}
+
+// === The checker can fail ===
+
+/// A deliberately broken lock: `SET NX PX` with a lease shorter than the critical section and a
+/// release that deletes the key whoever holds it. The checker must catch it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checker_catches_a_deliberately_broken_lock() {
+    let lock_server = spawned().await;
+    let store_server = spawned().await;
+    let resource = unique("broken");
+    let store = Store::connect(&store_server.url(), &resource).await;
+    let key = format!("broken:{{{resource}}}");
+    let lease = Duration::from_millis(40);
+    let recorder = Recorder::new();
+    let mut tasks = Vec::new();
+    for worker in 0..3 {
+        let (url, key, store, recorder) = (
+            lock_server.url(),
+            key.clone(),
+            store.clone(),
+            recorder.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let redis = raw(&url).await;
+            for round in 0..4 {
+                let id = format!("w{worker}#{round}");
+                loop {
+                    let set: Option<String> = redis
+                        .set(
+                            &key,
+                            id.as_str(),
+                            Some(fred::types::Expiration::PX(lease.as_millis() as i64)),
+                            Some(fred::types::SetOptions::NX),
+                            false,
+                        )
+                        .await
+                        .unwrap();
+                    if set.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+                let acquired = now();
+                // The critical section outlives the lease, and nothing tells the holder.
+                let (_, released) = critical_section(&store, &id, None, lease * 3, || false)
+                    .await
+                    .unwrap();
+                recorder.record(Section::new(id, acquired, released));
+                let _: i64 = redis.del(&key).await.unwrap(); // no ownership check
+            }
+        }));
+    }
+    for task in tasks {
+        within(HANG, "broken-lock workers", task).await.unwrap();
+    }
+    let verdict = check(&recorder.sections(), &store.history().await, 1);
+    verdict
+        .to_record(Record::new("broken-lock", &name_of_test()))
+        .text(
+            "lock",
+            "SET NX PX 40 ms, critical section 120 ms, DEL release",
+        )
+        .save();
+    assert!(
+        verdict.overlaps_of(OverlapKind::Silent) > 0,
+        "the checker missed the overlaps: {verdict:?}"
+    );
+    assert!(verdict.lost_updates > 0, "{verdict:?}");
+    assert!(verdict.violations() > 0);
+}
+
+// === Holder killed ===
+
+/// Kills a holder process inside its critical section, `rounds` times; another process (this
+/// one) must get the lock only after the dead holder's lease ended on the server.
+async fn kill_a_holder(fault: &str, watchdog_ms: u64, lease_ms: Option<u64>) {
+    let lock_server = spawned().await;
+    let store_server = spawned().await;
+    let resource = unique("kill");
+    let store = Store::connect(&store_server.url(), &resource).await;
+    let survivor = client(&lock_server.url()).await;
+    let recorder = Recorder::new();
+    let mut recovery = Vec::new();
+    let mut lease_left = Vec::new();
+    let rounds = 3;
+    for round in 0..rounds {
+        let name = unique("killed-holder");
+        let mut worker = Worker::spawn(
+            &lock_server.url(),
+            &store_server.url(),
+            &resource,
+            &name,
+            "lock",
+            watchdog_ms,
+            lease_ms,
+        );
+        let held = worker.expect("HELD").await;
+        worker.expect("READ").await; // inside its critical section
+        let killed_at = now();
+        worker.signal(Signal::SIGKILL);
+        worker.child.wait().await.unwrap();
+        let dead_at = now();
+        recorder.record(Section::new(
+            format!("killed#{round}"),
+            field(&held, 1),
+            dead_at,
+        ));
+
+        // The dead holder's lease still protects the lock...
+        let (sent, ttl) = pttl(&lock_server.url(), &lock_key(&name)).await;
+        assert!(ttl > 0, "the killed holder's lock has a lease left: {ttl}");
+        let lock = survivor.lock(&name);
+        assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
+        // ... until it ends, not before.
+        let guard = within(HANG, "acquire after the kill", lock.lock())
+            .await
+            .unwrap();
+        let entered = now();
+        let lease_end = sent + u64::try_from(ttl).unwrap() * 1_000_000;
+        assert!(
+            entered > lease_end,
+            "got in {:.3} ms before the dead holder's lease ended",
+            millis_between(entered, lease_end)
+        );
+        let id = format!("survivor#{round}");
+        let (outcome, released) =
+            critical_section(&store, &id, None, Duration::ZERO, || guard.is_lost())
+                .await
+                .unwrap();
+        assert_eq!(outcome, Outcome::Wrote { accepted: true });
+        recorder.record(Section::new(id, entered, released));
+        guard.unlock().await.unwrap();
+        recovery.push(millis_between(killed_at, entered));
+        lease_left.push(ttl as f64);
+    }
+    let verdict = check(&recorder.sections(), &store.history().await, 1);
+    verdict
+        .to_record(Record::new(fault, &name_of_test()))
+        .num("runs", f64::from(rounds))
+        .nums("recovery_ms", &recovery)
+        .nums("lease_left_at_kill_ms", &lease_left)
+        .num("lease_ms", lease_ms.unwrap_or(watchdog_ms) as f64)
+        .save();
+    assert_eq!(verdict.violations(), 0, "{verdict:?}");
+}
+
+#[tokio::test]
+async fn a_killed_watchdog_holder_is_replaced_after_its_lease_not_before() {
+    kill_a_holder("sigkill-watchdog", 600, None).await;
+}
+
+#[tokio::test]
+async fn a_killed_fixed_lease_holder_is_replaced_after_its_lease_not_before() {
+    kill_a_holder("sigkill-fixed-lease", 30_000, Some(600)).await;
+}
+
+// === Holder paused ===
+
+struct Paused {
+    verdict: Verdict,
+    late_write_accepted: bool,
+    lost_after_resume: bool,
+    unlock: String,
+    worker_token: Option<u64>,
+    other_token: Option<u64>,
+    paused_ms: f64,
+}
+
+/// Pauses a holder process (`SIGSTOP`) between its read and its write, longer than its lease;
+/// another holder gets in and writes; then the paused one resumes and makes its late write.
+async fn pause_a_holder(kind: &str) -> Paused {
+    let lock_server = spawned().await;
+    let store_server = spawned().await;
+    let resource = unique("pause");
+    let store = Store::connect(&store_server.url(), &resource).await;
+    let name = unique("paused-holder");
+    let mut worker = Worker::spawn(
+        &lock_server.url(),
+        &store_server.url(),
+        &resource,
+        &name,
+        kind,
+        500,
+        None,
+    );
+    let held = worker.expect("HELD").await;
+    let read = worker.expect("READ").await;
+    assert_eq!(read[2], "0", "not lost before the pause");
+    worker.signal(Signal::SIGSTOP);
+    let stopped_at = now();
+
+    let other = client(&lock_server.url()).await;
+    let guard = within(HANG, "acquire while the holder is paused", async {
+        match kind {
+            "fenced" => other.fenced_lock(&name).lock().await,
+            _ => other.lock(&name).lock().await,
+        }
+    })
+    .await
+    .unwrap();
+    let entered = now();
+    let (outcome, released) = critical_section(
+        &store,
+        "other",
+        guard.fencing_token(),
+        Duration::ZERO,
+        || guard.is_lost(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome, Outcome::Wrote { accepted: true });
+    let other_token = guard.fencing_token();
+    guard.unlock().await.unwrap();
+
+    worker.go().await;
+    worker.signal(Signal::SIGCONT);
+    let resumed_at = now();
+    let wrote = worker.expect("WROTE").await;
+    let unlocked = worker.expect("UNLOCKED").await;
+    worker.child.wait().await.unwrap();
+
+    let lost_after_resume = wrote[3] == "1";
+    let mut paused = Section::new("paused", field(&held, 1), field(&wrote, 2));
+    paused.token = token_field(&held, 2);
+    paused.lost = lost_after_resume.then(|| field(&wrote, 4));
+    let mut other_section = Section::new("other", entered, released);
+    other_section.token = other_token;
+    let sections = [paused.clone(), other_section];
+    let history: Vec<_> = store
+        .history()
+        .await
+        .into_iter()
+        .map(|mut write| {
+            // The worker names its section after its pid.
+            if write.section.starts_with("worker-") {
+                write.section = "paused".to_owned();
+            }
+            write
+        })
+        .collect();
+    Paused {
+        verdict: check(&sections, &history, 1),
+        late_write_accepted: wrote[1] == "1",
+        lost_after_resume,
+        unlock: unlocked[1].clone(),
+        worker_token: paused.token,
+        other_token,
+        paused_ms: millis_between(stopped_at, resumed_at),
+    }
+}
+
+/// Each pause test runs the fault this many times.
+const PAUSES: u32 = 3;
+
+#[tokio::test]
+async fn a_paused_fenced_holder_is_lost_and_its_late_write_is_rejected() {
+    let mut verdict = Verdict::default();
+    let mut paused_ms = Vec::new();
+    for _ in 0..PAUSES {
+        let paused = pause_a_holder("fenced").await;
+        assert!(paused.lost_after_resume, "the resumed guard reports lost");
+        assert_eq!(paused.unlock, "notheld");
+        assert!(paused.worker_token < paused.other_token);
+        assert!(
+            !paused.late_write_accepted,
+            "the fencing check rejects the late write"
+        );
+        let one = paused.verdict;
+        assert_eq!(one.overlaps_of(OverlapKind::Fenced), 1, "{one:?}");
+        assert_eq!(one.violations(), 0, "{one:?}");
+        verdict.merge(one);
+        paused_ms.push(paused.paused_ms);
+    }
+    verdict
+        .to_record(Record::new("sigstop-fenced", &name_of_test()))
+        .num("runs", f64::from(PAUSES))
+        .nums("paused_ms", &paused_ms)
+        .save();
+}
+
+/// The limit no lease lock removes: without fencing, the same pause overlaps and loses an update.
+/// The checker must see it; the guard reports lost only after the fact.
+#[tokio::test]
+async fn a_paused_unfenced_holder_overlaps_and_the_checker_sees_it() {
+    let mut verdict = Verdict::default();
+    let mut paused_ms = Vec::new();
+    for _ in 0..PAUSES {
+        let paused = pause_a_holder("lock").await;
+        assert!(paused.lost_after_resume);
+        assert_eq!(paused.unlock, "notheld");
+        assert!(
+            paused.late_write_accepted,
+            "nothing stops an unfenced late write"
+        );
+        let one = paused.verdict;
+        assert_eq!(one.overlaps_of(OverlapKind::Late), 1, "{one:?}");
+        assert_eq!(one.lost_updates, 1, "{one:?}");
+        verdict.merge(one);
+        paused_ms.push(paused.paused_ms);
+    }
+    verdict
+        .to_record(Record::new("sigstop-unfenced", &name_of_test()))
+        .num("runs", f64::from(PAUSES))
+        .nums("paused_ms", &paused_ms)
+        .text("expected", "known limit: a pause without fencing")
+        .save();
+}
+
+// === Connection cuts ===
+
+#[tokio::test]
+async fn a_cut_shorter_than_the_lease_is_survived_and_renewals_resume() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let timeout = Duration::from_millis(1500);
+    let holder = client_with(&proxy.url(), timeout).await;
+    let other = client(&server.url()).await;
+    let name = unique("short-cut");
+    let mut events = KeyEvents::subscribe(server.addr(), &lock_key(&name)).await;
+    let guard = holder.lock(&name).lock().await.unwrap();
+    let mut resumed = Vec::new();
+    let rounds = 3;
+    for _ in 0..rounds {
+        proxy.block();
+        // The fault's length: a fifth of the lease.
+        tokio::time::sleep(timeout / 5).await;
+        assert!(other
+            .lock(&name)
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+        proxy.unblock();
+        let unblocked = now();
+        // A renewal after the cut: the key's TTL is set again.
+        let renewed = loop {
+            let (at, _) = within(HANG, "a renewal after the cut", events.until("expire")).await;
+            if at > unblocked {
+                break at;
+            }
+        };
+        resumed.push(millis_between(unblocked, renewed));
+        assert!(!guard.is_lost());
+    }
+    assert!(other
+        .lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    guard.unlock().await.unwrap();
+    Record::new("cut-shorter-than-lease", &name_of_test())
+        .num("runs", f64::from(rounds))
+        .num("operations", f64::from(rounds))
+        .num("violations", 0.0)
+        .num("lost_signals", 0.0)
+        .nums("recovery_ms", &resumed)
+        .num("cut_ms", (timeout / 5).as_millis() as f64)
+        .num("lease_ms", timeout.as_millis() as f64)
+        .save();
+}
+
+#[tokio::test]
+async fn a_cut_longer_than_the_lease_marks_the_guard_lost_before_another_holder_gets_in() {
+    let server = spawned().await;
+    let store_server = spawned().await;
+    let resource = unique("long-cut");
+    let store = Store::connect(&store_server.url(), &resource).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let timeout = Duration::from_millis(600);
+    let holder = client_with(&proxy.url(), timeout).await;
+    let other = client(&server.url()).await;
+    let recorder = Recorder::new();
+    let mut lead = Vec::new();
+    let mut recovery = Vec::new();
+    let rounds = 3;
+    for round in 0..rounds {
+        let name = unique("long-cut");
+        let guard = holder.lock(&name).lock().await.unwrap();
+        let acquired = now();
+        let lost = guard.lost();
+        let lost_task = tokio::spawn(async move {
+            lost.await;
+            now()
+        });
+        proxy.block();
+        let blocked = now();
+        let next = within(HANG, "acquire after the lease", other.lock(&name).lock())
+            .await
+            .unwrap();
+        let entered = now();
+        // The order that matters, on one clock: when the other holder is in, the first guard
+        // already reports lost.
+        assert!(
+            guard.is_lost(),
+            "another holder got in before the guard reported lost"
+        );
+        let lost_at = within(HANG, "lost() after the cut", lost_task)
+            .await
+            .unwrap();
+        lead.push(millis_between(lost_at, entered));
+        recovery.push(millis_between(blocked, entered));
+        // The careful holder stopped at lost(); the other one writes.
+        let mut first = Section::new(format!("cut#{round}"), acquired, lost_at);
+        first.lost = Some(lost_at);
+        recorder.record(first);
+        let id = format!("next#{round}");
+        let (outcome, released) =
+            critical_section(&store, &id, None, Duration::ZERO, || next.is_lost())
+                .await
+                .unwrap();
+        assert_eq!(outcome, Outcome::Wrote { accepted: true });
+        recorder.record(Section::new(id, entered, released));
+        next.unlock().await.unwrap();
+        proxy.unblock();
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    }
+    let verdict = check(&recorder.sections(), &store.history().await, 1);
+    let lost_first = lead.iter().filter(|ms| **ms >= 0.0).count();
+    verdict
+        .to_record(Record::new("cut-longer-than-lease", &name_of_test()))
+        .num("runs", f64::from(rounds))
+        .nums("recovery_ms", &recovery)
+        .nums("lost_signal_lead_ms", &lead)
+        .num("lost_future_before_entry", lost_first as f64)
+        .num("lease_ms", timeout.as_millis() as f64)
+        .save();
+    assert_eq!(verdict.violations(), 0, "{verdict:?}");
+}
+
+// === Redis restarted empty ===
+
+#[tokio::test]
+async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
+    let mut server = spawned().await;
+    let store_server = spawned().await;
+    let url = server.url();
+    let timeout = Duration::from_millis(600);
+    let names: Vec<String> = (0..3).map(|_| unique("restart")).collect();
+    // One resource (and one check) per lock.
+    let mut stores = Vec::new();
+    for name in &names {
+        stores.push(Store::connect(&store_server.url(), name).await);
+    }
+    let mut holders = Vec::new();
+    let mut guards = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let holder = client_with(&url, timeout).await;
+        let guard = if i == 0 {
+            holder.fenced_lock(name).lock().await.unwrap()
+        } else {
+            holder.lock(name).lock().await.unwrap()
+        };
+        guards.push((guard, now()));
+        holders.push(holder);
+    }
+    let token_before = guards[0].0.fencing_token().unwrap();
+    let mut waiters = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let waiter = client(&url).await;
+        let (lock, fenced) = (waiter.lock(name), waiter.fenced_lock(name));
+        let task = tokio::spawn(async move {
+            let guard = if i == 0 {
+                fenced.lock().await
+            } else {
+                lock.lock().await
+            }?;
+            Ok::<_, Error>((guard, now()))
+        });
+        until_waiting(&waiter, 1).await;
+        waiters.push((waiter, task));
+    }
+
+    // Each guard's lost() is watched by a task of its own, so each is stamped when it resolves.
+    let lost_tasks: Vec<_> = guards
+        .iter()
+        .map(|(guard, _)| {
+            let lost = guard.lost();
+            tokio::spawn(async move {
+                lost.await;
+                now()
+            })
+        })
+        .collect();
+    server.restart_empty().await.unwrap();
+    let restarted = now();
+    let recorders: Vec<Recorder> = names.iter().map(|_| Recorder::new()).collect();
+    let mut signal_ms = Vec::new();
+    for (i, ((guard, acquired), lost_task)) in guards.iter().zip(lost_tasks).enumerate() {
+        let lost_at = within(HANG, "lost after the restart", lost_task)
+            .await
+            .unwrap();
+        assert!(guard.is_lost());
+        signal_ms.push(millis_between(restarted, lost_at));
+        let mut section = Section::new(format!("holder#{i}"), *acquired, lost_at);
+        section.lost = Some(lost_at);
+        recorders[i].record(section);
+    }
+    let mut recovery = Vec::new();
+    for (i, (waiter, task)) in waiters.into_iter().enumerate() {
+        let (guard, entered) = within(HANG, "a waiter after the restart", task)
+            .await
+            .unwrap()
+            .unwrap();
+        recovery.push(millis_between(restarted, entered));
+        if i == 0 {
+            assert!(
+                guard.fencing_token().unwrap() > token_before,
+                "fencing tokens keep growing after Redis lost its data"
+            );
+        }
+        let id = format!("waiter#{i}");
+        let (outcome, released) = critical_section(
+            &stores[i],
+            &id,
+            guard.fencing_token(),
+            Duration::ZERO,
+            || guard.is_lost(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome, Outcome::Wrote { accepted: true });
+        let mut section = Section::new(id, entered, released);
+        section.token = guard.fencing_token();
+        recorders[i].record(section);
+        guard.unlock().await.unwrap();
+        drop(waiter);
+    }
+    // The same clients take locks again, without being restarted themselves.
+    for holder in &holders {
+        let again = within(
+            HANG,
+            "a new acquire after the restart",
+            holder.lock(unique("again")).lock(),
+        )
+        .await
+        .unwrap();
+        assert!(!again.is_lost());
+        again.unlock().await.unwrap();
+    }
+    for (guard, _) in guards {
+        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    }
+    let mut verdict = Verdict::default();
+    for (store, recorder) in stores.iter().zip(&recorders) {
+        verdict.merge(check(&recorder.sections(), &store.history().await, 1));
+    }
+    verdict
+        .to_record(Record::new("restart-empty", &name_of_test()))
+        .nums("recovery_ms", &recovery)
+        .nums("lost_signal_after_restart_ms", &signal_ms)
+        .num("guards_lost", signal_ms.len() as f64)
+        .save();
+    assert_eq!(verdict.violations(), 0, "{verdict:?}");
+}
+
+// === Slow network ===
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
+    let server = spawned().await;
+    let store_server = spawned().await;
+    let resource = unique("slow");
+    let store = Store::connect(&store_server.url(), &resource).await;
+    let name = unique("slow");
+    let recorder = Recorder::new();
+    let mut proxies = Vec::new();
+    let mut tasks = Vec::new();
+    for worker in 0..4 {
+        let proxy = FaultProxy::start(server.addr()).await.unwrap();
+        proxy.set_delay(Duration::from_millis(3));
+        proxy.set_jitter(Duration::from_millis(7));
+        let client = client_with(&proxy.url(), Duration::from_secs(3)).await;
+        proxies.push(proxy);
+        let (name, store, recorder) = (name.clone(), store.clone(), recorder.clone());
+        tasks.push(tokio::spawn(async move {
+            let lock = client.lock(&name);
+            let (mut timed_out, mut done) = (0u32, 0u32);
+            for round in 0..10 {
+                // Half the workers are impatient: their waits must end, acquired or not.
+                let wait = if worker % 2 == 0 {
+                    Duration::from_secs(30)
+                } else {
+                    Duration::from_millis(15)
+                };
+                let Some(guard) = lock.try_lock(wait, None).await.unwrap() else {
+                    timed_out += 1;
+                    continue;
+                };
+                let acquired = now();
+                let id = format!("w{worker}#{round}");
+                let (outcome, released) =
+                    critical_section(&store, &id, None, Duration::from_millis(2), || {
+                        guard.is_lost()
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(outcome, Outcome::Wrote { accepted: true });
+                recorder.record(Section::new(id, acquired, released));
+                guard.unlock().await.unwrap();
+                done += 1;
+            }
+            (done, timed_out)
+        }));
+    }
+    let mut timed_out = 0;
+    for task in tasks {
+        let (_, missed) = within(HANG, "workers on a slow network", task)
+            .await
+            .unwrap();
+        timed_out += missed;
+    }
+    let history = store.history().await;
+    let verdict = check(&recorder.sections(), &history, 1);
+    assert_eq!(store.counter().await, history.len() as i64);
+    verdict
+        .to_record(Record::new("slow-network", &name_of_test()))
+        .num("timed_out_waits", f64::from(timed_out))
+        .text(
+            "network",
+            "3 ms delay + 0-7 ms jitter per chunk, each direction",
+        )
+        .save();
+    assert_eq!(verdict.violations(), 0, "{verdict:?}");
+}
+
+// === Replies lost ===
+
+/// The server runs an acquire or a release, the proxy drops the reply and cuts the connection;
+/// fred re-sends the acquire, lockkit retries the release. Nothing may count twice, be released
+/// twice, or stay stuck.
+#[tokio::test]
+async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
+    let server = spawned().await;
+    let store_server = spawned().await;
+    let resource = unique("lost-reply");
+    let store = Store::connect(&store_server.url(), &resource).await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let holder = client(&proxy.url()).await;
+    let other = client(&server.url()).await;
+    let warm = holder.lock(unique("warm-up")).lock().await.unwrap();
+    warm.unlock().await.unwrap();
+    let redis = raw(&server.url()).await;
+    let recorder = Recorder::new();
+    let mut fired = 0;
+    let rounds = 12;
+    for round in 0..rounds {
+        let name = unique("lost-reply");
+        let key = lock_key(&name);
+        let lock = holder.lock(&name);
+        let drop_acquire = round % 2 == 0;
+        if drop_acquire {
+            proxy.cut_after_request_containing(key.clone());
+        }
+        let guard = within(HANG, "acquire", lock.lock()).await.unwrap();
+        let acquired = now();
+        let inner = within(HANG, "re-entry", lock.lock()).await.unwrap();
+        if drop_acquire {
+            fired += usize::from(proxy.triggered());
+        }
+        let fields: HashMap<String, String> = redis.hgetall(&key).await.unwrap();
+        assert_eq!(
+            fields.len(),
+            3,
+            "one owner count and two markers: {fields:?}"
+        );
+        assert_eq!(lock.hold_count().await.unwrap(), 2, "no hold counted twice");
+        assert!(other
+            .lock(&name)
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+        let id = format!("r#{round}");
+        let (outcome, released) =
+            critical_section(&store, &id, None, Duration::ZERO, || guard.is_lost())
+                .await
+                .unwrap();
+        assert_eq!(outcome, Outcome::Wrote { accepted: true });
+        if !drop_acquire {
+            proxy.cut_after_request_containing(key.clone());
+        }
+        within(HANG, "release of the inner hold", inner.unlock())
+            .await
+            .unwrap();
+        if !drop_acquire {
+            fired += usize::from(proxy.triggered());
+        }
+        assert_eq!(
+            lock.hold_count().await.unwrap(),
+            1,
+            "no hold released twice"
+        );
+        within(HANG, "release", guard.unlock()).await.unwrap();
+        recorder.record(Section::new(id, acquired, released));
+        // Nothing stuck: another client gets it at once.
+        let next = other
+            .lock(&name)
+            .try_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expect("the lock is free after the releases");
+        let entered = now();
+        next.unlock().await.unwrap();
+        recorder.record(Section::new(format!("o#{round}"), entered, now()));
+    }
+    assert_eq!(fired, rounds, "every armed reply was really dropped");
+    let verdict = check(&recorder.sections(), &store.history().await, 1);
+    verdict
+        .to_record(Record::new("reply-lost", &name_of_test()))
+        .num("runs", rounds as f64)
+        .num("replies_dropped", fired as f64)
+        .save();
+    assert_eq!(verdict.violations(), 0, "{verdict:?}");
+}
+
+// === Watchdog starved ===
+
+/// A client on a current-thread runtime that is blocked longer than its lease: its watchdog
+/// cannot run. Its guard must report lost, another client gets in, and when the starved runtime
+/// runs again its watchdog must not extend the other owner's lock.
+#[tokio::test]
+async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds() {
+    let server = spawned().await;
+    let store_server = spawned().await;
+    let resource = unique("starved");
+    let store = Store::connect(&store_server.url(), &resource).await;
+    let url = server.url();
+    let name = unique("starved");
+    let key = lock_key(&name);
+    let timeout = Duration::from_millis(600);
+    let mut events = KeyEvents::subscribe(server.addr(), &key).await;
+
+    let (acquired_tx, acquired_rx) = tokio::sync::oneshot::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (resumed_tx, resumed_rx) = tokio::sync::oneshot::channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let starved = {
+        let (url, name, store) = (url.clone(), name.clone(), store.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let client = client_with(&url, timeout).await;
+                let guard = client.lock(&name).lock().await.unwrap();
+                let acquired = now();
+                let read = store.read().await.unwrap();
+                acquired_tx.send(acquired).unwrap();
+                // Blocks the only runtime thread (no watchdog, no I/O) until the other client
+                // is in: far longer than the lease.
+                go_rx.recv().unwrap();
+                let resumed = now();
+                let lost_on_resume = guard.is_lost();
+                // A careful application checks before writing, and so writes nothing.
+                let wrote = if guard.is_lost() {
+                    None
+                } else {
+                    Some(store.write("starved", read, None).await.unwrap())
+                };
+                resumed_tx.send((resumed, lost_on_resume, wrote)).unwrap();
+                // Keeps the guard (and the watchdog ticking) until the other owner's lease ended.
+                finish_rx.await.unwrap();
+                let unlocked = guard.unlock().await;
+                client.shutdown().await.unwrap();
+                unlocked
+            })
+        })
+    };
+
+    let starved_acquired = within(HANG, "the starved client acquires", acquired_rx)
+        .await
+        .unwrap();
+    let fields: HashMap<String, String> = raw(&url).await.hgetall(&key).await.unwrap();
+    let marker = fields
+        .keys()
+        .find(|field| field.starts_with('#'))
+        .cloned()
+        .expect("the starved hold's marker");
+
+    let other = client(&url).await;
+    let other_lease = timeout * 4;
+    let guard = within(
+        HANG,
+        "the other client acquires",
+        other.lock(&name).lock_with_lease(other_lease),
+    )
+    .await
+    .unwrap();
+    let entered = now();
+    // The starved lease ran out (event), then the other owner took it and set its TTL (event).
+    events.until("expired").await;
+    let (_, _) = events.until("expire").await;
+    go_tx.send(()).unwrap();
+    let (resumed, lost_on_resume, wrote) = within(HANG, "the starved runtime resumes", resumed_rx)
+        .await
+        .unwrap();
+    assert!(lost_on_resume, "the starved guard reports lost");
+    assert_eq!(wrote, None);
+
+    // The renewal the starved watchdog would send, replayed by hand: the marker check refuses.
+    let renewed: Vec<i64> = raw(&url)
+        .await
+        .eval(
+            lockkit::protocol::lock::RENEW.source(),
+            vec![key.clone()],
+            vec![marker, timeout.as_millis().to_string()],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        renewed,
+        vec![0],
+        "a renewal by the starved hold's marker finds nothing"
+    );
+
+    let (outcome, released) =
+        critical_section(&store, "other", None, Duration::ZERO, || guard.is_lost())
+            .await
+            .unwrap();
+    assert_eq!(outcome, Outcome::Wrote { accepted: true });
+    // While the starved client runs again, with its watchdog ticking every 200 ms, nothing sets
+    // the other owner's TTL again: its fixed lease runs out on the server as it was set.
+    let (other_expired_at, between) = within(
+        HANG,
+        "the other owner's lease to end",
+        events.until("expired"),
+    )
+    .await;
+    let extended = between.iter().filter(|event| *event == "expire").count();
+    finish_tx.send(()).unwrap();
+    let starved_unlock = starved.join().unwrap();
+    assert!(
+        matches!(starved_unlock, Err(Error::NotHeld { .. })),
+        "{starved_unlock:?}"
+    );
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    assert_eq!(
+        extended, 0,
+        "something extended the other owner's lock: {between:?}"
+    );
+
+    let mut starved_section = Section::new("starved", starved_acquired, resumed);
+    starved_section.lost = Some(resumed);
+    let sections = [starved_section, Section::new("other", entered, released)];
+    let verdict = check(&sections, &store.history().await, 1);
+    verdict
+        .to_record(Record::new("watchdog-starved", &name_of_test()))
+        .num("violations", (verdict.violations() + extended) as f64)
+        .num("extensions_of_other_owner", extended as f64)
+        .nums("recovery_ms", &[millis_between(starved_acquired, entered)])
+        .num("blocked_ms", millis_between(starved_acquired, resumed))
+        .num(
+            "watchdog_window_ms",
+            millis_between(resumed, other_expired_at),
+        )
+        .save();
+    assert_eq!(verdict.violations(), 0, "{verdict:?}");
+}
+
+/// Found by the soak: after the subscriber connection is re-established, fred's
+/// `manage_subscriptions` re-subscribes with a `PSUBSCRIBE` of no patterns, whose error reply
+/// surfaced as the failure of a waiter's subscription ("redis error during subscribe: ERR wrong
+/// number of arguments for 'psubscribe'"). Waiting across reconnects must never fail that way.
+#[tokio::test]
+async fn waiting_across_reconnects_never_fails_with_a_subscribe_error() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let waiter = client(&proxy.url()).await;
+    let holder = client(&server.url()).await;
+    let busy = holder.lock(unique("busy")).lock().await.unwrap();
+    // A waiter that stays registered, so the subscriber has a channel to restore.
+    let lock = waiter.lock(busy.name());
+    let parked = tokio::spawn(async move { lock.lock().await });
+    until_waiting(&waiter, 1).await;
+    let mut errors = Vec::new();
+    let rounds = 30;
+    for _ in 0..rounds {
+        let name = unique("busy-too");
+        let held = holder.lock(&name).lock().await.unwrap();
+        proxy.cut();
+        match within(
+            HANG,
+            "a wait across a reconnect",
+            waiter
+                .lock(&name)
+                .try_lock(Duration::from_millis(100), None),
+        )
+        .await
+        {
+            Ok(None) => {}
+            Ok(Some(_)) => panic!("acquired a held lock"),
+            Err(err) => errors.push(err.to_string()),
+        }
+        held.unlock().await.unwrap();
+    }
+    // The parked waiter's channel was subscribed again after the cuts.
+    let channel = lockkit::protocol::keys::Namespace::default()
+        .lock(busy.name())
+        .unwrap()
+        .channel;
+    within(
+        HANG,
+        "the parked waiter's channel to be subscribed again",
+        async {
+            loop {
+                let reply =
+                    lockkit_testkit::send_command(server.addr(), &["PUBSUB", "NUMSUB", &channel])
+                        .await
+                        .unwrap();
+                let subscribers = reply
+                    .as_array()
+                    .and_then(|a| a.get(1))
+                    .and_then(|n| n.as_int());
+                if subscribers == Some(1) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    busy.unlock().await.unwrap();
+    within(HANG, "the parked waiter", parked)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    Record::new("reconnect-while-waiting", &name_of_test())
+        .num("runs", f64::from(rounds))
+        .num("operations", f64::from(rounds))
+        .num("violations", 0.0)
+        .num("errors", errors.len() as f64)
+        .save();
+    assert!(
+        errors.is_empty(),
+        "{} of {rounds}: {errors:?}",
+        errors.len()
+    );
+}
