@@ -151,3 +151,42 @@ async fn a_wrong_password_is_refused_clearly() {
     let guard = client.lock(&name).lock().await.unwrap();
     guard.unlock().await.unwrap();
 }
+
+/// An unlock issued while Redis is unreachable and the client keeps failing to reconnect is not
+/// lost: it completes once Redis is back, reports success, and frees the lock.
+#[tokio::test]
+async fn an_unlock_issued_while_redis_is_unreachable_completes_once_it_is_back() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let holder = client(&proxy.url()).await;
+    let observer = client(&server.url()).await;
+    let name = unique("unlock-reconnect");
+    let guard = holder
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let accepted = proxy.total_connections();
+    proxy.block(); // cut every connection and refuse new ones
+                   // Wait until the client has tried to reconnect and been refused: it now has no connection.
+    within(HANG, "a refused reconnect", async {
+        while proxy.total_connections() <= accepted {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let unlock = tokio::spawn(guard.unlock());
+    let refused = proxy.total_connections();
+    within(HANG, "another refused reconnect", async {
+        while proxy.total_connections() <= refused {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    proxy.unblock();
+    within(HANG, "unlock across a reconnect", unlock)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!observer.lock(&name).is_locked().await.unwrap());
+}

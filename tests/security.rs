@@ -758,9 +758,9 @@ async fn a_user_without_channels_is_told_so_and_never_waits_forever() {
     };
     assert_eq!(waiter.waiting_count(), 0);
 
-    // The release script announces the release on the channel: Redis refuses the PUBLISH after
-    // the script deleted the key (scripts are not rolled back), so the release reports the
-    // misconfiguration while the lock is in fact free.
+    // The release script announces the release on the channel and Redis refuses that PUBLISH:
+    // the announcement is best effort (`redis.pcall`), so the release itself succeeds and the
+    // lock is free; the misconfiguration shows where it bites, at the waiter's subscription.
     let release = match late {
         Some(guard) => {
             let stale = held.unlock().await;
@@ -769,13 +769,7 @@ async fn a_user_without_channels_is_told_so_and_never_waits_forever() {
         }
         None => held.unlock().await,
     };
-    match release {
-        Err(Error::Redis(err)) => {
-            assert_eq!(err.operation(), "lock_release", "{err}");
-            assert!(err.to_string().contains("publish"), "{err}");
-        }
-        other => panic!("expected a refused publish, got {other:?}"),
-    }
+    assert!(release.is_ok(), "{release:?}");
     assert_eq!(holder.held_count() + waiter.held_count(), 0);
     assert_eq!(keys(&server, "*").await, Vec::<String>::new());
 }

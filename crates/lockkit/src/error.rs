@@ -84,6 +84,12 @@ impl RedisError {
         self.source.details()
     }
 
+    /// Whether the command was certainly never sent: the client had no connection to route it
+    /// to (during a reconnect). Sending it again is safe and cannot run it twice.
+    pub(crate) fn was_not_sent(&self) -> bool {
+        self.source.details().starts_with("Failed to route command")
+    }
+
     /// Whether the failure leaves the outcome unknown: the connection broke or the command timed
     /// out, so the command may or may not have run.
     pub fn is_ambiguous(&self) -> bool {

@@ -52,6 +52,11 @@ pub(crate) fn lease_millis(lease: Duration) -> u128 {
     lease.as_nanos().div_ceil(1_000_000)
 }
 
+/// How often a release that could not be sent (no connection) is tried again, and the first pause
+/// before doing so (doubling each time: 50 ms … 3.2 s, about 6 s in all).
+const UNSENT_RETRIES: u32 = 7;
+const UNSENT_FIRST_PAUSE: Duration = Duration::from_millis(50);
+
 /// How many times a release is sent when the connection breaks under it.
 const RELEASE_ATTEMPTS: u32 = 3;
 
@@ -203,9 +208,9 @@ pub(crate) async fn release_marker(
 ) -> Result<(), Error> {
     let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     let mut ambiguous = false;
-    let mut attempt = 0;
+    let mut resent = 0;
+    let mut unsent = 0;
     loop {
-        attempt += 1;
         let result = exec
             .ints(
                 kind.release,
@@ -225,9 +230,18 @@ pub(crate) async fn release_marker(
                     }),
                 };
             }
-            Err(Error::Redis(err)) if err.is_ambiguous() && attempt < RELEASE_ATTEMPTS => {
+            Err(Error::Redis(err)) if err.is_ambiguous() && resent + 1 < RELEASE_ATTEMPTS => {
                 tracing::debug!(name, "release interrupted ({err}); sending it again");
                 ambiguous = true;
+                resent += 1;
+            }
+            Err(Error::Redis(err)) if err.was_not_sent() && unsent < UNSENT_RETRIES => {
+                // No connection at the moment (a reconnect is under way): the release never
+                // left, so it is neither ambiguous nor lost. Wait for the reconnect and resend.
+                let pause = UNSENT_FIRST_PAUSE * 2u32.pow(unsent);
+                unsent += 1;
+                tracing::debug!(name, "release not sent ({err}); retrying in {pause:?}");
+                tokio::time::sleep(pause).await;
             }
             Err(err) => return Err(err),
         }

@@ -19,11 +19,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fred::interfaces::EventInterface;
 use futures::future::join_all;
 use lockkit_protocol::keys::Kind;
 use lockkit_protocol::lock::decode_renew;
 use lockkit_protocol::slot::key_slot;
 use parking_lot::Mutex;
+use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
@@ -120,9 +122,20 @@ impl Worker {
         let period = self.config.timeout / 3;
         let mut tick = tokio::time::interval_at(Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // After a reconnect, check every hold at once rather than at the next tick: a Redis that
+        // restarted empty (or failed over) is then reported within one round trip.
+        let mut reconnects = self.exec.redis().reconnect_rx();
+        let mut reconnects_open = true;
         loop {
             tokio::select! {
                 _ = tick.tick() => self.start_round(),
+                reconnect = reconnects.recv(), if reconnects_open => match reconnect {
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        tracing::debug!("reconnected; checking every hold now");
+                        self.start_round();
+                    }
+                    Err(RecvError::Closed) => reconnects_open = false,
+                },
                 command = self.rx.recv() => match command {
                     Some(Command::Release(hold)) => self.spawn_release(hold),
                     Some(Command::Shutdown(done)) => {

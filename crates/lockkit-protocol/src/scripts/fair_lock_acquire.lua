@@ -106,9 +106,9 @@ end
 -- nobody has told it yet.
 if purged then
   if ARGV[7] == '1' then
-    redis.call('SPUBLISH', channel, 'w:' .. head)
+    redis.pcall('SPUBLISH', channel, 'w:' .. head)
   else
-    redis.call('PUBLISH', channel, 'w:' .. head)
+    redis.pcall('PUBLISH', channel, 'w:' .. head)
   end
 end
 return {0, tonumber(redis.call('ZSCORE', timeouts, head)) - now}

@@ -39,9 +39,9 @@ end
 
 if head and head ~= before and redis.call('EXISTS', key) == 0 then
   if sharded == '1' then
-    redis.call('SPUBLISH', channel, 'w:' .. head)
+    redis.pcall('SPUBLISH', channel, 'w:' .. head)
   else
-    redis.call('PUBLISH', channel, 'w:' .. head)
+    redis.pcall('PUBLISH', channel, 'w:' .. head)
   end
 end
 return {removed}

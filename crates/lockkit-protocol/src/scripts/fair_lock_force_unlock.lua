@@ -33,8 +33,8 @@ if head then
   message = 'w:' .. head
 end
 if sharded == '1' then
-  redis.call('SPUBLISH', channel, message)
+  redis.pcall('SPUBLISH', channel, message)
 else
-  redis.call('PUBLISH', channel, message)
+  redis.pcall('PUBLISH', channel, message)
 end
 return {1}

@@ -21,8 +21,8 @@ if count > 0 then
 end
 redis.call('DEL', key)
 if sharded == '1' then
-  redis.call('SPUBLISH', channel, 'one')
+  redis.pcall('SPUBLISH', channel, 'one')
 else
-  redis.call('PUBLISH', channel, 'one')
+  redis.pcall('PUBLISH', channel, 'one')
 end
 return {1, 0}

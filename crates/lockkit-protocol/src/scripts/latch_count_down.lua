@@ -40,9 +40,9 @@ redis.call('PEXPIRE', requests, window)
 if count <= 0 then
   redis.call('DEL', key)
   if sharded == '1' then
-    redis.call('SPUBLISH', channel, 'all')
+    redis.pcall('SPUBLISH', channel, 'all')
   else
-    redis.call('PUBLISH', channel, 'all')
+    redis.pcall('PUBLISH', channel, 'all')
   end
   return {1, 0}
 end

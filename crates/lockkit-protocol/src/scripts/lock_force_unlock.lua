@@ -11,8 +11,8 @@ if redis.call('DEL', key) == 0 then
   return {0}
 end
 if sharded == '1' then
-  redis.call('SPUBLISH', channel, 'one')
+  redis.pcall('SPUBLISH', channel, 'one')
 else
-  redis.call('PUBLISH', channel, 'one')
+  redis.pcall('PUBLISH', channel, 'one')
 end
 return {1}

@@ -26,8 +26,8 @@ end
 -- The owner's last hold; in an exclusive lock no other owner can be in the hash.
 redis.call('DEL', key)
 if sharded == '1' then
-  redis.call('SPUBLISH', channel, 'one')
+  redis.pcall('SPUBLISH', channel, 'one')
 else
-  redis.call('PUBLISH', channel, 'one')
+  redis.pcall('PUBLISH', channel, 'one')
 end
 return {1, 0}

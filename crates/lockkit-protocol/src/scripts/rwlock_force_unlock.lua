@@ -15,8 +15,8 @@ if redis.call('DEL', key, expiries) == 0 then
   return {0}
 end
 if sharded == '1' then
-  redis.call('SPUBLISH', channel, 'all')
+  redis.pcall('SPUBLISH', channel, 'all')
 else
-  redis.call('PUBLISH', channel, 'all')
+  redis.pcall('PUBLISH', channel, 'all')
 end
 return {1}

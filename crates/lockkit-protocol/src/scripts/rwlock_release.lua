@@ -33,9 +33,9 @@ elseif write_ended then
 end
 if wake then
   if sharded == '1' then
-    redis.call('SPUBLISH', channel, wake)
+    redis.pcall('SPUBLISH', channel, wake)
   else
-    redis.call('PUBLISH', channel, wake)
+    redis.pcall('PUBLISH', channel, wake)
   end
 end
 

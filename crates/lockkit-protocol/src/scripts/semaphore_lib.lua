@@ -60,9 +60,9 @@ local function announce(main, returned, channel, sharded)
     return
   end
   if sharded == '1' then
-    redis.call('SPUBLISH', channel, 'n:' .. k)
+    redis.pcall('SPUBLISH', channel, 'n:' .. k)
   else
-    redis.call('PUBLISH', channel, 'n:' .. k)
+    redis.pcall('PUBLISH', channel, 'n:' .. k)
   end
 end
 
