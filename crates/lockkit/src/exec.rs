@@ -71,35 +71,40 @@ impl Exec {
             Resend::Allowed => &self.resending,
             Resend::Never => &self.sending_once,
         };
-        let evalsha = CustomCommand::new_static("EVALSHA", route.clone(), false);
-        let result = match client
-            .custom::<Vec<i64>, Value>(evalsha, frame(script.sha1(), keys, args))
-            .await
-        {
-            Err(err) if err.details().starts_with("NOSCRIPT") => {
-                tracing::debug!(
-                    script = script.name(),
-                    "script not cached on the server; sending its source"
-                );
-                let eval = CustomCommand::new_static("EVAL", route, false);
-                client
-                    .custom::<Vec<i64>, Value>(eval, frame(script.source(), keys, args))
-                    .await
-            }
-            other => other,
-        };
-        result.map_err(|source| {
-            if source.details().starts_with("WRONGTYPE") {
-                Error::WrongType {
-                    key: keys
-                        .first()
-                        .map_or_else(String::new, |key| (*key).to_owned()),
-                    kind: kind.describe(),
+        // A script that could not even be routed was never sent: sending it again is safe for
+        // every script, whatever its `Resend` policy.
+        resend_unsent(|| async {
+            let evalsha = CustomCommand::new_static("EVALSHA", route.clone(), false);
+            let result = match client
+                .custom::<Vec<i64>, Value>(evalsha, frame(script.sha1(), keys, args))
+                .await
+            {
+                Err(err) if err.details().starts_with("NOSCRIPT") => {
+                    tracing::debug!(
+                        script = script.name(),
+                        "script not cached on the server; sending its source"
+                    );
+                    let eval = CustomCommand::new_static("EVAL", route.clone(), false);
+                    client
+                        .custom::<Vec<i64>, Value>(eval, frame(script.source(), keys, args))
+                        .await
                 }
-            } else {
-                Error::Redis(RedisError::new(script.name(), source))
-            }
+                other => other,
+            };
+            result.map_err(|source| {
+                if source.details().starts_with("WRONGTYPE") {
+                    Error::WrongType {
+                        key: keys
+                            .first()
+                            .map_or_else(String::new, |key| (*key).to_owned()),
+                        kind: kind.describe(),
+                    }
+                } else {
+                    Error::Redis(RedisError::new(script.name(), source))
+                }
+            })
         })
+        .await
     }
 }
 
@@ -112,3 +117,31 @@ fn frame(script: &str, keys: &[&str], args: &[&str]) -> Vec<Value> {
     frame.extend(args.iter().map(|arg| Value::from(*arg)));
     frame
 }
+
+/// Runs `op` again (after a short, doubling pause: 50 ms … 3.2 s, about 6 s in all) for as long
+/// as it fails because the command could not even be routed, i.e. was certainly never sent
+/// (no connection at that instant, during a reconnect). Only for operations that are idempotent
+/// or were never sent; any other outcome is returned as it is.
+pub(crate) async fn resend_unsent<T, F, Fut>(mut op: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let mut pause = UNSENT_FIRST_PAUSE;
+    let mut tries = 0;
+    loop {
+        match op().await {
+            Err(Error::Redis(err)) if err.was_not_sent() && tries < UNSENT_RETRIES => {
+                tracing::debug!("{err}; sending again in {pause:?}");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                tries += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// How often a command that could not be routed is tried again, and the first pause.
+const UNSENT_RETRIES: u32 = 7;
+const UNSENT_FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);

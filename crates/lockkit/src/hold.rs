@@ -52,11 +52,6 @@ pub(crate) fn lease_millis(lease: Duration) -> u128 {
     lease.as_nanos().div_ceil(1_000_000)
 }
 
-/// How often a release that could not be sent (no connection) is tried again, and the first pause
-/// before doing so (doubling each time: 50 ms … 3.2 s, about 6 s in all).
-const UNSENT_RETRIES: u32 = 7;
-const UNSENT_FIRST_PAUSE: Duration = Duration::from_millis(50);
-
 /// How many times a release is sent when the connection breaks under it.
 const RELEASE_ATTEMPTS: u32 = 3;
 
@@ -209,7 +204,6 @@ pub(crate) async fn release_marker(
     let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     let mut ambiguous = false;
     let mut resent = 0;
-    let mut unsent = 0;
     loop {
         let result = exec
             .ints(
@@ -234,14 +228,6 @@ pub(crate) async fn release_marker(
                 tracing::debug!(name, "release interrupted ({err}); sending it again");
                 ambiguous = true;
                 resent += 1;
-            }
-            Err(Error::Redis(err)) if err.was_not_sent() && unsent < UNSENT_RETRIES => {
-                // No connection at the moment (a reconnect is under way): the release never
-                // left, so it is neither ambiguous nor lost. Wait for the reconnect and resend.
-                let pause = UNSENT_FIRST_PAUSE * 2u32.pow(unsent);
-                unsent += 1;
-                tracing::debug!(name, "release not sent ({err}); retrying in {pause:?}");
-                tokio::time::sleep(pause).await;
             }
             Err(err) => return Err(err),
         }

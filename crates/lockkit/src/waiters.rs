@@ -39,6 +39,7 @@ use tokio::sync::{Notify, OnceCell};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
+use crate::exec::resend_unsent;
 
 /// The client's waiter hub.
 pub(crate) struct WaiterHub {
@@ -156,18 +157,23 @@ impl WaiterHub {
         subscribed
             .get_or_try_init(|| async {
                 let _serial = self.inner.subscribe_lock.lock().await;
-                self.inner
-                    .sub
-                    .subscribe(channel)
-                    .await
-                    .map_err(redis("subscribe"))?;
-                // Confirms that Redis has processed the SUBSCRIBE sent before it.
-                self.inner
-                    .sub
-                    .ping::<Value>(None)
-                    .await
-                    .map_err(redis("subscribe"))?;
-                Ok::<(), Error>(())
+                // SUBSCRIBE is idempotent: one that could not even be routed (no connection at
+                // that instant) is simply sent again once the client has reconnected.
+                resend_unsent(|| async {
+                    self.inner
+                        .sub
+                        .subscribe(channel)
+                        .await
+                        .map_err(redis("subscribe"))?;
+                    // Confirms that Redis has processed the SUBSCRIBE sent before it.
+                    self.inner
+                        .sub
+                        .ping::<Value>(None)
+                        .await
+                        .map_err(redis("subscribe"))?;
+                    Ok::<(), Error>(())
+                })
+                .await
             })
             .await?;
         Ok(waiter)
