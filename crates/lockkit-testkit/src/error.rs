@@ -131,6 +131,20 @@ pub enum TestkitError {
         detail: String,
     },
 
+    /// A Redis Cluster could not be formed, or did not reach the state asked for in time.
+    #[error("redis cluster: {detail}")]
+    Cluster {
+        /// What went wrong, with the replies or states seen.
+        detail: String,
+    },
+
+    /// A Sentinel group could not be started, or did not reach the state asked for in time.
+    #[error("redis sentinel group: {detail}")]
+    Sentinel {
+        /// What went wrong.
+        detail: String,
+    },
+
     /// A temporary directory could not be created.
     #[error("creating temporary directory under {base}: {source}")]
     TempDir {

@@ -9,6 +9,10 @@
 //!   It can be killed, restarted empty on the same port, paused with
 //!   `SIGSTOP` and resumed, and inspected with raw commands through
 //!   [`RedisServer::command`].
+//! * [`RedisCluster`] starts a Redis Cluster (primaries with replicas) of such servers, and can
+//!   kill or pause a node and trigger a failover.
+//! * [`RedisSentinelGroup`] starts a primary, its replicas and sentinels, and can kill the
+//!   primary or force a failover.
 //! * [`redis_url`] gives a server for a test: the one named by the `REDIS_URL`
 //!   environment variable if set, else a spawned one.
 //! * [`TestCertificates`] makes a CA with server and client certificates at
@@ -42,14 +46,18 @@
 //! Everything here is meant for tests: servers listen on loopback only and
 //! run without a password unless one is passed in [`ServerOptions`].
 
+mod cluster;
 mod error;
 mod proxy;
 mod resp;
+mod sentinel;
 mod server;
 mod tls;
 
+pub use cluster::RedisCluster;
 pub use error::TestkitError;
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, send_command, RespValue};
+pub use sentinel::{RedisSentinelGroup, SENTINEL_SERVICE_NAME};
 pub use server::{redis_url, RedisServer, ServerOptions, TestRedis};
 pub use tls::TestCertificates;

@@ -671,7 +671,7 @@ fn tail_of(path: &Path) -> Option<String> {
 /// to an outgoing connection, so concurrent tests cannot take it, not even
 /// while the server is killed; yet `redis-server`, which sets `SO_REUSEADDR`
 /// too, can bind it, and connecting to it while no server listens is refused.
-fn reserve_port() -> Result<(TcpSocket, u16), TestkitError> {
+pub(crate) fn reserve_port() -> Result<(TcpSocket, u16), TestkitError> {
     let socket = TcpSocket::new_v4().map_err(|e| TestkitError::io("creating a TCP socket", e))?;
     socket
         .set_reuseaddr(true)

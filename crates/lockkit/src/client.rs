@@ -14,6 +14,7 @@ use crate::error::RedisError;
 use crate::error::{redis, Error};
 use crate::exec::Exec;
 use crate::lock::Lock;
+use crate::replica::{ReplicaAck, ReplicaPolicy};
 use crate::tls::TlsSettings;
 use crate::waiters::WaiterHub;
 use crate::watchdog::{Watchdog, WatchdogConfig};
@@ -69,11 +70,38 @@ impl std::fmt::Debug for Client {
     }
 }
 
+/// How release notifications travel between clients: which pub/sub flavour the waiter hub
+/// subscribes with and the release scripts publish with.
+///
+/// All clients of one deployment must use the same mode: a waiter subscribed with `SSUBSCRIBE`
+/// does not hear a `PUBLISH`, and the other way round. A missed notification costs a waiter at
+/// most the holder's remaining lease (it re-checks then), never a hang, but it turns event-driven
+/// waiting into waiting out leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PubSubMode {
+    /// Sharded pub/sub on a Redis Cluster whose servers support it (Redis 7.0 and later, found
+    /// by probing `COMMAND INFO SSUBSCRIBE` when the client is built); classic pub/sub on a
+    /// single server, through Sentinel, and on older clusters. The default.
+    #[default]
+    Auto,
+    /// `SUBSCRIBE` / `PUBLISH`. On a cluster every message is broadcast to every node.
+    Classic,
+    /// `SSUBSCRIBE` / `SPUBLISH` (Redis 7.0 and later): on a cluster a message stays on the
+    /// shard that owns the object's slot. Building the client fails if the server does not know
+    /// `SSUBSCRIBE`.
+    Sharded,
+}
+
 /// Settings fixed when the client is built.
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
     pub(crate) namespace: Namespace,
+    /// The resolved mode: [`PubSubMode::Classic`] or [`PubSubMode::Sharded`], never `Auto`.
+    pub(crate) pubsub: PubSubMode,
+    /// The replica acknowledgement policy; `None`: no `WAIT` after acquires.
+    pub(crate) replica_ack: Option<ReplicaPolicy>,
 }
 
 pub(crate) struct ClientInner {
@@ -139,6 +167,12 @@ impl Client {
     /// The lease of watchdog-mode holds.
     pub fn watchdog_timeout(&self) -> Duration {
         self.inner.settings.watchdog_timeout
+    }
+
+    /// The pub/sub flavour this client uses for release notifications, as resolved when it was
+    /// built: [`PubSubMode::Classic`] or [`PubSubMode::Sharded`] (never `Auto`).
+    pub fn pubsub_mode(&self) -> PubSubMode {
+        self.inner.settings.pubsub
     }
 
     /// The key prefix shared by every key and channel of this client.
@@ -255,6 +289,8 @@ pub struct ClientBuilder {
     command_timeout: Duration,
     connect_timeout: Duration,
     renew_batch: usize,
+    pubsub: PubSubMode,
+    replica_ack: (ReplicaAck, Duration),
     tls: TlsSettings,
 }
 
@@ -268,6 +304,8 @@ impl std::fmt::Debug for ClientBuilder {
             .field("command_timeout", &self.command_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("renew_batch", &self.renew_batch)
+            .field("pubsub", &self.pubsub)
+            .field("replica_ack", &self.replica_ack)
             .field("tls", &self.tls)
             .finish()
     }
@@ -282,6 +320,8 @@ impl Default for ClientBuilder {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             renew_batch: DEFAULT_RENEW_BATCH,
+            pubsub: PubSubMode::Auto,
+            replica_ack: (ReplicaAck::None, Duration::ZERO),
             tls: TlsSettings::default(),
         }
     }
@@ -333,6 +373,34 @@ impl ClientBuilder {
     /// How many holds one renewal round trip carries at most (default 256).
     pub fn renew_batch_size(mut self, holds: usize) -> Self {
         self.renew_batch = holds;
+        self
+    }
+
+    /// How release notifications are published and subscribed to (default
+    /// [`PubSubMode::Auto`]: sharded pub/sub on a Redis Cluster that supports it, classic
+    /// otherwise). Every client that shares the objects must end up with the same mode; see
+    /// [`Client::pubsub_mode`].
+    pub fn pubsub(mut self, mode: PubSubMode) -> Self {
+        self.pubsub = mode;
+        self
+    }
+
+    /// The replica acknowledgement policy (default [`ReplicaAck::None`]): after every
+    /// acquisition, of every primitive, wait with `WAIT` on the key's primary until the replicas
+    /// that `ack` asks for have it, for at most `timeout`. An acquisition that did not reach them
+    /// in time is given back and reported as [`Error::NotReplicated`], never returned as held.
+    ///
+    /// It narrows the window in which a failover loses a lock (Redis replicates asynchronously)
+    /// at the price of one more round trip per acquisition, up to `timeout` when replicas lag;
+    /// while a `WAIT` runs, the client's other commands to that primary queue behind it. It does
+    /// not make Redis strongly consistent: see `docs/topologies.md`, and use fencing tokens
+    /// ([`Client::fenced_lock`]) where a second holder must be harmless.
+    ///
+    /// `timeout` must be positive and shorter than the
+    /// [command timeout](ClientBuilder::command_timeout) unless `ack` asks for nothing; otherwise
+    /// [`build`](ClientBuilder::build) fails with [`Error::InvalidArgument`].
+    pub fn replica_ack(mut self, ack: ReplicaAck, timeout: Duration) -> Self {
+        self.replica_ack = (ack, timeout);
         self
     }
 
@@ -408,6 +476,17 @@ impl ClientBuilder {
                 "renew batch size must be positive".into(),
             ));
         }
+        let replica_ack = ReplicaPolicy::new(self.replica_ack.0, self.replica_ack.1);
+        if let Some(policy) = replica_ack {
+            // WAIT runs as one command: it must end before the command timeout cuts it off.
+            if policy.timeout.is_zero() || policy.timeout >= self.command_timeout {
+                return Err(Error::InvalidArgument(format!(
+                    "replica acknowledgement timeout {:?} must be positive and shorter than the \
+                     command timeout {:?}",
+                    policy.timeout, self.command_timeout
+                )));
+            }
+        }
         let namespace = Namespace::new(self.key_prefix)?;
         let url = self
             .url
@@ -466,7 +545,16 @@ impl ClientBuilder {
         }
         // No `manage_subscriptions()`: the waiter hub re-subscribes after a reconnect itself.
 
-        let exec = Exec::new(redis_client);
+        let pubsub = match resolve_pubsub(&redis_client, self.pubsub, clustered).await {
+            Ok(pubsub) => pubsub,
+            Err(err) => {
+                let _ = redis_client.quit().await;
+                let _ = sub.quit().await;
+                return Err(err);
+            }
+        };
+        let sharded = pubsub == PubSubMode::Sharded;
+        let exec = Exec::new(redis_client, sharded);
         let closed = CancellationToken::new();
         let id = uuid::Uuid::new_v4().simple().to_string();
         let watchdog = Watchdog::spawn(
@@ -477,14 +565,16 @@ impl ClientBuilder {
                 clustered,
             },
         );
-        let hub = WaiterHub::start(sub, closed.clone());
-        tracing::debug!(client = %id, url = %redact(&url), "lockkit client connected");
+        let hub = WaiterHub::start(sub, sharded, closed.clone());
+        tracing::debug!(client = %id, url = %redact(&url), ?pubsub, "lockkit client connected");
         Ok(Client {
             inner: Arc::new(ClientInner {
                 id,
                 settings: Settings {
                     watchdog_timeout: self.watchdog_timeout,
                     namespace,
+                    pubsub,
+                    replica_ack,
                 },
                 exec,
                 hub,
@@ -495,6 +585,53 @@ impl ClientBuilder {
             }),
         })
     }
+}
+
+/// Resolves [`PubSubMode::Auto`] (sharded on a cluster that knows `SSUBSCRIBE`) and checks that
+/// an explicit [`PubSubMode::Sharded`] is supported.
+async fn resolve_pubsub(
+    redis_client: &fred::prelude::Client,
+    mode: PubSubMode,
+    clustered: bool,
+) -> Result<PubSubMode, Error> {
+    match mode {
+        PubSubMode::Classic => Ok(PubSubMode::Classic),
+        PubSubMode::Auto if !clustered => Ok(PubSubMode::Classic),
+        PubSubMode::Auto | PubSubMode::Sharded => {
+            let supported = supports_sharded_pubsub(redis_client).await?;
+            match (mode, supported) {
+                (_, true) => Ok(PubSubMode::Sharded),
+                (PubSubMode::Sharded, false) => Err(Error::InvalidArgument(
+                    "PubSubMode::Sharded was asked for, but the server does not know SSUBSCRIBE \
+                     (sharded pub/sub needs Redis 7.0 or later); use PubSubMode::Auto or Classic"
+                        .into(),
+                )),
+                _ => {
+                    tracing::info!(
+                        "the cluster does not support sharded pub/sub; using classic pub/sub"
+                    );
+                    Ok(PubSubMode::Classic)
+                }
+            }
+        }
+    }
+}
+
+/// Asks one server whether it knows `SSUBSCRIBE` (`COMMAND INFO` answers nil for an unknown
+/// command). On a cluster the servers are assumed to run one version.
+async fn supports_sharded_pubsub(redis_client: &fred::prelude::Client) -> Result<bool, Error> {
+    use fred::interfaces::ClientLike as _;
+    use fred::types::{ClusterHash, CustomCommand, Value};
+
+    let command = CustomCommand::new_static("COMMAND", ClusterHash::Random, false);
+    let reply: Value = redis_client
+        .custom(command, vec!["INFO", "SSUBSCRIBE"])
+        .await
+        .map_err(redis("probe sharded pub/sub"))?;
+    Ok(match reply {
+        Value::Array(entries) => entries.first().is_some_and(|entry| !entry.is_null()),
+        _ => false,
+    })
 }
 
 /// Connects a fred client, giving up after `timeout`.

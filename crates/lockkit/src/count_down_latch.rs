@@ -126,7 +126,12 @@ impl CountDownLatch {
                 &COUNT_DOWN,
                 Kind::CountDownLatch,
                 &key_refs(keys),
-                &[&marker, &REQUEST_WINDOW_MS.to_string(), &keys.channel, "0"],
+                &[
+                    &marker,
+                    &REQUEST_WINDOW_MS.to_string(),
+                    &keys.channel,
+                    self.object.inner().exec.publish_flag(),
+                ],
                 Resend::Allowed,
             )
             .await?;

@@ -19,6 +19,19 @@ pub enum Error {
         /// The object's name.
         name: String,
     },
+    /// The acquisition reached the primary, but fewer replicas than the client's replica
+    /// acknowledgement policy requires
+    /// ([`ClientBuilder::replica_ack`](crate::ClientBuilder::replica_ack)) acknowledged it within
+    /// the policy's timeout. The hold was given back: nothing is held.
+    #[error("`{name}` was acquired on the primary but only {acknowledged} replica(s) acknowledged it in time ({required} required by the replica acknowledgement policy); it was released")]
+    NotReplicated {
+        /// The object's name.
+        name: String,
+        /// How many replicas acknowledged the acquisition.
+        acknowledged: u32,
+        /// How many the policy required.
+        required: u32,
+    },
     /// An argument was rejected before anything was sent to Redis.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -33,10 +33,13 @@ pub(crate) struct Exec {
     redis: RedisClient,
     resending: WithOptions<RedisClient>,
     sending_once: WithOptions<RedisClient>,
+    /// Whether release announcements go out by `SPUBLISH` (sharded pub/sub).
+    sharded: bool,
 }
 
 impl Exec {
-    pub(crate) fn new(redis: RedisClient) -> Self {
+    /// `sharded`: whether scripts announce releases with `SPUBLISH` rather than `PUBLISH`.
+    pub(crate) fn new(redis: RedisClient, sharded: bool) -> Self {
         let once = Options {
             max_attempts: Some(1),
             ..Options::default()
@@ -45,6 +48,17 @@ impl Exec {
             resending: redis.with_options(&Options::default()),
             sending_once: redis.with_options(&once),
             redis,
+            sharded,
+        }
+    }
+
+    /// The sharded flag every announcing script takes in `ARGV`: `"1"` for `SPUBLISH`, `"0"` for
+    /// `PUBLISH`.
+    pub(crate) fn publish_flag(&self) -> &'static str {
+        if self.sharded {
+            "1"
+        } else {
+            "0"
         }
     }
 

@@ -286,7 +286,7 @@ impl FairLock {
                 &FORCE_UNLOCK,
                 Kind::FairLock,
                 &key_refs,
-                &[&keys.channel, "0"],
+                &[&keys.channel, self.object.inner().exec.publish_flag()],
                 Resend::Never,
             )
             .await?;
@@ -354,7 +354,7 @@ impl Attempt for FairAttempt<'_> {
                     &self.waiter,
                     &self.keepalive_ms,
                     &self.keys.channel,
-                    "0",
+                    client.exec.publish_flag(),
                 ],
                 Resend::Allowed,
             )
@@ -364,7 +364,7 @@ impl Attempt for FairAttempt<'_> {
                 // A grant takes the waiter out of the queue in the same script.
                 self.queued.store(false, Ordering::Release);
                 Ok(Outcome::Acquired(LockGuard::new(
-                    guard.granted(sent)?,
+                    guard.granted(sent)?.replicated().await?,
                     hold_count,
                     None,
                 )))
@@ -406,7 +406,7 @@ impl Drop for FairAttempt<'_> {
                     &CANCEL,
                     Kind::FairLock,
                     &key_refs,
-                    &[&waiter, &keys.channel, "0"],
+                    &[&waiter, &keys.channel, client.exec.publish_flag()],
                     Resend::Allowed,
                 )
                 .await

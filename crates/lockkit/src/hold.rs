@@ -210,7 +210,7 @@ pub(crate) async fn release_marker(
                 kind.release,
                 kind.kind,
                 &key_refs,
-                &[marker, &keys.channel, "0"],
+                &[marker, &keys.channel, exec.publish_flag()],
                 Resend::Never,
             )
             .await;
@@ -286,6 +286,39 @@ impl HoldGuard {
         self.hold.confirmed_at(sent);
         self.client.watchdog.register(Arc::clone(&self.hold));
         Ok(self)
+    }
+
+    /// Applies the client's replica acknowledgement policy to a granted hold: with a policy,
+    /// waits (`WAIT`) until enough replicas have the acquisition; when they do not within the
+    /// policy's timeout, gives the hold back and fails with [`Error::NotReplicated`]. Without a
+    /// policy it returns at once and sends nothing.
+    ///
+    /// Called by every primitive right after [`granted`](HoldGuard::granted). A failing `WAIT`
+    /// returns its error and drops the guard, which releases the hold in the background.
+    pub(crate) async fn replicated(self) -> Result<Self, Error> {
+        let Some(policy) = self.client.settings.replica_ack else {
+            return Ok(self);
+        };
+        let outcome =
+            crate::replica::wait_for_replicas(&self.client.exec, self.hold.key(), policy).await?;
+        if outcome.is_met() {
+            return Ok(self);
+        }
+        let name = self.hold.name.to_string();
+        tracing::warn!(
+            name = %name,
+            acknowledged = outcome.acknowledged,
+            required = outcome.required,
+            "acquisition not acknowledged by enough replicas; giving it back"
+        );
+        if let Err(err) = self.release().await {
+            tracing::warn!(name = %name, "giving back an unreplicated hold failed: {err}");
+        }
+        Err(Error::NotReplicated {
+            name,
+            acknowledged: outcome.acknowledged,
+            required: outcome.required,
+        })
     }
 
     /// Releases the hold now.

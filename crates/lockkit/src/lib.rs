@@ -87,6 +87,7 @@ mod object;
 mod owner;
 mod permit_expirable_semaphore;
 mod read_write_lock;
+mod replica;
 mod semaphore;
 mod spin_lock;
 mod tls;
@@ -94,7 +95,7 @@ mod waiters;
 mod watchdog;
 
 pub use client::{
-    Client, ClientBuilder, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
+    Client, ClientBuilder, PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
 pub use count_down_latch::CountDownLatch;
 pub use error::{Error, RedisError};
@@ -104,6 +105,7 @@ pub use lock::{Lock, LockGuard};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use permit_expirable_semaphore::{ExpirablePermit, PermitExpirableSemaphore};
 pub use read_write_lock::ReadWriteLock;
+pub use replica::ReplicaAck;
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use spin_lock::SpinLock;
 

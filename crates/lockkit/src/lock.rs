@@ -282,7 +282,7 @@ impl Attempt for LockAttempt<'_> {
             .await?;
         match AcquireReply::decode(&reply)? {
             AcquireReply::Acquired { hold_count, token } => Ok(Outcome::Acquired(LockGuard::new(
-                guard.granted(sent)?,
+                guard.granted(sent)?.replicated().await?,
                 hold_count,
                 token,
             ))),

@@ -107,7 +107,7 @@ impl Object {
                 &FORCE_UNLOCK,
                 self.kind,
                 &[&keys.key],
-                &[&keys.channel, "0"],
+                &[&keys.channel, self.inner().exec.publish_flag()],
                 Resend::Never,
             )
             .await?;

@@ -242,7 +242,12 @@ impl PermitExpirableSemaphore {
                 &UPDATE_LEASE,
                 self.object.kind,
                 &key_refs(keys),
-                &[id, &lease_millis(lease).to_string(), &keys.channel, "0"],
+                &[
+                    id,
+                    &lease_millis(lease).to_string(),
+                    &keys.channel,
+                    self.object.inner().exec.publish_flag(),
+                ],
                 Resend::Allowed,
             )
             .await?;

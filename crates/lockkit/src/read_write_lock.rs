@@ -305,7 +305,7 @@ impl ReadWriteLock {
                 &FORCE_UNLOCK,
                 Kind::ReadWriteLock,
                 &key_refs,
-                &[&keys.channel, "0"],
+                &[&keys.channel, self.object.inner().exec.publish_flag()],
                 Resend::Never,
             )
             .await?;
@@ -362,7 +362,7 @@ impl Attempt for RwAttempt<'_> {
             .await?;
         match AcquireReply::decode(&reply)? {
             AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard::new(
-                guard.granted(sent)?,
+                guard.granted(sent)?.replicated().await?,
                 hold_count,
                 None,
             ))),

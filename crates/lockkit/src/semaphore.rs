@@ -300,7 +300,7 @@ pub(crate) async fn add_permits(object: &Object, permits: i64) -> Result<u64, Er
                 &permits.to_string(),
                 &MAX_PERMITS.to_string(),
                 &keys.channel,
-                "0",
+                object.inner().exec.publish_flag(),
             ],
             Resend::Never,
         )
@@ -331,7 +331,7 @@ pub(crate) async fn available_permits(object: &Object) -> Result<u64, Error> {
             &AVAILABLE,
             object.kind,
             &key_refs(keys),
-            &[&keys.channel, "0"],
+            &[&keys.channel, object.inner().exec.publish_flag()],
             Resend::Allowed,
         )
         .await?;
@@ -418,13 +418,15 @@ impl Attempt for PermitAttempt<'_> {
                     &self.permits_arg,
                     &self.lease_ms,
                     &self.keys.channel,
-                    "0",
+                    client.exec.publish_flag(),
                 ],
                 Resend::Allowed,
             )
             .await?;
         let reason = match AcquireReply::decode(&reply)? {
-            AcquireReply::Acquired { .. } => return Ok(Outcome::Acquired(guard.granted(sent)?)),
+            AcquireReply::Acquired { .. } => {
+                return Ok(Outcome::Acquired(guard.granted(sent)?.replicated().await?))
+            }
             AcquireReply::Busy { retry_ms } => {
                 guard.disarm();
                 return Ok(Outcome::Busy {

@@ -201,7 +201,7 @@ impl Attempt for SpinAttempt<'_> {
             .await?;
         match AcquireReply::decode(&reply)? {
             AcquireReply::Acquired => Ok(Outcome::Acquired(LockGuard::new(
-                guard.granted(sent)?,
+                guard.granted(sent)?.replicated().await?,
                 1,
                 None,
             ))),

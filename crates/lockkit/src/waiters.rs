@@ -20,18 +20,25 @@
 //! subscriber connection was re-established) every waiter is woken to re-check; after a
 //! reconnect, once the hub has subscribed again to every channel it tracks.
 //!
+//! In sharded mode ([`PubSubMode::Sharded`](crate::PubSubMode)) the hub uses `SSUBSCRIBE` /
+//! `SUNSUBSCRIBE`, which fred routes to the node owning the channel's slot (channels carry the
+//! object's `{name}` hash tag, so that is the object's node) and which wait for Redis's reply, so
+//! no `PING` is needed to confirm them. Messages arrive as `smessage` and are dispatched like
+//! `message`: by channel name.
+//!
 //! Subscriptions live while at least one local task waits on the channel. `SUBSCRIBE` and
 //! `UNSUBSCRIBE` are serialised by one async mutex, and an unsubscribe re-checks under it that
 //! nobody registered again in the meantime, so a late `UNSUBSCRIBE` never cancels a newer
 //! subscription.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::Value;
+use lockkit_protocol::slot::key_slot;
 use lockkit_protocol::wake::Wake;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::error::RecvError;
@@ -48,6 +55,8 @@ pub(crate) struct WaiterHub {
 
 struct HubInner {
     sub: SubscriberClient,
+    /// `SSUBSCRIBE` rather than `SUBSCRIBE`.
+    sharded: bool,
     channels: Mutex<HashMap<String, Entry>>,
     subscribe_lock: tokio::sync::Mutex<()>,
 }
@@ -125,9 +134,11 @@ impl Entry {
 impl WaiterHub {
     /// Starts the hub on a connected subscriber client; `closed` stops it and closes the
     /// connection.
-    pub(crate) fn start(sub: SubscriberClient, closed: CancellationToken) -> Self {
+    /// `sharded` selects sharded pub/sub (`SSUBSCRIBE`).
+    pub(crate) fn start(sub: SubscriberClient, sharded: bool, closed: CancellationToken) -> Self {
         let inner = Arc::new(HubInner {
             sub: sub.clone(),
+            sharded,
             channels: Mutex::new(HashMap::new()),
             subscribe_lock: tokio::sync::Mutex::new(()),
         });
@@ -160,6 +171,15 @@ impl WaiterHub {
                 // SUBSCRIBE is idempotent: one that could not even be routed (no connection at
                 // that instant) is simply sent again once the client has reconnected.
                 resend_unsent(|| async {
+                    if self.inner.sharded {
+                        // SSUBSCRIBE returns once Redis has replied: nothing more to confirm.
+                        return self
+                            .inner
+                            .sub
+                            .ssubscribe(channel)
+                            .await
+                            .map_err(redis("ssubscribe"));
+                    }
                     self.inner
                         .sub
                         .subscribe(channel)
@@ -231,7 +251,12 @@ impl Drop for Waiter {
             if hub.channels.lock().contains_key(&channel) {
                 return; // someone registered again meanwhile; keep the subscription
             }
-            if let Err(err) = hub.sub.unsubscribe(channel.as_str()).await {
+            let result = if hub.sharded {
+                hub.sub.sunsubscribe(channel.as_str()).await
+            } else {
+                hub.sub.unsubscribe(channel.as_str()).await
+            };
+            if let Err(err) = result {
                 tracing::debug!(%channel, "unsubscribe failed: {err}");
             }
         });
@@ -282,7 +307,9 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
 /// waits failed with a Redis error after reconnects
 /// (`tests/reliability.rs`, `waiting_across_reconnects_never_fails_with_a_subscribe_error`).
 async fn resubscribe(hub: Arc<HubInner>) {
-    {
+    if hub.sharded {
+        resubscribe_sharded(&hub).await;
+    } else {
         let _serial = hub.subscribe_lock.lock().await;
         let channels: Vec<fred::types::Key> = hub
             .sub
@@ -303,6 +330,36 @@ async fn resubscribe(hub: Arc<HubInner>) {
     }
     for entry in hub.channels.lock().values() {
         entry.wake_all();
+    }
+}
+
+/// The sharded half of [`resubscribe`]: every shard channel that fred tracks or that has a local
+/// waiter, one `SSUBSCRIBE` per slot (Redis refuses one that spans slots). The channels with
+/// waiters are included because a failover or a slot migration may have dropped a subscription
+/// on the server's side (Redis then sends `sunsubscribe`) without the client asking for it.
+async fn resubscribe_sharded(hub: &HubInner) {
+    let _serial = hub.subscribe_lock.lock().await;
+    let mut by_slot: BTreeMap<u16, BTreeSet<String>> = BTreeMap::new();
+    let tracked = hub
+        .sub
+        .tracked_shard_channels()
+        .into_iter()
+        .map(|channel| channel.to_string());
+    let waited: Vec<String> = hub.channels.lock().keys().cloned().collect();
+    for channel in tracked.chain(waited) {
+        by_slot
+            .entry(key_slot(&channel))
+            .or_default()
+            .insert(channel);
+    }
+    for (slot, channels) in by_slot {
+        let channels: Vec<fred::types::Key> = channels.into_iter().map(Into::into).collect();
+        if let Err(err) = hub.sub.ssubscribe(channels).await {
+            tracing::warn!(
+                slot,
+                "re-subscribing shard channels after a reconnect failed: {err}"
+            );
+        }
     }
 }
 

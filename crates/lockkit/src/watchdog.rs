@@ -6,6 +6,10 @@
 //! - Renewal runs every `watchdog_timeout / 3`, **batched**: one `lock_renew` script call carries
 //!   up to `batch` holds (grouped by cluster slot on a cluster, since a script may only touch one
 //!   slot). A round still running when the next tick comes is not doubled up.
+//! - On a cluster that is one script call per slot in use, not per node: Redis refuses a script
+//!   whose keys span slots (`CROSSSLOT`), so a per-node batch would need one call per slot anyway.
+//!   All calls of a round are issued at once; fred pipelines them on its one connection per
+//!   primary, so a round costs about one round-trip time per node, not one per slot.
 //! - Renewal cannot revive a released hold: the script extends a key only while the hold's own
 //!   marker is in it, and the release deletes that marker atomically. A renewal reply for a hold
 //!   that was unregistered in the meantime is ignored, so a released guard is never reported lost.

@@ -1,0 +1,446 @@
+//! A Redis Cluster of real `redis-server` processes on free loopback ports.
+//!
+//! [`RedisCluster::start`] spawns `primaries + primaries × replicas` servers with
+//! `--cluster-enabled yes`, gives each primary an even share of the 16,384 slots
+//! (`CLUSTER ADDSLOTSRANGE`), joins them (`CLUSTER MEET`), attaches the replicas
+//! (`CLUSTER REPLICATE`) and waits until every node reports `cluster_state:ok` and every replica
+//! is in sync. It needs no `redis-cli`: everything goes through [`RedisServer::command`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::{RedisServer, RespValue, ServerOptions, TestkitError};
+
+/// The number of hash slots of a Redis Cluster.
+const SLOTS: u32 = 16_384;
+/// How often the kit polls the cluster's state while waiting for it.
+const POLL: Duration = Duration::from_millis(20);
+/// How long forming the cluster, or a failover, may take before the kit gives up.
+const FORM_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default `cluster-node-timeout`: short, so failovers in tests take about a second.
+const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(1_000);
+
+/// A Redis Cluster of real `redis-server` processes: `primaries` primaries, each with
+/// `replicas_per_primary` replicas, all on `127.0.0.1`. Every process is killed on drop.
+///
+/// Node indexes: `0..primaries` are the primaries as started (primary `i` owns the `i`-th even
+/// share of the slots), then the replicas, `primaries + i * replicas_per_primary + r` being
+/// replica `r` of primary `i`. After a failover a replica may be a primary: see
+/// [`node_for_slot`](RedisCluster::node_for_slot).
+///
+/// ```no_run
+/// use lockkit_testkit::RedisCluster;
+///
+/// # async fn demo() -> Result<(), lockkit_testkit::TestkitError> {
+/// let cluster = RedisCluster::start(3, 1).await?;
+/// let url = cluster.url(); // redis-cluster://127.0.0.1:p1?node=127.0.0.1:p2&node=...
+/// # let _ = url;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+    primaries: usize,
+    replicas_per_primary: usize,
+    node_timeout: Duration,
+}
+
+impl RedisCluster {
+    /// Starts a cluster with a 1 s `cluster-node-timeout` (a dead primary's replica takes over
+    /// after about that long) and waits until it is ready.
+    ///
+    /// # Errors
+    /// When a server cannot be started, or the cluster does not reach `cluster_state:ok` with
+    /// every replica in sync within 30 s ([`TestkitError::Cluster`]).
+    pub async fn start(
+        primaries: usize,
+        replicas_per_primary: usize,
+    ) -> Result<RedisCluster, TestkitError> {
+        Self::start_with(primaries, replicas_per_primary, DEFAULT_NODE_TIMEOUT).await
+    }
+
+    /// Starts a cluster with the given `cluster-node-timeout` (at least 100 ms).
+    ///
+    /// # Errors
+    /// As [`start`](RedisCluster::start); also for fewer than one primary or more primaries than
+    /// slots.
+    pub async fn start_with(
+        primaries: usize,
+        replicas_per_primary: usize,
+        node_timeout: Duration,
+    ) -> Result<RedisCluster, TestkitError> {
+        if primaries == 0 || primaries > SLOTS as usize {
+            return Err(cluster_error(format!(
+                "a cluster needs 1..={SLOTS} primaries, not {primaries}"
+            )));
+        }
+        let node_timeout = node_timeout.max(Duration::from_millis(100));
+        let total = primaries + primaries * replicas_per_primary;
+        let options = ServerOptions::default().args([
+            "--cluster-enabled".to_owned(),
+            "yes".to_owned(),
+            // Relative to the node's own `--dir`.
+            "--cluster-config-file".to_owned(),
+            "nodes.conf".to_owned(),
+            "--cluster-node-timeout".to_owned(),
+            node_timeout.as_millis().to_string(),
+        ]);
+        let mut nodes = Vec::with_capacity(total);
+        for _ in 0..total {
+            nodes.push(RedisServer::start_with(options.clone()).await?);
+        }
+        let cluster = RedisCluster {
+            nodes,
+            primaries,
+            replicas_per_primary,
+            node_timeout,
+        };
+        cluster.form().await?;
+        Ok(cluster)
+    }
+
+    /// Assigns slots, joins the nodes, attaches replicas and waits for the cluster to be ready.
+    async fn form(&self) -> Result<(), TestkitError> {
+        let mut ids = Vec::with_capacity(self.nodes.len());
+        for node in &self.nodes {
+            ids.push(expect_str(node, &["CLUSTER", "MYID"]).await?);
+        }
+        for (i, node) in self.nodes.iter().take(self.primaries).enumerate() {
+            // Distinct epochs, as redis-cli does, so no epoch collision has to be resolved.
+            let epoch = (i + 1).to_string();
+            expect_ok(node, &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]).await?;
+            let (first, last) = slot_share(i, self.primaries);
+            let (first, last) = (first.to_string(), last.to_string());
+            expect_ok(node, &["CLUSTER", "ADDSLOTSRANGE", &first, &last]).await?;
+        }
+        let first = &self.nodes[0];
+        for node in self.nodes.iter().skip(1) {
+            let port = node.port().to_string();
+            expect_ok(first, &["CLUSTER", "MEET", "127.0.0.1", &port]).await?;
+        }
+        // A replica can only follow a primary it knows.
+        self.wait_until("every node to know every other node", |nodes| {
+            nodes
+                .iter()
+                .all(|reply| reply.known_nodes == self.nodes.len())
+        })
+        .await?;
+        for (primary, id) in ids.iter().take(self.primaries).enumerate() {
+            for r in 0..self.replicas_per_primary {
+                let replica = self.replica_index(primary, r);
+                expect_ok(&self.nodes[replica], &["CLUSTER", "REPLICATE", id]).await?;
+            }
+        }
+        self.wait_ready().await
+    }
+
+    /// Waits until every running node reports `cluster_state:ok` and every running replica's
+    /// link to its primary is up.
+    ///
+    /// # Errors
+    /// [`TestkitError::Cluster`] when that does not happen within 30 s.
+    pub async fn wait_ready(&self) -> Result<(), TestkitError> {
+        self.wait_until(
+            "cluster_state:ok on every node, replicas in sync",
+            |nodes| nodes.iter().all(|reply| reply.state_ok && reply.link_up),
+        )
+        .await
+    }
+
+    /// Polls every running node until `done` holds for their states.
+    async fn wait_until(
+        &self,
+        what: &str,
+        done: impl Fn(&[NodeState]) -> bool,
+    ) -> Result<(), TestkitError> {
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            let mut states = Vec::with_capacity(self.nodes.len());
+            for node in self.nodes.iter().filter(|node| node.is_running()) {
+                states.push(NodeState::read(node).await);
+            }
+            if done(&states) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                let states: Vec<String> = states.iter().map(NodeState::describe).collect();
+                return Err(cluster_error(format!(
+                    "waited {FORM_TIMEOUT:?} for {what}; node states: {}",
+                    states.join("; ")
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// `redis-cluster://127.0.0.1:<first>?node=127.0.0.1:<second>&node=…`, naming every node
+    /// (killed ones too: a client skips those it cannot reach).
+    pub fn url(&self) -> String {
+        let mut url = String::from("redis-cluster://");
+        for (i, node) in self.nodes.iter().enumerate() {
+            match i {
+                0 => url.push_str(&format!("127.0.0.1:{}", node.port())),
+                1 => url.push_str(&format!("?node=127.0.0.1:{}", node.port())),
+                _ => url.push_str(&format!("&node=127.0.0.1:{}", node.port())),
+            }
+        }
+        url
+    }
+
+    /// Every node, primaries first (see the type's documentation for the order).
+    pub fn nodes(&self) -> &[RedisServer] {
+        &self.nodes
+    }
+
+    /// The number of primaries the cluster was started with.
+    pub fn primaries(&self) -> usize {
+        self.primaries
+    }
+
+    /// The index of replica `replica` of the `primary`-th started primary.
+    pub fn replica_index(&self, primary: usize, replica: usize) -> usize {
+        self.primaries + primary * self.replicas_per_primary + replica
+    }
+
+    /// The `cluster-node-timeout` the nodes run with.
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// The index of the node that currently serves `slot` as primary, as a running node sees it
+    /// (`CLUSTER SLOTS`); `None` when no running node answers or the slot is unassigned.
+    pub async fn node_for_slot(&self, slot: u16) -> Option<usize> {
+        let ports: HashMap<u16, usize> = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| (node.port(), i))
+            .collect();
+        for node in self.nodes.iter().filter(|node| node.is_running()) {
+            let Ok(reply) = node.command(&["CLUSTER", "SLOTS"]).await else {
+                continue;
+            };
+            let Some(ranges) = reply.as_array() else {
+                continue;
+            };
+            for range in ranges {
+                let Some(fields) = range.as_array() else {
+                    continue;
+                };
+                let (Some(first), Some(last)) = (
+                    fields.first().and_then(RespValue::as_int),
+                    fields.get(1).and_then(RespValue::as_int),
+                ) else {
+                    continue;
+                };
+                if (first..=last).contains(&i64::from(slot)) {
+                    let port = fields
+                        .get(2)
+                        .and_then(RespValue::as_array)
+                        .and_then(|primary| primary.get(1))
+                        .and_then(RespValue::as_int)
+                        .and_then(|port| u16::try_from(port).ok())?;
+                    return ports.get(&port).copied();
+                }
+            }
+            return None;
+        }
+        None
+    }
+
+    /// Kills node `index` with `SIGKILL` (its port stays reserved). After the node timeout its
+    /// replica, if any, is promoted by the others: see [`wait_ready`](RedisCluster::wait_ready).
+    ///
+    /// # Panics
+    /// When `index` is out of range.
+    pub fn kill_node(&mut self, index: usize) {
+        self.nodes[index].kill();
+    }
+
+    /// Stops node `index` with `SIGSTOP`: it keeps its connections but answers nothing until
+    /// [`resume_node`](RedisCluster::resume_node); past the node timeout the others treat it as
+    /// failed.
+    ///
+    /// # Errors
+    /// When the node is not running or the signal cannot be sent.
+    ///
+    /// # Panics
+    /// When `index` is out of range.
+    pub fn pause_node(&self, index: usize) -> Result<(), TestkitError> {
+        self.nodes[index].pause()
+    }
+
+    /// Continues a node stopped by [`pause_node`](RedisCluster::pause_node).
+    ///
+    /// # Errors
+    /// When the node is not running or the signal cannot be sent.
+    ///
+    /// # Panics
+    /// When `index` is out of range.
+    pub fn resume_node(&self, index: usize) -> Result<(), TestkitError> {
+        self.nodes[index].resume()
+    }
+
+    /// Makes replica node `index` take over from its primary with a coordinated
+    /// `CLUSTER FAILOVER` (no writes lost), and waits until it reports itself primary and the
+    /// cluster is ready again.
+    ///
+    /// # Errors
+    /// [`TestkitError::Cluster`] when the node refuses (it is not a replica) or the failover
+    /// does not complete within 30 s.
+    ///
+    /// # Panics
+    /// When `index` is out of range.
+    pub async fn failover(&self, index: usize) -> Result<(), TestkitError> {
+        let node = &self.nodes[index];
+        expect_ok(node, &["CLUSTER", "FAILOVER"]).await?;
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            let role = node.command(&["ROLE"]).await?;
+            let is_primary = role
+                .as_array()
+                .and_then(|fields| fields.first())
+                .and_then(RespValue::as_str)
+                == Some("master");
+            if is_primary {
+                return self.wait_ready().await;
+            }
+            if Instant::now() >= deadline {
+                return Err(cluster_error(format!(
+                    "node {index} (port {}) did not become primary within {FORM_TIMEOUT:?}",
+                    node.port()
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
+
+/// What the kit needs to know of one node while waiting.
+#[derive(Debug)]
+struct NodeState {
+    port: u16,
+    state_ok: bool,
+    known_nodes: usize,
+    /// True for a primary; for a replica, whether its link to the primary is up.
+    link_up: bool,
+    error: Option<String>,
+}
+
+impl NodeState {
+    fn describe(&self) -> String {
+        format!(
+            "port {}: state ok {}, known nodes {}, replication link up {}{}",
+            self.port,
+            self.state_ok,
+            self.known_nodes,
+            self.link_up,
+            self.error
+                .as_deref()
+                .map(|err| format!(", error: {err}"))
+                .unwrap_or_default()
+        )
+    }
+
+    async fn read(node: &RedisServer) -> NodeState {
+        let mut state = NodeState {
+            port: node.port(),
+            state_ok: false,
+            known_nodes: 0,
+            link_up: false,
+            error: None,
+        };
+        match node.command(&["CLUSTER", "INFO"]).await {
+            Ok(reply) => {
+                let info = reply.as_str().unwrap_or_default();
+                state.state_ok = info_field(info, "cluster_state") == Some("ok");
+                state.known_nodes = info_field(info, "cluster_known_nodes")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+            }
+            Err(err) => state.error = Some(err.to_string()),
+        }
+        match node.command(&["INFO", "replication"]).await {
+            Ok(reply) => {
+                let info = reply.as_str().unwrap_or_default();
+                state.link_up = info_field(info, "role") == Some("master")
+                    || info_field(info, "master_link_status") == Some("up");
+            }
+            Err(err) => state.error = Some(err.to_string()),
+        }
+        state
+    }
+}
+
+/// The value of `field:value` in an `INFO`-style reply.
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(str::trim)
+    })
+}
+
+/// The first and last slot of primary `i` of `n`.
+fn slot_share(i: usize, n: usize) -> (u32, u32) {
+    let n = n as u32;
+    let i = i as u32;
+    (SLOTS * i / n, SLOTS * (i + 1) / n - 1)
+}
+
+async fn expect_ok(node: &RedisServer, args: &[&str]) -> Result<(), TestkitError> {
+    match node.command(args).await? {
+        RespValue::Simple(ok) if ok == "OK" => Ok(()),
+        other => Err(cluster_error(format!(
+            "{} on port {} answered {other:?}",
+            args.join(" "),
+            node.port()
+        ))),
+    }
+}
+
+async fn expect_str(node: &RedisServer, args: &[&str]) -> Result<String, TestkitError> {
+    let reply = node.command(args).await?;
+    match reply.as_str() {
+        Some(text) => Ok(text.to_owned()),
+        None => Err(cluster_error(format!(
+            "{} on port {} answered {reply:?}",
+            args.join(" "),
+            node.port()
+        ))),
+    }
+}
+
+fn cluster_error(detail: String) -> TestkitError {
+    TestkitError::Cluster { detail }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{info_field, slot_share, SLOTS};
+
+    #[test]
+    fn slot_shares_cover_every_slot_once() {
+        for n in 1..=7 {
+            let mut next = 0;
+            for i in 0..n {
+                let (first, last) = slot_share(i, n);
+                assert_eq!(first, next);
+                assert!(last >= first);
+                next = last + 1;
+            }
+            assert_eq!(next, SLOTS);
+        }
+    }
+
+    #[test]
+    fn reads_info_fields() {
+        let info = "# Cluster\r\ncluster_state:ok\r\ncluster_known_nodes:6\r\n";
+        assert_eq!(info_field(info, "cluster_state"), Some("ok"));
+        assert_eq!(info_field(info, "cluster_known_nodes"), Some("6"));
+        assert_eq!(info_field(info, "cluster_size"), None);
+    }
+}

@@ -1,0 +1,413 @@
+//! Every primitive on a real Redis Cluster (3 primaries, 1 replica each, on loopback), release
+//! notifications by sharded pub/sub, and a primary killed while tasks wait.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit::protocol::keys::{Kind, Namespace};
+use lockkit::protocol::slot::key_slot;
+use lockkit::{Client, Error, PubSubMode};
+use lockkit_suite::{unique, until_waiting, within};
+use lockkit_testkit::{RedisCluster, RespValue};
+
+/// Hang guard of one scenario: never a performance bound.
+const HANG: Duration = Duration::from_secs(60);
+/// A lease longer than any wait in these tests: a waiter that gets the lock before it runs out
+/// was woken by a release message.
+const LONG_LEASE: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(30);
+
+async fn cluster() -> RedisCluster {
+    match RedisCluster::start(3, 1).await {
+        Ok(cluster) => cluster,
+        Err(err) => panic!("cannot start a redis cluster: {err}"),
+    }
+}
+
+async fn connect(url: &str) -> Client {
+    match Client::connect(url).await {
+        Ok(client) => client,
+        Err(err) => panic!("cannot connect to {url}: {err}"),
+    }
+}
+
+fn channel(kind: Kind, name: &str) -> String {
+    Namespace::default().object(kind, name).unwrap().channel
+}
+
+/// How many subscribers the shard channel has on the node that owns it (`PUBSUB SHARDNUMSUB`).
+async fn shard_subscribers(cluster: &RedisCluster, channel: &str) -> i64 {
+    let node = cluster
+        .node_for_slot(key_slot(channel))
+        .await
+        .expect("the slot has a primary");
+    let reply = cluster.nodes()[node]
+        .command(&["PUBSUB", "SHARDNUMSUB", channel])
+        .await
+        .unwrap();
+    match reply.as_array() {
+        Some([_, count]) => count.as_int().unwrap(),
+        other => panic!("unexpected SHARDNUMSUB reply {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_primitive_works_on_a_cluster() {
+    let cluster = cluster().await;
+    let url = cluster.url();
+    let a = connect(&url).await;
+    let b = connect(&url).await;
+    assert_eq!(
+        a.pubsub_mode(),
+        PubSubMode::Sharded,
+        "Auto picks sharded on 7.x"
+    );
+    within(HANG, "the basic scenarios", async {
+        lock_scenario(&a, &b).await;
+        fenced_lock_scenario(&a, &b).await;
+        fair_lock_scenario(&a, &b).await;
+        read_write_lock_scenario(&a, &b).await;
+        spin_lock_scenario(&a, &b).await;
+        multi_lock_scenario(&a, &b).await;
+        semaphore_scenario(&a, &b).await;
+        permit_expirable_semaphore_scenario(&a, &b).await;
+        count_down_latch_scenario(&a, &b).await;
+        handoff_by_sharded_pubsub(&cluster, &a, &b).await;
+    })
+    .await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+async fn lock_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-lock");
+    let held = a.lock(&name).try_lock(Duration::ZERO, None).await.unwrap();
+    let held = held.expect("a free lock is taken");
+    assert!(b.lock(&name).is_locked().await.unwrap());
+    assert!(b
+        .lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    held.unlock().await.unwrap();
+    let other = b.lock(&name).try_lock(Duration::ZERO, None).await.unwrap();
+    other
+        .expect("free again after unlock")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+async fn fenced_lock_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-fenced");
+    let first = a.fenced_lock(&name).try_lock(Duration::ZERO, None).await;
+    let first = first.unwrap().expect("a free lock is taken");
+    let busy = b.fenced_lock(&name).try_lock(Duration::ZERO, None).await;
+    assert!(busy.unwrap().is_none());
+    let token = first.fencing_token().expect("a fenced lock has a token");
+    first.unlock().await.unwrap();
+    let second = b.fenced_lock(&name).try_lock(Duration::ZERO, None).await;
+    let second = second.unwrap().expect("free again");
+    assert!(second.fencing_token().unwrap() > token, "tokens increase");
+    second.unlock().await.unwrap();
+}
+
+async fn fair_lock_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-fair");
+    let held = a.fair_lock(&name).try_lock(Duration::ZERO, None).await;
+    let held = held.unwrap().expect("a free lock is taken");
+    let busy = b.fair_lock(&name).try_lock(Duration::ZERO, None).await;
+    assert!(busy.unwrap().is_none());
+    // A queued waiter is handed the lock by name when it is released.
+    let waiter = {
+        let lock = b.fair_lock(&name);
+        tokio::spawn(async move { lock.try_lock(WAIT, Some(LONG_LEASE)).await })
+    };
+    until_waiting(b, 1).await;
+    held.unlock().await.unwrap();
+    let got = waiter.await.unwrap().unwrap().expect("handed over");
+    got.unlock().await.unwrap();
+}
+
+async fn read_write_lock_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-rw");
+    let read_a = a
+        .read_write_lock(&name)
+        .try_read_lock(Duration::ZERO, None)
+        .await;
+    let read_a = read_a.unwrap().expect("read hold");
+    let read_b = b
+        .read_write_lock(&name)
+        .try_read_lock(Duration::ZERO, None)
+        .await;
+    let read_b = read_b.unwrap().expect("readers share");
+    read_b.unlock().await.unwrap();
+    let write = b
+        .read_write_lock(&name)
+        .try_write_lock(Duration::ZERO, None)
+        .await;
+    assert!(
+        write.unwrap().is_none(),
+        "no writer while another client reads"
+    );
+    read_a.unlock().await.unwrap();
+    let write = b
+        .read_write_lock(&name)
+        .try_write_lock(Duration::ZERO, None)
+        .await;
+    let write = write.unwrap().expect("writer once readers left");
+    let read = a
+        .read_write_lock(&name)
+        .try_read_lock(Duration::ZERO, None)
+        .await;
+    assert!(read.unwrap().is_none(), "no reader while a writer holds");
+    write.unlock().await.unwrap();
+}
+
+async fn spin_lock_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-spin");
+    let held = a.spin_lock(&name).try_lock(Duration::ZERO, None).await;
+    let held = held.unwrap().expect("a free lock is taken");
+    let busy = b.spin_lock(&name).try_lock(Duration::ZERO, None).await;
+    assert!(busy.unwrap().is_none());
+    held.unlock().await.unwrap();
+    let other = b.spin_lock(&name).try_lock(Duration::ZERO, None).await;
+    other.unwrap().expect("free again").unlock().await.unwrap();
+}
+
+async fn multi_lock_scenario(a: &Client, b: &Client) {
+    let names: Vec<String> = (0..3).map(|_| unique("cluster-multi")).collect();
+    let slots: std::collections::BTreeSet<u16> = names
+        .iter()
+        .map(|name| key_slot(Namespace::default().lock(name).unwrap().key))
+        .collect();
+    assert!(slots.len() > 1, "the member locks live in different slots");
+    let multi = a.multi_lock(names.iter().map(|name| a.lock(name)));
+    let held = multi.try_lock(Duration::ZERO, None).await.unwrap();
+    let held = held.expect("all free: all taken");
+    // One member taken by someone else is enough to refuse the whole set.
+    let busy = b.multi_lock(names.iter().map(|name| b.lock(name)));
+    assert!(busy.try_lock(Duration::ZERO, None).await.unwrap().is_none());
+    assert!(b
+        .lock(&names[2])
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    held.unlock().await.unwrap();
+    let again = busy.try_lock(Duration::ZERO, None).await.unwrap();
+    again.expect("free again").unlock().await.unwrap();
+}
+
+async fn semaphore_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-sem");
+    assert!(a.semaphore(&name).try_set_permits(2).await.unwrap());
+    let first = a
+        .semaphore(&name)
+        .try_acquire(2, Duration::ZERO, None)
+        .await;
+    let first = first.unwrap().expect("both permits");
+    let busy = b
+        .semaphore(&name)
+        .try_acquire(1, Duration::ZERO, None)
+        .await;
+    assert!(busy.unwrap().is_none());
+    assert_eq!(b.semaphore(&name).available_permits().await.unwrap(), 0);
+    first.release().await.unwrap();
+    let second = b
+        .semaphore(&name)
+        .try_acquire(1, Duration::ZERO, None)
+        .await;
+    second.unwrap().expect("returned").release().await.unwrap();
+    assert_eq!(a.semaphore(&name).available_permits().await.unwrap(), 2);
+}
+
+async fn permit_expirable_semaphore_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-pes");
+    let sem_a = a.permit_expirable_semaphore(&name);
+    assert!(sem_a.try_set_permits(1).await.unwrap());
+    let permit = sem_a.try_acquire(Duration::ZERO, LONG_LEASE).await.unwrap();
+    let permit = permit.expect("the permit");
+    let sem_b = b.permit_expirable_semaphore(&name);
+    assert!(sem_b
+        .try_acquire(Duration::ZERO, LONG_LEASE)
+        .await
+        .unwrap()
+        .is_none());
+    permit.release().await.unwrap();
+    let other = sem_b.try_acquire(Duration::ZERO, LONG_LEASE).await.unwrap();
+    other.expect("returned").release().await.unwrap();
+}
+
+async fn count_down_latch_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-latch");
+    assert!(a.count_down_latch(&name).try_set_count(2).await.unwrap());
+    let waiter = {
+        let latch = b.count_down_latch(&name);
+        tokio::spawn(async move { latch.wait(WAIT).await })
+    };
+    until_waiting(b, 1).await;
+    assert_eq!(a.count_down_latch(&name).count_down().await.unwrap(), 1);
+    assert_eq!(a.count_down_latch(&name).count_down().await.unwrap(), 0);
+    assert!(waiter.await.unwrap().unwrap(), "the latch opened");
+}
+
+/// The holder's lease (60 s) outlasts the waiter's patience (30 s): the waiter can only get the
+/// lock through the release message, which travels by `SPUBLISH` to the shard channel the
+/// waiter holds with `SSUBSCRIBE` on the node that owns the lock's slot.
+async fn handoff_by_sharded_pubsub(cluster: &RedisCluster, a: &Client, b: &Client) {
+    let name = unique("cluster-handoff");
+    let held = a
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(LONG_LEASE))
+        .await;
+    let held = held.unwrap().expect("a free lock is taken");
+    let waiter = {
+        let lock = b.lock(&name);
+        tokio::spawn(async move { lock.try_lock(WAIT, Some(LONG_LEASE)).await })
+    };
+    until_waiting(b, 1).await;
+    let channel = channel(Kind::Lock, &name);
+    assert_eq!(
+        shard_subscribers(cluster, &channel).await,
+        1,
+        "the waiter holds a shard subscription on the slot's node"
+    );
+    held.unlock().await.unwrap();
+    let got = waiter.await.unwrap().unwrap();
+    got.expect("handed over by the release message")
+        .unlock()
+        .await
+        .unwrap();
+}
+
+/// Waits until the replica's replication offset reaches the primary's: everything written so
+/// far (the holder's acquire) is on the replica, so a failover does not lose it.
+async fn until_replicated(cluster: &RedisCluster, primary: usize, replica: usize) {
+    let field = |reply: RespValue, name: &str| -> i64 {
+        let text = reply.as_str().unwrap().to_owned();
+        text.lines()
+            .find_map(|line| {
+                line.strip_prefix(name)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    let nodes = cluster.nodes();
+    let target = field(
+        nodes[primary]
+            .command(&["INFO", "replication"])
+            .await
+            .unwrap(),
+        "master_repl_offset",
+    );
+    within(HANG, "the replica to catch up", async {
+        loop {
+            let reply = nodes[replica]
+                .command(&["INFO", "replication"])
+                .await
+                .unwrap();
+            if field(reply, "slave_repl_offset") >= target {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
+
+/// A primary dies while a holder holds a lock on it and tasks on two other clients wait. Its
+/// replica takes over after the node timeout; the waiters then get the lock one at a time (or
+/// end with a clear error), none hangs, and no two tasks ever hold it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_primary_killed_mid_wait_loses_no_waiter_and_doubles_no_hold() {
+    let mut cluster = cluster().await;
+    let url = cluster.url();
+    let holder = connect(&url).await;
+    let waiters = [connect(&url).await, connect(&url).await];
+    let name = unique("cluster-kill");
+    let slot = key_slot(Namespace::default().lock(&name).unwrap().key);
+    let primary = cluster.node_for_slot(slot).await.expect("slot served");
+    let replica = cluster.replica_index(primary, 0);
+
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let held = holder
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(8)))
+        .await;
+    let held = held.unwrap().expect("a free lock is taken");
+    inside.fetch_add(1, Ordering::SeqCst);
+
+    let mut tasks = Vec::new();
+    for client in &waiters {
+        for _ in 0..2 {
+            let lock = client.lock(&name);
+            let inside = Arc::clone(&inside);
+            let overlaps = Arc::clone(&overlaps);
+            tasks.push(tokio::spawn(async move {
+                let guard = lock.try_lock(WAIT, Some(Duration::from_secs(10))).await?;
+                let Some(guard) = guard else {
+                    return Ok::<bool, Error>(false);
+                };
+                if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                    overlaps.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::task::yield_now().await;
+                inside.fetch_sub(1, Ordering::SeqCst);
+                guard.unlock().await?;
+                Ok(true)
+            }));
+        }
+    }
+    for client in &waiters {
+        until_waiting(client, 2).await;
+    }
+    until_replicated(&cluster, primary, replica).await;
+
+    let killed = tokio::time::Instant::now();
+    cluster.kill_node(primary);
+    within(HANG, "the replica to take over", cluster.wait_ready())
+        .await
+        .unwrap();
+    // Measured and reported (docs/topologies.md), never asserted.
+    eprintln!(
+        "failover with a {:?} node timeout took {:?}",
+        cluster.node_timeout(),
+        killed.elapsed()
+    );
+    assert_eq!(
+        cluster.node_for_slot(slot).await,
+        Some(replica),
+        "the replica serves the lock's slot now"
+    );
+    // The hold survived the failover: nobody else got the lock meanwhile.
+    assert!(holder.lock(&name).is_locked().await.unwrap());
+    inside.fetch_sub(1, Ordering::SeqCst);
+    // If this unlock fails, the 8 s lease frees the lock for the waiters.
+    if let Err(err) = held.unlock().await {
+        eprintln!("unlock after the failover failed (the lease will free the lock): {err}");
+    }
+
+    let mut acquired = 0;
+    let mut errors = Vec::new();
+    for task in tasks {
+        match within(HANG, "a waiter", task).await.unwrap() {
+            Ok(true) => acquired += 1,
+            Ok(false) => {}
+            Err(err) => errors.push(err.to_string()),
+        }
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "no two holders at once");
+    assert!(acquired >= 1, "waiters recovered (errors: {errors:?})");
+    eprintln!("waiters that got the lock: {acquired} of 4; errors: {errors:?}");
+    holder.shutdown().await.unwrap();
+    for client in &waiters {
+        client.shutdown().await.unwrap();
+    }
+}
