@@ -6,7 +6,6 @@
 //! (`CLUSTER REPLICATE`) and waits until every node reports `cluster_state:ok` and every replica
 //! is in sync. It needs no `redis-cli`: everything goes through [`RedisServer::command`].
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -213,42 +212,150 @@ impl RedisCluster {
     /// The index of the node that currently serves `slot` as primary, as a running node sees it
     /// (`CLUSTER SLOTS`); `None` when no running node answers or the slot is unassigned.
     pub async fn node_for_slot(&self, slot: u16) -> Option<usize> {
-        let ports: HashMap<u16, usize> = self
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| (node.port(), i))
-            .collect();
         for node in self.nodes.iter().filter(|node| node.is_running()) {
-            let Ok(reply) = node.command(&["CLUSTER", "SLOTS"]).await else {
+            let Some(view) = slot_owner_seen_by(node, slot).await else {
                 continue;
             };
-            let Some(ranges) = reply.as_array() else {
-                continue;
-            };
-            for range in ranges {
-                let Some(fields) = range.as_array() else {
-                    continue;
-                };
-                let (Some(first), Some(last)) = (
-                    fields.first().and_then(RespValue::as_int),
-                    fields.get(1).and_then(RespValue::as_int),
-                ) else {
-                    continue;
-                };
-                if (first..=last).contains(&i64::from(slot)) {
-                    let port = fields
-                        .get(2)
-                        .and_then(RespValue::as_array)
-                        .and_then(|primary| primary.get(1))
-                        .and_then(RespValue::as_int)
-                        .and_then(|port| u16::try_from(port).ok())?;
-                    return ports.get(&port).copied();
-                }
-            }
-            return None;
+            return view.and_then(|port| self.index_of_port(port));
         }
         None
+    }
+
+    fn index_of_port(&self, port: u16) -> Option<usize> {
+        self.nodes.iter().position(|node| node.port() == port)
+    }
+
+    /// Moves `slot` to the primary node `to` with the resharding protocol `redis-cli --cluster
+    /// reshard` uses: `CLUSTER SETSLOT <slot> IMPORTING` on the target, `MIGRATING` on the
+    /// current owner, the slot's keys moved in batches of 100 (`CLUSTER GETKEYSINSLOT`, then
+    /// `MIGRATE … KEYS …`), then `CLUSTER SETSLOT <slot> NODE <target>` on the target, the old
+    /// owner and every other running primary. Returns once every running node reports the new
+    /// owner.
+    ///
+    /// Clients see what a live resharding shows them: `ASK` for keys already moved while it is
+    /// in progress, `MOVED` afterwards; the old owner drops its shard-channel subscriptions of
+    /// the slot (each subscriber gets an `sunsubscribe`).
+    ///
+    /// # Errors
+    /// [`TestkitError::Cluster`] when `to` is not a running primary, the slot has no owner, a
+    /// step is refused, or the nodes do not agree on the new owner within 30 s.
+    ///
+    /// # Panics
+    /// When `to` is out of range.
+    pub async fn migrate_slot(&self, slot: u16, to: usize) -> Result<(), TestkitError> {
+        let target = &self.nodes[to];
+        let from = self
+            .node_for_slot(slot)
+            .await
+            .ok_or_else(|| cluster_error(format!("slot {slot} has no owner")))?;
+        if from == to {
+            return Ok(());
+        }
+        let source = &self.nodes[from];
+        let role = target.command(&["ROLE"]).await?;
+        if role
+            .as_array()
+            .and_then(|fields| fields.first())
+            .and_then(RespValue::as_str)
+            != Some("master")
+        {
+            return Err(cluster_error(format!(
+                "node {to} (port {}) is not a primary; slots can only move to one",
+                target.port()
+            )));
+        }
+        let source_id = expect_str(source, &["CLUSTER", "MYID"]).await?;
+        let target_id = expect_str(target, &["CLUSTER", "MYID"]).await?;
+        let slot_arg = slot.to_string();
+        expect_ok(
+            target,
+            &["CLUSTER", "SETSLOT", &slot_arg, "IMPORTING", &source_id],
+        )
+        .await?;
+        expect_ok(
+            source,
+            &["CLUSTER", "SETSLOT", &slot_arg, "MIGRATING", &target_id],
+        )
+        .await?;
+        let target_port = target.port().to_string();
+        loop {
+            let reply = source
+                .command(&["CLUSTER", "GETKEYSINSLOT", &slot_arg, "100"])
+                .await?;
+            let keys: Vec<&str> = reply
+                .as_array()
+                .ok_or_else(|| cluster_error(format!("CLUSTER GETKEYSINSLOT answered {reply:?}")))?
+                .iter()
+                .filter_map(RespValue::as_str)
+                .collect();
+            if keys.is_empty() {
+                break;
+            }
+            let mut args = vec![
+                "MIGRATE",
+                "127.0.0.1",
+                &target_port,
+                "",
+                "0",
+                "5000",
+                "KEYS",
+            ];
+            args.extend(keys.iter().copied());
+            match source.command(&args).await? {
+                RespValue::Simple(ok) if ok == "OK" || ok == "NOKEY" => {}
+                other => {
+                    return Err(cluster_error(format!(
+                        "MIGRATE of slot {slot} from port {} answered {other:?}",
+                        source.port()
+                    )))
+                }
+            }
+        }
+        expect_ok(
+            target,
+            &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id],
+        )
+        .await?;
+        expect_ok(
+            source,
+            &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id],
+        )
+        .await?;
+        for (i, node) in self.nodes.iter().enumerate() {
+            if i == from || i == to || !node.is_running() {
+                continue;
+            }
+            let role = node.command(&["ROLE"]).await?;
+            let is_primary = role
+                .as_array()
+                .and_then(|fields| fields.first())
+                .and_then(RespValue::as_str)
+                == Some("master");
+            if is_primary {
+                expect_ok(node, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]).await?;
+            }
+        }
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            let mut agreed = true;
+            for node in self.nodes.iter().filter(|node| node.is_running()) {
+                if slot_owner_seen_by(node, slot).await != Some(Some(target.port())) {
+                    agreed = false;
+                    break;
+                }
+            }
+            if agreed {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(cluster_error(format!(
+                    "the nodes did not agree within {FORM_TIMEOUT:?} that slot {slot} moved to \
+                     node {to} (port {})",
+                    target.port()
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Kills node `index` with `SIGKILL` (its port stays reserved). After the node timeout its
@@ -382,6 +489,35 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
             .and_then(|rest| rest.strip_prefix(':'))
             .map(str::trim)
     })
+}
+
+/// The port of the primary serving `slot` as `node` sees it (`CLUSTER SLOTS`): `None` when the
+/// node does not answer, `Some(None)` when it knows no owner.
+async fn slot_owner_seen_by(node: &RedisServer, slot: u16) -> Option<Option<u16>> {
+    let reply = node.command(&["CLUSTER", "SLOTS"]).await.ok()?;
+    let ranges = reply.as_array()?;
+    for range in ranges {
+        let Some(fields) = range.as_array() else {
+            continue;
+        };
+        let (Some(first), Some(last)) = (
+            fields.first().and_then(RespValue::as_int),
+            fields.get(1).and_then(RespValue::as_int),
+        ) else {
+            continue;
+        };
+        if (first..=last).contains(&i64::from(slot)) {
+            return Some(
+                fields
+                    .get(2)
+                    .and_then(RespValue::as_array)
+                    .and_then(|primary| primary.get(1))
+                    .and_then(RespValue::as_int)
+                    .and_then(|port| u16::try_from(port).ok()),
+            );
+        }
+    }
+    Some(None)
 }
 
 /// The first and last slot of primary `i` of `n`.

@@ -26,6 +26,18 @@
 //! no `PING` is needed to confirm them. Messages arrive as `smessage` and are dispatched like
 //! `message`: by channel name.
 //!
+//! When a slot moves to another node (resharding: `CLUSTER SETSLOT … NODE`), the old owner drops
+//! the slot's shard subscriptions and tells the subscriber with an `sunsubscribe` push. fred 10.1
+//! gives no signal for that push (`check_pubsub_message` drops every `sunsubscribe` frame as an
+//! "unused subscription response", and its tracked shard channels do not change), so the hub
+//! watches the slot owners instead: it records the owner of each waited channel's slot when it
+//! subscribes, and re-reads the subscriber client's routing table whenever fred reports a
+//! cluster-state change (a `MOVED` makes fred re-read `CLUSTER SLOTS`) and, while anyone waits,
+//! every [`SLOT_CHECK_INTERVAL`] after a `CLUSTER SLOTS` of its own (a pure waiter sends nothing
+//! that could draw a `MOVED`). When a slot's owner changed, the hub subscribes to that slot's
+//! channels again (fred routes the `SSUBSCRIBE` to the new owner) and wakes their waiters to
+//! re-check, since a release published on the new owner before that was missed.
+//!
 //! Subscriptions live while at least one local task waits on the channel. `SUBSCRIBE` and
 //! `UNSUBSCRIBE` are serialised by one async mutex, and an unsubscribe re-checks under it that
 //! nobody registered again in the meantime, so a late `UNSUBSCRIBE` never cancels a newer
@@ -34,9 +46,12 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use fred::clients::SubscriberClient;
+use fred::interfaces::ClusterInterface;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
+use fred::types::config::Server;
 use fred::types::Value;
 use lockkit_protocol::slot::key_slot;
 use lockkit_protocol::wake::Wake;
@@ -47,6 +62,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
 use crate::exec::resend_unsent;
+
+/// How often, in sharded mode and while at least one task waits, the hub re-reads the cluster's
+/// slot owners to notice a slot that moved (see the module documentation).
+pub(crate) const SLOT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The client's waiter hub.
 pub(crate) struct WaiterHub {
@@ -59,6 +78,11 @@ struct HubInner {
     sharded: bool,
     channels: Mutex<HashMap<String, Entry>>,
     subscribe_lock: tokio::sync::Mutex<()>,
+    /// Sharded mode: the owner of each waited channel's slot when the hub last looked (`None`:
+    /// not known then).
+    slot_owners: Mutex<HashMap<u16, Option<Server>>>,
+    /// A slot-owner check is running (at most one at a time).
+    checking: AtomicBool,
 }
 
 #[derive(Default)]
@@ -141,6 +165,8 @@ impl WaiterHub {
             sharded,
             channels: Mutex::new(HashMap::new()),
             subscribe_lock: tokio::sync::Mutex::new(()),
+            slot_owners: Mutex::new(HashMap::new()),
+            checking: AtomicBool::new(false),
         });
         tokio::spawn(dispatch(Arc::downgrade(&inner), sub, closed));
         Self { inner }
@@ -172,6 +198,11 @@ impl WaiterHub {
                 // that instant) is simply sent again once the client has reconnected.
                 resend_unsent(|| async {
                     if self.inner.sharded {
+                        // Where the SSUBSCRIBE goes, as far as the client knows: a later change
+                        // of owner means the subscription was dropped (see `check_slot_owners`).
+                        let slot = key_slot(channel);
+                        let owner = slot_owner(&self.inner.sub, slot);
+                        self.inner.slot_owners.lock().entry(slot).or_insert(owner);
                         // SSUBSCRIBE returns once Redis has replied: nothing more to confirm.
                         return self
                             .inner
@@ -267,6 +298,10 @@ impl Drop for Waiter {
 async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: CancellationToken) {
     let mut messages = sub.message_rx();
     let mut reconnects = sub.reconnect_rx();
+    let mut cluster_changes = sub.cluster_change_rx();
+    let sharded = hub.upgrade().is_some_and(|hub| hub.sharded);
+    let mut slot_check = tokio::time::interval(SLOT_CHECK_INTERVAL);
+    slot_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             () = closed.cancelled() => break,
@@ -293,6 +328,20 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
                     }
                 }
                 Err(RecvError::Closed) => break,
+            },
+            change = cluster_changes.recv(), if sharded => match change {
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    if let Some(hub) = hub.upgrade() {
+                        spawn_slot_check(hub, false);
+                    }
+                }
+                Err(RecvError::Closed) => break,
+            },
+            _ = slot_check.tick(), if sharded => {
+                let Some(hub) = hub.upgrade() else { break };
+                if !hub.channels.lock().is_empty() {
+                    spawn_slot_check(hub, true);
+                }
             },
         }
     }
@@ -359,6 +408,88 @@ async fn resubscribe_sharded(hub: &HubInner) {
                 slot,
                 "re-subscribing shard channels after a reconnect failed: {err}"
             );
+        }
+    }
+}
+
+/// The node serving `slot` according to the subscriber client's routing table.
+fn slot_owner(sub: &SubscriberClient, slot: u16) -> Option<Server> {
+    sub.cached_cluster_state()
+        .and_then(|state| state.get_server(slot).cloned())
+}
+
+/// Runs [`check_slot_owners`] in the background unless a check is already running.
+fn spawn_slot_check(hub: Arc<HubInner>, refresh: bool) {
+    if hub.checking.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    tokio::spawn(async move {
+        check_slot_owners(&hub, refresh).await;
+        hub.checking.store(false, Ordering::Release);
+    });
+}
+
+/// Finds the waited shard channels whose slot moved to another node since the hub subscribed,
+/// subscribes to them again (on the new owner) and wakes their waiters to re-check. `refresh`
+/// first re-reads `CLUSTER SLOTS` into the subscriber client's routing table.
+async fn check_slot_owners(hub: &HubInner, refresh: bool) {
+    if refresh {
+        if let Err(err) = hub.sub.sync_cluster().await {
+            tracing::debug!("reading the cluster's slot owners failed: {err}");
+            return;
+        }
+    }
+    let mut waited: BTreeMap<u16, Vec<String>> = BTreeMap::new();
+    for channel in hub.channels.lock().keys() {
+        waited
+            .entry(key_slot(channel))
+            .or_default()
+            .push(channel.clone());
+    }
+    let mut moved = Vec::new();
+    {
+        let mut owners = hub.slot_owners.lock();
+        owners.retain(|slot, _| waited.contains_key(slot));
+        for &slot in waited.keys() {
+            let now = slot_owner(&hub.sub, slot);
+            if let Some(before) = owners.insert(slot, now.clone()) {
+                if before != now {
+                    moved.push((slot, before, now));
+                }
+            }
+        }
+    }
+    for (slot, before, now) in moved {
+        let before = before.map_or_else(|| "unknown".to_owned(), |server| server.to_string());
+        let now = now.map_or_else(|| "unknown".to_owned(), |server| server.to_string());
+        tracing::info!(
+            slot,
+            %before,
+            %now,
+            "the slot of waited shard channels moved; re-subscribing and waking their waiters"
+        );
+        let _serial = hub.subscribe_lock.lock().await;
+        let channels: Vec<fred::types::Key> = hub
+            .channels
+            .lock()
+            .keys()
+            .filter(|channel| key_slot(channel) == slot)
+            .cloned()
+            .map(Into::into)
+            .collect();
+        if channels.is_empty() {
+            continue;
+        }
+        if let Err(err) = hub.sub.ssubscribe(channels).await {
+            tracing::warn!(
+                slot,
+                "re-subscribing shard channels after their slot moved failed: {err}"
+            );
+        }
+        for (channel, entry) in hub.channels.lock().iter() {
+            if key_slot(channel) == slot {
+                entry.wake_all();
+            }
         }
     }
 }
