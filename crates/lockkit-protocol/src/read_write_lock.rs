@@ -29,33 +29,19 @@
 //! free after a read phase publishes [`Wake::One`](crate::wake::Wake::One), as one writer may now
 //! enter. No other release can admit a waiter.
 
-use crate::script::Script;
+use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
-/// One read-write lock script: the shared helpers (`rwlock_lib.lua`) followed by the
-/// operation's file.
-macro_rules! rwlock_script {
-    ($name:literal) => {
-        Script::new(
-            $name,
-            concat!(
-                include_str!("scripts/rwlock_lib.lua"),
-                include_str!(concat!("scripts/", $name, ".lua"))
-            ),
-        )
-    };
-}
-
 /// Take one read or write hold.
-pub static ACQUIRE: Script = rwlock_script!("rwlock_acquire");
+pub static ACQUIRE: Script = with_prelude!("rwlock_lib", "rwlock_acquire");
 /// Give back one hold, read or write.
-pub static RELEASE: Script = rwlock_script!("rwlock_release");
+pub static RELEASE: Script = with_prelude!("rwlock_lib", "rwlock_release");
 /// Extend or check many holds at once (the watchdog's batch; two keys per hold).
-pub static RENEW: Script = rwlock_script!("rwlock_renew");
+pub static RENEW: Script = with_prelude!("rwlock_lib", "rwlock_renew");
 /// Report the mode and one owner's hold counts.
-pub static STATUS: Script = rwlock_script!("rwlock_status");
+pub static STATUS: Script = with_prelude!("rwlock_lib", "rwlock_status");
 /// Delete the lock whoever holds it, and wake every waiter.
-pub static FORCE_UNLOCK: Script = rwlock_script!("rwlock_force_unlock");
+pub static FORCE_UNLOCK: Script = with_prelude!("rwlock_lib", "rwlock_force_unlock");
 
 /// The two kinds of hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

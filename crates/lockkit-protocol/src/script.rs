@@ -47,6 +47,22 @@ impl Script {
     }
 }
 
+/// A script assembled at compile time from a shared prelude (`scripts/<prelude>.lua`: helper
+/// functions written once) followed by the operation's own file (`scripts/<name>.lua`, which
+/// starts with its KEYS/ARGV/Reply header).
+macro_rules! with_prelude {
+    ($prelude:literal, $name:literal) => {
+        $crate::script::Script::new(
+            $name,
+            concat!(
+                include_str!(concat!("scripts/", $prelude, ".lua")),
+                include_str!(concat!("scripts/", $name, ".lua"))
+            ),
+        )
+    };
+}
+pub(crate) use with_prelude;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,36 +20,23 @@
 //! decoded by [`ReleaseReply`](crate::lock::ReleaseReply) (`{1,0}` freed, `{0,0}` not held), a
 //! renewal by [`decode_renew`](crate::lock::decode_renew) (keys: two per hold).
 
-use crate::script::Script;
+use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
-/// One semaphore script: the shared helpers followed by the operation's file.
-macro_rules! semaphore_script {
-    ($name:literal) => {
-        Script::new(
-            $name,
-            concat!(
-                include_str!("scripts/semaphore_lib.lua"),
-                include_str!(concat!("scripts/", $name, ".lua"))
-            ),
-        )
-    };
-}
-
 /// Take `k` permits as one hold.
-pub static ACQUIRE: Script = semaphore_script!("semaphore_acquire");
+pub static ACQUIRE: Script = with_prelude!("semaphore_lib", "semaphore_acquire");
 /// Give back the permits of one hold (the release convention of every hold kind).
-pub static RELEASE: Script = semaphore_script!("semaphore_release");
+pub static RELEASE: Script = with_prelude!("semaphore_lib", "semaphore_release");
 /// Extend or check many holds at once (the watchdog's batch; two keys per hold).
-pub static RENEW: Script = semaphore_script!("semaphore_renew");
+pub static RENEW: Script = with_prelude!("semaphore_lib", "semaphore_renew");
 /// Set the total, only if it was never set.
-pub static TRY_SET_PERMITS: Script = semaphore_script!("semaphore_try_set_permits");
+pub static TRY_SET_PERMITS: Script = with_prelude!("semaphore_lib", "semaphore_try_set_permits");
 /// Add to or take from the total.
-pub static ADD_PERMITS: Script = semaphore_script!("semaphore_add_permits");
+pub static ADD_PERMITS: Script = with_prelude!("semaphore_lib", "semaphore_add_permits");
 /// Count the free permits.
-pub static AVAILABLE: Script = semaphore_script!("semaphore_available");
+pub static AVAILABLE: Script = with_prelude!("semaphore_lib", "semaphore_available");
 /// Set one hold's lease to end a given time from now.
-pub static UPDATE_LEASE: Script = semaphore_script!("semaphore_update_lease");
+pub static UPDATE_LEASE: Script = with_prelude!("semaphore_lib", "semaphore_update_lease");
 
 /// Every semaphore script.
 pub const SCRIPTS: [&Script; 7] = [
