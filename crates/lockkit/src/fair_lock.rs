@@ -276,21 +276,9 @@ impl FairLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
     pub async fn force_unlock(&self) -> Result<bool, Error> {
-        let keys = self.object.keys()?;
-        let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-        let reply = self
-            .object
-            .inner()
-            .exec
-            .ints(
-                &FORCE_UNLOCK,
-                Kind::FairLock,
-                &key_refs,
-                &[&keys.channel, self.object.inner().exec.publish_flag()],
-                Resend::Never,
-            )
-            .await?;
-        Ok(decode_force_unlock(&reply)?)
+        self.object
+            .force_unlock(&FORCE_UNLOCK, decode_force_unlock)
+            .await
     }
 }
 

@@ -234,7 +234,12 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
     pub async fn force_unlock(&self) -> Result<bool, Error> {
-        self.object.force_unlock().await
+        self.object
+            .force_unlock(
+                &lockkit_protocol::lock::FORCE_UNLOCK,
+                lockkit_protocol::lock::decode_force_unlock,
+            )
+            .await
     }
 }
 

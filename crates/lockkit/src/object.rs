@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface};
-use lockkit_protocol::lock::{decode_force_unlock, FORCE_UNLOCK};
+use lockkit_protocol::script::Script;
+use lockkit_protocol::DecodeError;
 
 use lockkit_protocol::keys::{KeyError, Kind, ObjectKeys};
 
@@ -96,22 +97,27 @@ impl Object {
         })
     }
 
-    /// Deletes the main key whoever holds it and wakes one waiter (`lock_force_unlock.lua`);
-    /// returns whether it existed. Auxiliary keys (a fencing counter, a queue) are kept.
-    pub(crate) async fn force_unlock(&self) -> Result<bool, Error> {
+    /// Runs the kind's force-unlock `script` (KEYS = every key of the object; ARGV = channel,
+    /// sharded flag) and decodes its `{1}`/`{0}` reply with `decode`: whether the object was held.
+    pub(crate) async fn force_unlock(
+        &self,
+        script: &'static Script,
+        decode: fn(&[i64]) -> Result<bool, DecodeError>,
+    ) -> Result<bool, Error> {
         let keys = self.keys()?;
+        let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
         let reply = self
             .inner()
             .exec
             .ints(
-                &FORCE_UNLOCK,
+                script,
                 self.kind,
-                &[&keys.key],
+                &key_refs,
                 &[&keys.channel, self.inner().exec.publish_flag()],
                 Resend::Never,
             )
             .await?;
-        Ok(decode_force_unlock(&reply)?)
+        Ok(decode(&reply)?)
     }
 }
 
