@@ -1,47 +1,72 @@
-//! Contention: W workers fighting for one lock, against the floor of one raw `EVALSHA` round trip.
+//! Contention: W workers fighting for one lock, lockkit's primitives and the peer libraries, against
+//! the floors of one raw `EVALSHA` round trip and of one raw pub/sub handoff.
 //!
 //! One process spawns one `redis-server` on a loopback port. For each of `Lock`, `FairLock` and
 //! `SpinLock`, for each row (W workers, hold H, think T), W tokio tasks on one multi-thread
 //! runtime, each with its **own** `lockkit::Client` (its own connections), loop for D seconds:
 //! acquire (`lock()`, watchdog mode), hold H (a tokio sleep), release (`unlock()`), think T.
+//! Then every installed peer library (`benches/peers/install`) runs the same rows against the same
+//! server through its runner (`benches/peers/run <peer> ...`, one process per row, one client
+//! per worker), which prints its events as one line of JSON.
 //!
-//! Every event is timed on one monotonic clock (`std::time::Instant`). From the merged record
-//! (ordered by the instants acquires returned; the lock is exclusive, so that is the order of
-//! holds) it computes:
+//! Every event is timed on one monotonic clock per process (nanoseconds since an origin). Every
+//! row, lockkit's or a peer's, goes through [`analyse`]: from the merged record (ordered by the
+//! instants acquires returned; for an exclusive lock that is the order of holds) it computes
 //!
 //! - acquisitions in the window (acquire returned before the deadline), per worker min/max;
 //! - owner changes: acquisitions by a different worker than the previous holder;
 //! - handoff latency: for owner changes where the new holder was already waiting (its acquire
 //!   call started before the previous holder called unlock), from the previous holder's unlock
 //!   call to the new holder's acquire return; p50 and p99;
+//! - overlapping holds: a hold that began before the previous one ended (0 for a correct lock);
 //! - the measured hold (acquire return to unlock call) and the net overhead per acquisition,
 //!   `D / acquisitions − mean measured hold`.
 //!
-//! The floor is measured in the same run: the median of 200 `EVALSHA` round trips of a trivial
-//! script through a plain fred client, configured and framed as in `benches/latency.rs`. Handoff
-//! p50/p99 and net overhead are also given in those round trips (RTT). After the rows it measures
-//! the floor again (drift check) and once more with a 10 ms sleep before each round trip
-//! (diagnostic: what one round trip costs a process that was idle, as a waiter is during a hold).
+//! The floors are measured in the same run: the median of 200 `EVALSHA` round trips of a trivial
+//! script through a plain fred client, configured and framed as in `benches/latency.rs` (RTT),
+//! and the raw pub/sub handoff: a holder client sends `EVALSHA` of a script that publishes on a
+//! channel, a waiter woken by the message on its own subscriber client sends one trivial
+//! `EVALSHA`; from the holder's send to the waiter's reply, 200 samples, hot (back to back) and
+//! after 10 ms idle. After the rows it measures the RTT again (drift check) and once more with a
+//! 10 ms sleep before each round trip (diagnostic).
 //!
-//! Run: `cargo bench --bench contention`. `LOCKKIT_BENCH_SECS` sets D (seconds, default 3).
-//! Without `--bench` (`cargo test --benches`) it runs a short smoke test only.
+//! Run: `cargo bench --bench contention` (or `scripts/bench-contention`, which installs the
+//! peers first and plots). Environment: `LOCKKIT_BENCH_SECS` sets D (seconds, default 3);
+//! `LOCKKIT_BENCH_ONLY` a comma list of lockkit primitives to run (`none`: no lockkit rows);
+//! `LOCKKIT_BENCH_PEERS` a comma list of peers (`none`: no peers; default every installed one);
+//! `LOCKKIT_PEERS_DIR` where the peers are installed (default `target/peers`);
+//! `LOCKKIT_BENCH_OUT` the JSON output (default `target/bench-results/contention.json`).
+//! Without `--bench` (`cargo test --benches`) it runs a short smoke test only (no peers).
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use fred::interfaces::{ClientLike, LuaInterface};
+use fred::clients::SubscriberClient;
+use fred::interfaces::{ClientLike, EventInterface, LuaInterface, PubsubInterface};
 use fred::prelude::{Client as RedisClient, Config, ReconnectPolicy};
 use fred::types::{Builder, ClusterHash, CustomCommand, Value};
 use lockkit::protocol::keys::Namespace;
 use lockkit::protocol::lock::hold_marker;
 use lockkit::protocol::slot::key_slot;
 use lockkit::{Client, Error, FairLock, Lock, LockGuard, SpinLock};
+use serde_json::json;
 
-/// Round trips of the floor.
+/// Round trips of the floor, and samples of the pub/sub floor.
 const RTT_SAMPLES: usize = 200;
 /// The trivial script of the floor.
 const TRIVIAL: &str = "return {1, 1}";
+/// The holder's script of the pub/sub floor: publishes on the channel `KEYS[1]`.
+const PUBLISH: &str = "redis.call('PUBLISH', KEYS[1], 'x') return {1, 1}";
 /// The most workers any row uses (one client each, built once).
 const MAX_WORKERS: usize = 16;
+/// The peer libraries, in the order of the table.
+const PEERS: [&str; 5] = [
+    "redis-py",
+    "python-redis-lock",
+    "redis-semaphore",
+    "redlock",
+    "rslock",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Primitive {
@@ -88,131 +113,92 @@ impl Handle {
     }
 }
 
-/// One row of the table: W workers, hold H, think T.
+/// The workload of one row: W workers, hold H, think T.
 #[derive(Debug, Clone, Copy)]
-struct Row {
-    primitive: Primitive,
+struct Workload {
     workers: usize,
     hold: Duration,
     think: Duration,
 }
 
-/// One hold, as a worker saw it.
-#[derive(Debug, Clone, Copy)]
-struct Event {
-    worker: usize,
-    /// When the worker called acquire.
-    called: Instant,
-    /// When acquire returned (the hold starts).
-    acquired: Instant,
-    /// When the worker called unlock (the hold ends).
-    unlocking: Instant,
+/// One hold as a worker saw it, in nanoseconds since its process's origin:
+/// `[worker, called, acquired, unlocking]` (the runners' JSON format).
+type Event = [u64; 4];
+
+/// A row's record, from lockkit's workers or from a peer's runner.
+struct Record {
+    /// The first column: the primitive or the peer library.
+    library: String,
+    /// The library's version.
+    version: String,
+    workload: Workload,
+    /// The window's bounds on the record's clock.
+    start_ns: u64,
+    deadline_ns: u64,
+    events: Vec<Event>,
+    /// Failed acquires or releases the runner reported.
+    errors: u64,
 }
 
 /// What one row measured.
 struct Outcome {
-    row: Row,
+    library: String,
+    version: String,
+    workload: Workload,
     window: Duration,
     acquisitions: usize,
     min_max: f64,
     owner_changes: usize,
+    /// Sorted.
     handoffs: Vec<Duration>,
     mean_hold: Duration,
-    /// Holds that began before the previous one ended (must be 0).
+    /// Holds that began before the previous one ended (must be 0 for lockkit).
     overlaps: usize,
+    errors: u64,
 }
 
-fn ms(ms: u64) -> Duration {
-    Duration::from_millis(ms)
+impl Outcome {
+    fn handoff(&self, q: f64) -> Option<Duration> {
+        (!self.handoffs.is_empty()).then(|| quantile(&self.handoffs, q))
+    }
+
+    /// `D / acquisitions − mean hold`.
+    fn net_overhead_us(&self) -> f64 {
+        micros(self.window) / self.acquisitions.max(1) as f64 - micros(self.mean_hold)
+    }
 }
 
-/// The rows, in order: per primitive, W ∈ {4, 16} × H ∈ {0, 10 ms} with T = 0, then
-/// W ∈ {4, 16} × T ∈ {5, 20 ms} with H = 5 ms.
-fn rows() -> Vec<Row> {
-    let mut rows = Vec::new();
-    for primitive in Primitive::ALL {
-        for (hold, think) in [(0, 0), (10, 0), (5, 5), (5, 20)] {
-            for workers in [4, MAX_WORKERS] {
-                rows.push(Row {
-                    primitive,
-                    workers,
-                    hold: ms(hold),
-                    think: ms(think),
-                });
-            }
+/// The analysis of every row, lockkit's and the peers' alike.
+fn analyse(record: Record) -> Outcome {
+    let Record {
+        library,
+        version,
+        workload,
+        start_ns,
+        deadline_ns,
+        mut events,
+        errors,
+    } = record;
+    const WORKER: usize = 0;
+    const CALLED: usize = 1;
+    const ACQUIRED: usize = 2;
+    const UNLOCKING: usize = 3;
+    events.sort_unstable_by_key(|e| e[ACQUIRED]);
+
+    let mut per_worker = vec![0_usize; workload.workers];
+    let mut acquisitions = 0;
+    let mut total_hold = 0_u64;
+    for e in events.iter().filter(|e| e[ACQUIRED] < deadline_ns) {
+        acquisitions += 1;
+        total_hold += e[UNLOCKING].saturating_sub(e[ACQUIRED]);
+        if let Some(count) = usize::try_from(e[WORKER])
+            .ok()
+            .and_then(|w| per_worker.get_mut(w))
+        {
+            *count += 1;
         }
     }
-    rows
-}
-
-/// One worker: acquire, hold, release, think, until the deadline. After the deadline an acquire
-/// that returns is released at once (not counted), so every worker ends within a handoff or so.
-async fn worker(
-    index: usize,
-    handle: Handle,
-    hold: Duration,
-    think: Duration,
-    deadline: Instant,
-) -> Vec<Event> {
-    let mut events = Vec::with_capacity(4096);
-    while Instant::now() < deadline {
-        let called = Instant::now();
-        let guard = handle.lock().await.expect("lock");
-        let acquired = Instant::now();
-        if acquired < deadline && !hold.is_zero() {
-            tokio::time::sleep(hold).await;
-        }
-        let unlocking = Instant::now();
-        guard.unlock().await.expect("unlock");
-        events.push(Event {
-            worker: index,
-            called,
-            acquired,
-            unlocking,
-        });
-        if !think.is_zero() && Instant::now() < deadline {
-            tokio::time::sleep(think).await;
-        }
-    }
-    events
-}
-
-async fn run_row(clients: &[Client], row: Row, window: Duration) -> Outcome {
-    let name = lockkit_suite::unique(&format!("bench-contention-{}", row.primitive.name()));
-    let start = Instant::now();
-    let deadline = start + window;
-    let tasks: Vec<_> = clients[..row.workers]
-        .iter()
-        .enumerate()
-        .map(|(index, client)| {
-            let handle = Handle::new(client, row.primitive, &name);
-            tokio::spawn(worker(index, handle, row.hold, row.think, deadline))
-        })
-        .collect();
-    let mut events = Vec::new();
-    let mut per_worker = Vec::with_capacity(row.workers);
-    let joined = lockkit_suite::within(
-        window + Duration::from_secs(60),
-        "the workers of a contention row",
-        futures::future::join_all(tasks),
-    )
-    .await;
-    for result in joined {
-        let worker_events = result.expect("a worker panicked");
-        per_worker.push(
-            worker_events
-                .iter()
-                .filter(|e| e.acquired < deadline)
-                .count(),
-        );
-        events.extend(worker_events);
-    }
-    events.sort_unstable_by_key(|e| e.acquired);
-
-    let counted: Vec<&Event> = events.iter().filter(|e| e.acquired < deadline).collect();
-    let acquisitions = counted.len();
-    let total_hold: Duration = counted.iter().map(|e| e.unlocking - e.acquired).sum();
-    let mean_hold = total_hold / u32::try_from(acquisitions.max(1)).unwrap_or(u32::MAX);
+    let mean_hold = Duration::from_nanos(total_hold / acquisitions.max(1) as u64);
     let max = per_worker.iter().copied().max().unwrap_or(0);
     let min = per_worker.iter().copied().min().unwrap_or(0);
     let min_max = if max == 0 {
@@ -226,67 +212,260 @@ async fn run_row(clients: &[Client], row: Row, window: Duration) -> Outcome {
     let mut handoffs = Vec::new();
     for pair in events.windows(2) {
         let (prev, next) = (&pair[0], &pair[1]);
-        if next.acquired < prev.unlocking {
+        if next[ACQUIRED] < prev[UNLOCKING] {
             overlaps += 1;
         }
-        if next.acquired >= deadline || next.worker == prev.worker {
+        if next[ACQUIRED] >= deadline_ns || next[WORKER] == prev[WORKER] {
             continue;
         }
         owner_changes += 1;
-        if next.called <= prev.unlocking {
-            handoffs.push(next.acquired.saturating_duration_since(prev.unlocking));
+        if next[CALLED] <= prev[UNLOCKING] {
+            handoffs.push(Duration::from_nanos(
+                next[ACQUIRED].saturating_sub(prev[UNLOCKING]),
+            ));
         }
     }
     handoffs.sort_unstable();
     Outcome {
-        row,
-        window,
+        library,
+        version,
+        workload,
+        window: Duration::from_nanos(deadline_ns.saturating_sub(start_ns)),
         acquisitions,
         min_max,
         owner_changes,
         handoffs,
         mean_hold,
         overlaps,
+        errors,
     }
 }
 
-/// The floor: a plain fred client configured like lockkit's command client, sending
-/// `EVALSHA <trivial> 1 <key> <owner> <marker> <lease>` (the shape of lockkit's acquire).
+fn ms(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// The workloads, in order: W ∈ {4, 16} × H ∈ {0, 10 ms} with T = 0, then W ∈ {4, 16} ×
+/// T ∈ {5, 20 ms} with H = 5 ms.
+fn workloads() -> Vec<Workload> {
+    let mut rows = Vec::new();
+    for (hold, think) in [(0, 0), (10, 0), (5, 5), (5, 20)] {
+        for workers in [4, MAX_WORKERS] {
+            rows.push(Workload {
+                workers,
+                hold: ms(hold),
+                think: ms(think),
+            });
+        }
+    }
+    rows
+}
+
+/// One worker: acquire, hold, release, think, until the deadline. After the deadline an acquire
+/// that returns is released at once (recorded, filtered out by the analysis), so every worker
+/// ends within a handoff or so.
+async fn worker(
+    index: usize,
+    handle: Handle,
+    workload: Workload,
+    origin: Instant,
+    deadline: Instant,
+) -> Vec<Event> {
+    let ns = |t: Instant| u64::try_from(t.duration_since(origin).as_nanos()).unwrap_or(u64::MAX);
+    let mut events = Vec::with_capacity(4096);
+    while Instant::now() < deadline {
+        let called = Instant::now();
+        let guard = handle.lock().await.expect("lock");
+        let acquired = Instant::now();
+        if acquired < deadline && !workload.hold.is_zero() {
+            tokio::time::sleep(workload.hold).await;
+        }
+        let unlocking = Instant::now();
+        guard.unlock().await.expect("unlock");
+        events.push([index as u64, ns(called), ns(acquired), ns(unlocking)]);
+        if !workload.think.is_zero() && Instant::now() < deadline {
+            tokio::time::sleep(workload.think).await;
+        }
+    }
+    events
+}
+
+/// One lockkit row.
+async fn run_lockkit(
+    clients: &[Client],
+    primitive: Primitive,
+    workload: Workload,
+    window: Duration,
+) -> Outcome {
+    let name = lockkit_suite::unique(&format!("bench-contention-{}", primitive.name()));
+    let origin = Instant::now();
+    let deadline = origin + window;
+    let tasks: Vec<_> = clients[..workload.workers]
+        .iter()
+        .enumerate()
+        .map(|(index, client)| {
+            let handle = Handle::new(client, primitive, &name);
+            tokio::spawn(worker(index, handle, workload, origin, deadline))
+        })
+        .collect();
+    let joined = lockkit_suite::within(
+        window + Duration::from_secs(60),
+        "the workers of a contention row",
+        futures::future::join_all(tasks),
+    )
+    .await;
+    let mut events = Vec::new();
+    for result in joined {
+        events.extend(result.expect("a worker panicked"));
+    }
+    analyse(Record {
+        library: primitive.name().to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        workload,
+        start_ns: 0,
+        deadline_ns: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+        events,
+        errors: 0,
+    })
+}
+
+/// Where `benches/peers/install` put the peers.
+fn peers_dir() -> PathBuf {
+    std::env::var_os("LOCKKIT_PEERS_DIR").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/peers"),
+        PathBuf::from,
+    )
+}
+
+/// The installed peers and their versions, from the install script's marker.
+fn installed_peers() -> Vec<(String, String)> {
+    let marker = peers_dir().join("installed");
+    std::fs::read_to_string(marker)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|line| {
+            let (peer, version) = line.split_once(' ')?;
+            Some((peer.to_owned(), version.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// A comma list from the environment: `None` when unset (everything), empty for `none`.
+fn selection(var: &str) -> Option<Vec<String>> {
+    let value = std::env::var(var).ok()?;
+    if value.trim().eq_ignore_ascii_case("none") {
+        return Some(Vec::new());
+    }
+    Some(
+        value
+            .split(',')
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect(),
+    )
+}
+
+/// One peer row: runs the peer's runner against the server and parses its JSON line.
+async fn run_peer(url: &str, peer: &str, workload: Workload, window: Duration) -> Option<Outcome> {
+    let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/peers/run");
+    let name = lockkit_suite::unique(&format!("bench-contention-{peer}"));
+    let output = tokio::process::Command::new(&runner)
+        .arg(peer)
+        .args(["--url", url, "--name", &name])
+        .args(["--workers", &workload.workers.to_string()])
+        .args(["--hold-ms", &workload.hold.as_millis().to_string()])
+        .args(["--think-ms", &workload.think.as_millis().to_string()])
+        .args(["--secs", &window.as_secs_f64().to_string()])
+        .env("LOCKKIT_PEERS_DIR", peers_dir())
+        .kill_on_drop(true)
+        .output();
+    let output = match tokio::time::timeout(window + Duration::from_secs(120), output).await {
+        Ok(Ok(output)) => output,
+        Ok(Err(err)) => {
+            eprintln!("  {peer}: cannot run {}: {err}", runner.display());
+            return None;
+        }
+        Err(_) => {
+            eprintln!("  {peer}: the runner hung; row skipped");
+            return None;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if !output.status.success() {
+        eprintln!("  {peer}: the runner failed ({}):\n{stderr}", output.status);
+        return None;
+    }
+    let parsed: serde_json::Value = match serde_json::from_slice(&output.stdout) {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            eprintln!("  {peer}: the runner's output is not JSON ({err}):\n{stderr}");
+            return None;
+        }
+    };
+    let number = |key: &str| parsed[key].as_u64().unwrap_or(0);
+    let events = parsed["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter_map(|e| {
+                    let e = e.as_array()?;
+                    let get = |i: usize| e.get(i).and_then(serde_json::Value::as_u64);
+                    Some([get(0)?, get(1)?, get(2)?, get(3)?])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(analyse(Record {
+        library: peer.to_owned(),
+        version: parsed["version"].as_str().unwrap_or("?").to_owned(),
+        workload,
+        start_ns: number("start_ns"),
+        deadline_ns: number("deadline_ns"),
+        events,
+        errors: number("errors"),
+    }))
+}
+
+/// A plain fred client configured like lockkit's command client, sending
+/// `EVALSHA <script> 1 <key> <owner> <marker> <lease>` (the shape of lockkit's acquire).
 struct Floor {
     raw: RedisClient,
     frame: Vec<Value>,
     route: ClusterHash,
 }
 
+/// A plain fred builder with the settings lockkit's `ClientBuilder::build` applies by default.
+fn raw_builder(url: &str) -> Builder {
+    let config = Config::from_url(url).expect("a valid Redis URL");
+    let mut builder = Builder::from_config(config);
+    builder
+        .with_connection_config(|conn| {
+            conn.connection_timeout = Duration::from_secs(5);
+            conn.internal_command_timeout = Duration::from_secs(5);
+        })
+        .with_performance_config(|perf| {
+            perf.default_command_timeout = Duration::from_secs(5);
+        })
+        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
+    builder
+}
+
 impl Floor {
-    async fn new(url: &str, client: &Client) -> Floor {
-        let config = Config::from_url(url).expect("a valid Redis URL");
-        let mut builder = Builder::from_config(config);
-        builder
-            .with_connection_config(|conn| {
-                conn.connection_timeout = Duration::from_secs(5);
-                conn.internal_command_timeout = Duration::from_secs(5);
-            })
-            .with_performance_config(|perf| {
-                perf.default_command_timeout = Duration::from_secs(5);
-            })
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
-        let raw = builder.build().expect("a fred client");
+    /// The floor's client; `key` is the script's one key (a lock key, or the channel).
+    async fn new(url: &str, client: &Client, script: &str, key: &str) -> Floor {
+        let raw = raw_builder(url).build().expect("a fred client");
         let _connection = raw.init().await.expect("connected");
-        let sha: String = raw.script_load(TRIVIAL).await.expect("SCRIPT LOAD");
-        let key = Namespace::default()
-            .lock(&lockkit_suite::unique("bench-contention-raw"))
-            .expect("a valid name")
-            .key;
+        let sha: String = raw.script_load(script).await.expect("SCRIPT LOAD");
         let owner = format!("{}:{:?}", client.id(), std::thread::current().id());
         let marker = hold_marker(client.id(), 1_000_000);
         let lease = client.watchdog_timeout().as_millis().to_string();
-        let mut frame = vec![Value::from(sha), Value::from(1_i64), Value::from(&*key)];
+        let mut frame = vec![Value::from(sha), Value::from(1_i64), Value::from(key)];
         frame.extend([&owner, &marker, &lease].map(|arg| Value::from(arg.as_str())));
         Floor {
             raw,
             frame,
-            route: ClusterHash::Custom(key_slot(&key)),
+            route: ClusterHash::Custom(key_slot(key)),
         }
     }
 
@@ -319,6 +498,77 @@ impl Floor {
     }
 }
 
+/// The raw pub/sub handoff floor: p50 and p99.
+#[derive(Debug, Clone, Copy)]
+struct PubsubFloor {
+    p50: Duration,
+    p99: Duration,
+}
+
+/// Measures the raw pub/sub handoff: a holder client sends `EVALSHA` of [`PUBLISH`] on a channel;
+/// a waiter task, woken by the message on its own [`SubscriberClient`], sends one `EVALSHA` of
+/// [`TRIVIAL`] through a third client; each sample runs from the holder's send to the waiter's
+/// reply. The holder sleeps `idle` before each sample (0: back to back). [`RTT_SAMPLES`] samples
+/// after 20 for warm-up.
+async fn pubsub_floor(url: &str, client: &Client, idle: Duration) -> PubsubFloor {
+    let channel = Namespace::default()
+        .lock(&lockkit_suite::unique("bench-contention-pubsub"))
+        .expect("a valid name")
+        .key;
+    let holder = Floor::new(url, client, PUBLISH, &channel).await;
+    let waiter = Floor::new(url, client, TRIVIAL, &channel).await;
+    let subscriber: SubscriberClient = raw_builder(url)
+        .build_subscriber_client()
+        .expect("a fred subscriber client");
+    let _connection = subscriber.init().await.expect("connected");
+    let mut messages = subscriber.message_rx();
+    subscriber
+        .subscribe(channel.as_str())
+        .await
+        .expect("SUBSCRIBE");
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    let total = RTT_SAMPLES + 20;
+    let waiter_task = tokio::spawn(async move {
+        for _ in 0..total {
+            if messages.recv().await.is_err() {
+                break;
+            }
+            std::hint::black_box(waiter.evalsha().await);
+            if done_tx.send(Instant::now()).is_err() {
+                break;
+            }
+        }
+        waiter
+    });
+    let mut samples = Vec::with_capacity(RTT_SAMPLES);
+    for i in 0..total {
+        if !idle.is_zero() {
+            tokio::time::sleep(idle).await;
+        }
+        let sent = Instant::now();
+        std::hint::black_box(holder.evalsha().await);
+        let replied = lockkit_suite::within(
+            Duration::from_secs(30),
+            "the pub/sub floor's waiter",
+            done_rx.recv(),
+        )
+        .await
+        .expect("the waiter replied");
+        if i >= 20 {
+            samples.push(replied.saturating_duration_since(sent));
+        }
+    }
+    let waiter = waiter_task.await.expect("the waiter task");
+    let _ = subscriber.quit().await;
+    let _ = holder.raw.quit().await;
+    let _ = waiter.raw.quit().await;
+    samples.sort_unstable();
+    PubsubFloor {
+        p50: quantile(&samples, 0.5),
+        p99: quantile(&samples, 0.99),
+    }
+}
+
 fn micros(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }
@@ -329,58 +579,172 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[index]
 }
 
-fn print_table(outcomes: &[Outcome], rtt: Duration) {
-    let rtt_us = micros(rtt);
+/// The floors of one run.
+struct Floors {
+    rtt: Duration,
+    pubsub_hot: PubsubFloor,
+    pubsub_idle: Option<PubsubFloor>,
+    rtt_after: Duration,
+    rtt_idle: Option<Duration>,
+}
+
+impl Floors {
+    /// The pub/sub floor a row's handoffs compare with: hot for H = 0, after 10 ms idle else.
+    fn pubsub_for(&self, workload: Workload) -> Option<PubsubFloor> {
+        if workload.hold.is_zero() {
+            Some(self.pubsub_hot)
+        } else {
+            self.pubsub_idle
+        }
+    }
+}
+
+fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
+    value.map_or_else(|| "–".to_owned(), |v| format!("{v:.decimals$}"))
+}
+
+fn print_table(outcomes: &[Outcome], floors: &Floors) {
+    let rtt_us = micros(floors.rtt);
     println!(
-        "| primitive | W | H ms | T ms | acquisitions | acq/s | min/max | owner changes | handoffs \
-         | handoff p50 µs | p99 µs | p50 RTT | p99 RTT | mean hold ms | net overhead µs | net RTT |"
+        "| library | W | H ms | T ms | acquisitions | acq/s | min/max | owner changes | handoffs \
+         | handoff p50 µs | p99 µs | p50 RTT | p99 RTT | p50 / pubsub floor | mean hold ms \
+         | net overhead µs | net RTT | overlaps |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for o in outcomes {
-        let (p50, p99) = if o.handoffs.is_empty() {
-            ("–".to_owned(), "–".to_owned())
+        let p50 = o.handoff(0.5).map(micros);
+        let p99 = o.handoff(0.99).map(micros);
+        let pubsub = floors.pubsub_for(o.workload).map(|f| micros(f.p50));
+        let net = o.net_overhead_us();
+        let library = if PEERS.contains(&o.library.as_str()) {
+            format!("{} {}", o.library, o.version)
         } else {
-            (
-                format!("{:.0}", micros(quantile(&o.handoffs, 0.5))),
-                format!("{:.0}", micros(quantile(&o.handoffs, 0.99))),
-            )
+            format!("lockkit {}", o.library)
         };
-        let (p50_rtt, p99_rtt) = if o.handoffs.is_empty() {
-            ("–".to_owned(), "–".to_owned())
+        let errors = if o.errors > 0 {
+            format!(" ({} errors)", o.errors)
         } else {
-            (
-                format!("{:.1}", micros(quantile(&o.handoffs, 0.5)) / rtt_us),
-                format!("{:.1}", micros(quantile(&o.handoffs, 0.99)) / rtt_us),
-            )
+            String::new()
         };
-        let per_acq = micros(o.window) / o.acquisitions.max(1) as f64;
-        let net = per_acq - micros(o.mean_hold);
         println!(
-            "| {} | {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.1} |",
-            o.row.primitive.name(),
-            o.row.workers,
-            o.row.hold.as_millis(),
-            o.row.think.as_millis(),
+            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
+            o.workload.workers,
+            o.workload.hold.as_millis(),
+            o.workload.think.as_millis(),
             o.acquisitions,
             o.acquisitions as f64 / o.window.as_secs_f64(),
             o.min_max,
             o.owner_changes,
             o.handoffs.len(),
-            p50,
-            p99,
-            p50_rtt,
-            p99_rtt,
+            fmt_opt(p50, 0),
+            fmt_opt(p99, 0),
+            fmt_opt(p50.map(|p| p / rtt_us), 1),
+            fmt_opt(p99.map(|p| p / rtt_us), 1),
+            fmt_opt(p50.zip(pubsub).map(|(p, f)| p / f), 1),
             o.mean_hold.as_secs_f64() * 1e3,
             net,
             net / rtt_us,
+            o.overlaps,
         );
     }
-    let overlaps: usize = outcomes.iter().map(|o| o.overlaps).sum();
+    let lockkit_overlaps: usize = outcomes
+        .iter()
+        .filter(|o| !PEERS.contains(&o.library.as_str()))
+        .map(|o| o.overlaps)
+        .sum();
     println!();
     println!(
-        "floor: median raw EVALSHA round trip = {rtt_us:.1} µs; overlapping holds (must be 0): \
-         {overlaps}"
+        "floor: median raw EVALSHA round trip = {rtt_us:.1} µs; overlapping holds of lockkit \
+         (must be 0): {lockkit_overlaps}"
     );
+    println!(
+        "pub/sub handoff floor (publish, then one EVALSHA from the woken waiter), hot: p50 {:.1} \
+         µs, p99 {:.1} µs",
+        micros(floors.pubsub_hot.p50),
+        micros(floors.pubsub_hot.p99)
+    );
+    if let Some(idle) = floors.pubsub_idle {
+        println!(
+            "pub/sub handoff floor after 10 ms idle: p50 {:.1} µs, p99 {:.1} µs",
+            micros(idle.p50),
+            micros(idle.p99)
+        );
+    }
+    println!(
+        "floor again after the rows: {:.1} µs (drift check; the table uses the first)",
+        micros(floors.rtt_after)
+    );
+    if let Some(idle) = floors.rtt_idle {
+        println!(
+            "floor after 10 ms idle (diagnostic, each round trip preceded by a 10 ms sleep): \
+             {:.1} µs",
+            micros(idle)
+        );
+    }
+}
+
+/// Writes every row and floor as JSON (`LOCKKIT_BENCH_OUT`, default
+/// `target/bench-results/contention.json`).
+fn write_json(outcomes: &[Outcome], floors: &Floors, window: Duration) {
+    let path = std::env::var_os("LOCKKIT_BENCH_OUT").map_or_else(
+        || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-results/contention.json"),
+        PathBuf::from,
+    );
+    let rtt_us = micros(floors.rtt);
+    let rows: Vec<_> = outcomes
+        .iter()
+        .map(|o| {
+            let peer = PEERS.contains(&o.library.as_str());
+            let p50 = o.handoff(0.5).map(micros);
+            let p99 = o.handoff(0.99).map(micros);
+            let pubsub = floors.pubsub_for(o.workload).map(|f| micros(f.p50));
+            json!({
+                "library": if peer { o.library.clone() } else { format!("lockkit {}", o.library) },
+                "kind": if peer { "peer" } else { "lockkit" },
+                "version": o.version,
+                "workers": o.workload.workers,
+                "hold_ms": o.workload.hold.as_millis() as u64,
+                "think_ms": o.workload.think.as_millis() as u64,
+                "window_s": o.window.as_secs_f64(),
+                "acquisitions": o.acquisitions,
+                "acq_per_s": o.acquisitions as f64 / o.window.as_secs_f64(),
+                "min_max": o.min_max,
+                "owner_changes": o.owner_changes,
+                "handoffs": o.handoffs.len(),
+                "handoff_p50_us": p50,
+                "handoff_p99_us": p99,
+                "handoff_p50_rtt": p50.map(|p| p / rtt_us),
+                "handoff_p99_rtt": p99.map(|p| p / rtt_us),
+                "handoff_p50_pubsub_floor": p50.zip(pubsub).map(|(p, f)| p / f),
+                "mean_hold_ms": o.mean_hold.as_secs_f64() * 1e3,
+                "net_overhead_us": o.net_overhead_us(),
+                "net_overhead_rtt": o.net_overhead_us() / rtt_us,
+                "overlaps": o.overlaps,
+                "errors": o.errors,
+            })
+        })
+        .collect();
+    let doc = json!({
+        "window_s": window.as_secs_f64(),
+        "floors": {
+            "rtt_us": rtt_us,
+            "rtt_after_us": micros(floors.rtt_after),
+            "rtt_after_10ms_idle_us": floors.rtt_idle.map(micros),
+            "pubsub_hot_p50_us": micros(floors.pubsub_hot.p50),
+            "pubsub_hot_p99_us": micros(floors.pubsub_hot.p99),
+            "pubsub_idle_p50_us": floors.pubsub_idle.map(|f| micros(f.p50)),
+            "pubsub_idle_p99_us": floors.pubsub_idle.map(|f| micros(f.p99)),
+        },
+        "rows": rows,
+    });
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).expect("create the output directory");
+    }
+    let text = serde_json::to_string_pretty(&doc).expect("JSON");
+    std::fs::write(&path, text + "\n").expect("write the JSON output");
+    println!("rows and floors as JSON: {}", path.display());
 }
 
 fn window() -> Duration {
@@ -392,43 +756,101 @@ fn window() -> Duration {
     Duration::from_secs_f64(secs)
 }
 
+/// The peers to run: the selected ones (all by default) that are installed; says so for the
+/// others.
+fn peers_to_run() -> Vec<String> {
+    let installed = installed_peers();
+    let selected = selection("LOCKKIT_BENCH_PEERS")
+        .unwrap_or_else(|| PEERS.iter().map(|p| (*p).to_owned()).collect());
+    let mut run = Vec::new();
+    for peer in selected {
+        if !PEERS.contains(&peer.as_str()) {
+            println!("unknown peer {peer:?} in LOCKKIT_BENCH_PEERS (known: {PEERS:?})");
+        } else if installed.iter().any(|(p, _)| *p == peer) {
+            run.push(peer);
+        } else {
+            println!(
+                "peer {peer} is not installed in {}: skipped (install it with \
+                 `benches/peers/install {peer}`, or run `scripts/bench-contention`)",
+                peers_dir().display()
+            );
+        }
+    }
+    run
+}
+
 async fn bench(url: &str, smoke: bool) {
     let clients =
         futures::future::join_all((0..MAX_WORKERS).map(|_| lockkit_suite::client(url))).await;
-    let floor = Floor::new(url, &clients[0]).await;
+    let rtt_key = Namespace::default()
+        .lock(&lockkit_suite::unique("bench-contention-raw"))
+        .expect("a valid name")
+        .key;
+    let floor = Floor::new(url, &clients[0], TRIVIAL, &rtt_key).await;
     let rtt = floor.median(Duration::ZERO).await;
-
-    let (rows, window) = if smoke {
-        let rows = rows()
-            .into_iter()
-            .filter(|r| r.workers == 4 && r.hold.is_zero())
-            .collect();
-        (rows, Duration::from_millis(200))
+    let pubsub_hot = pubsub_floor(url, &clients[0], Duration::ZERO).await;
+    let pubsub_idle = if smoke {
+        None
     } else {
-        (rows(), window())
+        Some(pubsub_floor(url, &clients[0], ms(10)).await)
+    };
+
+    let only = selection("LOCKKIT_BENCH_ONLY");
+    let primitives: Vec<Primitive> = Primitive::ALL
+        .into_iter()
+        .filter(|p| {
+            only.as_ref()
+                .is_none_or(|only| only.iter().any(|o| o == p.name()))
+        })
+        .collect();
+    let (workloads, window, peers) = if smoke {
+        let rows = workloads()
+            .into_iter()
+            .filter(|w| w.workers == 4 && w.hold.is_zero())
+            .collect();
+        (rows, Duration::from_millis(200), Vec::new())
+    } else {
+        (workloads(), window(), peers_to_run())
     };
     let flavor = match tokio::runtime::Handle::current().runtime_flavor() {
         tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
         _ => "multi_thread",
     };
     println!(
-        "contention: D = {:.1} s per row, one {flavor} runtime, one client per worker, \
-         watchdog-mode lock(); {} rows",
+        "contention: D = {:.1} s per row; lockkit: one {flavor} runtime, one client per worker, \
+         watchdog-mode lock(), {:?}; peers: {peers:?}, one runner process per row, one client per \
+         worker; {} rows each",
         window.as_secs_f64(),
-        rows.len()
+        primitives.iter().map(|p| p.name()).collect::<Vec<_>>(),
+        workloads.len()
     );
-    let mut outcomes = Vec::with_capacity(rows.len());
-    for row in rows {
-        let outcome = run_row(&clients, row, window).await;
+    let log = |o: &Outcome| {
         eprintln!(
-            "  {} W={} H={:?} T={:?}: {} acquisitions",
-            row.primitive.name(),
-            row.workers,
-            row.hold,
-            row.think,
-            outcome.acquisitions
+            "  {} W={} H={:?} T={:?}: {} acquisitions, {} overlaps, {} errors",
+            o.library,
+            o.workload.workers,
+            o.workload.hold,
+            o.workload.think,
+            o.acquisitions,
+            o.overlaps,
+            o.errors
         );
-        outcomes.push(outcome);
+    };
+    let mut outcomes = Vec::new();
+    for &primitive in &primitives {
+        for &workload in &workloads {
+            let outcome = run_lockkit(&clients, primitive, workload, window).await;
+            log(&outcome);
+            outcomes.push(outcome);
+        }
+    }
+    for peer in &peers {
+        for &workload in &workloads {
+            if let Some(outcome) = run_peer(url, peer, workload, window).await {
+                log(&outcome);
+                outcomes.push(outcome);
+            }
+        }
     }
     let rtt_after = floor.median(Duration::ZERO).await;
     let rtt_idle = if smoke {
@@ -436,18 +858,17 @@ async fn bench(url: &str, smoke: bool) {
     } else {
         Some(floor.median(ms(10)).await)
     };
+    let floors = Floors {
+        rtt,
+        pubsub_hot,
+        pubsub_idle,
+        rtt_after,
+        rtt_idle,
+    };
     println!();
-    print_table(&outcomes, rtt);
-    println!(
-        "floor again after the rows: {:.1} µs (drift check; the table uses the first)",
-        micros(rtt_after)
-    );
-    if let Some(idle) = rtt_idle {
-        println!(
-            "floor after 10 ms idle (diagnostic, each round trip preceded by a 10 ms sleep): \
-             {:.1} µs",
-            micros(idle)
-        );
+    print_table(&outcomes, &floors);
+    if !smoke {
+        write_json(&outcomes, &floors, window);
     }
 
     for client in &clients {
