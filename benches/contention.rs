@@ -870,6 +870,13 @@ async fn bench(url: &str, smoke: bool) {
     if !smoke {
         write_json(&outcomes, &floors, window);
     }
+    // Peers' overlaps are findings to report; lockkit's would be a bug.
+    let lockkit_overlaps: usize = outcomes
+        .iter()
+        .filter(|o| !PEERS.contains(&o.library.as_str()))
+        .map(|o| o.overlaps)
+        .sum();
+    assert_eq!(lockkit_overlaps, 0, "lockkit's holds overlapped");
 
     for client in &clients {
         client.shutdown().await.expect("shutdown");
