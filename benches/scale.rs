@@ -1,0 +1,683 @@
+//! Scale (issue 6, workloads 4 and 5): the watchdog with many holds, and many waiters on one
+//! client.
+//!
+//! One process spawns one `redis-server` on a loopback port and runs everything on one
+//! multi-thread tokio runtime.
+//!
+//! **Workload 5, waiters at scale** (runs first, so its memory reading is not blurred by memory
+//! the allocator kept from workload 4): a *holder* client takes L = 1000 locks (watchdog mode);
+//! a second, *waiting* client gets W = 10 tasks per lock (10,000) blocked in `lock()`. It reports
+//!
+//! - the connections the waiting client opened (`CLIENT LIST` on the server, diffed against the
+//!   list before the client was built; each new connection with its last command and its number
+//!   of channel subscriptions);
+//! - memory per waiter: the resident set (`VmRSS` of `/proc/self/status`, the same counter as
+//!   `/proc/self/statm`'s second field) before spawning the waiting tasks and once all are
+//!   registered, divided by their number; it covers the task, its `lock()` future, the lock handle
+//!   and the hub's registration;
+//! - the drain: the holder releases its L locks one after the other (each `unlock()` awaited);
+//!   every waiter that gets its lock releases it at once, so the next waiter of that lock gets it.
+//!   Drain time: from the first release call until the last waiter's `lock()` returned. A handoff
+//!   is from the previous holder's `unlock()` call to the next holder's `lock()` return (L × W of
+//!   them); their mean, p50 and p99, and the drain time divided by L × W (the rate with L chains
+//!   in parallel). Each lock has a counter of current holders (incremented after `lock()` returns,
+//!   decremented before `unlock()` is called): a hold that finds it non-zero is an overlap.
+//! - the commands each phase sent (`INFO commandstats` deltas), per waiter or per handoff.
+//!
+//! **Workload 4, watchdog at scale:** one client holds N = 10,000 locks in watchdog mode with a
+//! short watchdog timeout (3 s: renewal every 1 s), for several renew batch sizes, then with the
+//! default 30 s. It measures over K whole renewal periods, the window placed half a period off
+//! the ticks (the watchdog's interval starts when the client is built): `EVALSHA` calls
+//! (`cmdstat_evalsha` delta; nothing else sends scripts then) per tick against the target
+//! `ceil(N / batch)`, the server's time in them per tick, and the process's CPU time per tick
+//! (`getrusage(RUSAGE_SELF)` user + system; the server is another process). At the end, after
+//! K ≥ 5 ticks, every guard must say `is_lost() == false` and every key must have `PTTL > 0`.
+//!
+//! Run: `cargo bench --bench scale`. Knobs: `LOCKKIT_BENCH_ONLY=waiters|watchdog` runs one
+//! workload; `LOCKKIT_BENCH_SKIP_30S=1` skips the 30 s row (about a minute). Without `--bench`
+//! (`cargo test --benches`) it runs a quick smoke pass: 100 holds, 10 locks × 10 waiters.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::interfaces::{ClientLike, KeysInterface};
+use futures::future::join_all;
+use lockkit::{Client, Lock, LockGuard};
+use lockkit_suite::RedisServer;
+use nix::sys::resource::{getrusage, UsageWho};
+use nix::sys::time::TimeVal;
+
+/// Sizes of one run (full or smoke).
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    /// Workload 4: holds renewed by one client.
+    holds: usize,
+    /// Workload 4: the short watchdog timeout.
+    short_timeout: Duration,
+    /// Workload 4: renewal periods measured.
+    ticks: u32,
+    /// Workload 4: renew batch sizes measured with the short timeout (the default first).
+    batches: &'static [usize],
+    /// Workload 4: also measure the default 30 s watchdog timeout.
+    default_timeout_row: bool,
+    /// Workload 5: locks held by the other client.
+    locks: usize,
+    /// Workload 5: waiting tasks per lock.
+    per_lock: usize,
+}
+
+const FULL: Sizes = Sizes {
+    holds: 10_000,
+    short_timeout: Duration::from_secs(3),
+    ticks: 6,
+    batches: &[256, 64, 1024],
+    default_timeout_row: true,
+    locks: 1000,
+    per_lock: 10,
+};
+
+const SMOKE: Sizes = Sizes {
+    holds: 100,
+    short_timeout: Duration::from_millis(300),
+    ticks: 3,
+    batches: &[256],
+    default_timeout_row: false,
+    locks: 10,
+    per_lock: 10,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Measuring helpers
+// ---------------------------------------------------------------------------------------------
+
+/// The process's CPU time so far (user + system, every thread).
+fn cpu_time() -> Duration {
+    let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    let time = |tv: TimeVal| {
+        Duration::from_secs(u64::try_from(tv.tv_sec()).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(tv.tv_usec()).unwrap_or(0))
+    };
+    time(usage.user_time()) + time(usage.system_time())
+}
+
+/// The resident set size of this process, in bytes (`VmRSS`).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .expect("VmRSS in /proc/self/status")
+        * 1024
+}
+
+/// `INFO commandstats`: for each command, (calls, microseconds in the server).
+async fn command_stats(server: &RedisServer) -> HashMap<String, (u64, u64)> {
+    let stats = server
+        .command(&["INFO", "commandstats"])
+        .await
+        .expect("INFO commandstats");
+    let mut out = HashMap::new();
+    for line in stats.as_str().unwrap_or_default().lines() {
+        let Some((name, rest)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let field = |key: &str| -> u64 {
+            rest.split(',')
+                .find_map(|field| field.strip_prefix(key)?.strip_prefix('='))
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(0)
+        };
+        out.insert(name.to_owned(), (field("calls"), field("usec")));
+    }
+    out
+}
+
+/// Commands a client sends itself (round trips); `INFO commandstats` also counts the commands
+/// scripts run inside (`redis.call`), which are not round trips.
+const TOP_LEVEL: [&str; 7] = [
+    "evalsha",
+    "eval",
+    "subscribe",
+    "unsubscribe",
+    "ssubscribe",
+    "sunsubscribe",
+    "ping",
+];
+
+/// Commands sent between two snapshots, divided by `per` (the check's own `INFO` and `CLIENT`
+/// left out): `top level: name count, ...; inside scripts: name count, ...`.
+fn command_delta(
+    before: &HashMap<String, (u64, u64)>,
+    after: &HashMap<String, (u64, u64)>,
+    per: usize,
+) -> String {
+    let mut names: Vec<&String> = after.keys().collect();
+    names.sort();
+    let counted: Vec<(&String, f64)> = names
+        .into_iter()
+        .filter(|name| name.as_str() != "info" && !name.starts_with("client"))
+        .filter_map(|name| {
+            let calls = after[name].0 - before.get(name).map_or(0, |b| b.0);
+            (calls > 0).then_some((name, calls as f64 / per as f64))
+        })
+        .collect();
+    let list = |top: bool| {
+        counted
+            .iter()
+            .filter(|(name, _)| TOP_LEVEL.contains(&name.as_str()) == top)
+            .map(|(name, count)| format!("{name} {count:.3}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!("top level: {}; inside scripts: {}", list(true), list(false))
+}
+
+/// One connection in `CLIENT LIST`.
+#[derive(Debug, Clone)]
+struct Connection {
+    id: String,
+    name: String,
+    /// The last command it sent.
+    cmd: String,
+    /// Channels it is subscribed to.
+    sub: String,
+}
+
+async fn client_list(server: &RedisServer) -> Vec<Connection> {
+    let list = server
+        .command(&["CLIENT", "LIST"])
+        .await
+        .expect("CLIENT LIST");
+    list.as_str()
+        .unwrap_or_default()
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            let field = |key: &str| -> String {
+                line.split(' ')
+                    .find_map(|f| f.strip_prefix(key)?.strip_prefix('='))
+                    .unwrap_or("")
+                    .to_owned()
+            };
+            Connection {
+                id: field("id"),
+                name: field("name"),
+                cmd: field("cmd"),
+                sub: field("sub"),
+            }
+        })
+        .collect()
+}
+
+/// Connections in `now` that were not in `before`, leaving out the one `CLIENT LIST` itself
+/// came over (the testkit opens a connection per command).
+fn new_connections(before: &[Connection], now: &[Connection]) -> Vec<Connection> {
+    let known: HashSet<&str> = before.iter().map(|c| c.id.as_str()).collect();
+    now.iter()
+        .filter(|c| !known.contains(c.id.as_str()) && c.cmd != "client|list")
+        .cloned()
+        .collect()
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The `q`-quantile of sorted samples (nearest rank).
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let index = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[index]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workload 5: waiters at scale
+// ---------------------------------------------------------------------------------------------
+
+/// One hold by a waiting task.
+struct Event {
+    lock: usize,
+    acquired: Instant,
+    unlocking: Instant,
+}
+
+/// What workload 5 measured.
+struct WaitersOutcome {
+    locks: usize,
+    waiters: usize,
+    /// Connections the waiting client opened when built / while everyone waits.
+    built: Vec<Connection>,
+    waiting: Vec<Connection>,
+    rss_before: u64,
+    rss_after: u64,
+    register_time: Duration,
+    register_commands: String,
+    holder_release_time: Duration,
+    drain: Duration,
+    handoffs: Vec<Duration>,
+    drain_commands: String,
+    overlaps: usize,
+}
+
+async fn waiters(server: &RedisServer, url: &str, sizes: Sizes) -> WaitersOutcome {
+    let locks = sizes.locks;
+    let waiters = locks * sizes.per_lock;
+    let holder = lockkit_suite::client(url).await;
+    let base = lockkit_suite::unique("bench-scale-wait");
+    let names: Vec<String> = (0..locks).map(|i| format!("{base}:{i}")).collect();
+    let holder_locks: Vec<Lock> = names
+        .iter()
+        .map(|name| holder.lock(name.as_str()))
+        .collect();
+    let held: Vec<LockGuard> = join_all(holder_locks.iter().map(Lock::lock))
+        .await
+        .into_iter()
+        .map(|guard| guard.expect("the holder's lock"))
+        .collect();
+
+    let before = client_list(server).await;
+    let waiting = lockkit_suite::client(url).await;
+    let built = new_connections(&before, &client_list(server).await);
+
+    // Current holders per lock: the holder client holds each one now.
+    let holders: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..locks).map(|_| AtomicUsize::new(1)).collect());
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let stats_before = command_stats(server).await;
+    let rss_before = rss_bytes();
+    let registering = Instant::now();
+    let mut tasks = Vec::with_capacity(waiters);
+    for w in 0..waiters {
+        let index = w % locks;
+        let lock = waiting.lock(names[index].as_str());
+        let holders = Arc::clone(&holders);
+        let overlaps = Arc::clone(&overlaps);
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.expect("a waiter's lock");
+            let acquired = Instant::now();
+            if holders[index].fetch_add(1, Ordering::SeqCst) != 0 {
+                overlaps.fetch_add(1, Ordering::SeqCst);
+            }
+            holders[index].fetch_sub(1, Ordering::SeqCst);
+            let unlocking = Instant::now();
+            guard.unlock().await.expect("a waiter's unlock");
+            Event {
+                lock: index,
+                acquired,
+                unlocking,
+            }
+        }));
+    }
+    // Registered means: counted by the hub, its channel subscribed, and its second acquire
+    // attempt made (the one after subscribing), i.e. 2 `EVALSHA`s per waiter and one `SUBSCRIBE`
+    // per lock. `waiting_count` alone counts a waiter as soon as the hub has its entry, before
+    // the subscription is confirmed.
+    lockkit_suite::until_waiting(&waiting, waiters).await;
+    let calls = |stats: &HashMap<String, (u64, u64)>, name: &str| {
+        stats.get(name).map_or(0, |(calls, _)| *calls)
+    };
+    lockkit_suite::within(
+        Duration::from_secs(300),
+        "every waiter to subscribe",
+        async {
+            loop {
+                let now = command_stats(server).await;
+                let evalsha = calls(&now, "evalsha") - calls(&stats_before, "evalsha");
+                let subscribe = calls(&now, "subscribe") - calls(&stats_before, "subscribe");
+                if evalsha >= 2 * waiters as u64 && subscribe >= locks as u64 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        },
+    )
+    .await;
+    let register_time = registering.elapsed();
+    let rss_after = rss_bytes();
+    let stats_registered = command_stats(server).await;
+    let waiting_connections = new_connections(&before, &client_list(server).await);
+
+    // The drain: the holder releases its locks one after the other.
+    let drain_start = Instant::now();
+    let mut released_at = Vec::with_capacity(locks);
+    for (index, guard) in held.into_iter().enumerate() {
+        holders[index].fetch_sub(1, Ordering::SeqCst);
+        released_at.push(Instant::now());
+        guard.unlock().await.expect("the holder's unlock");
+    }
+    let holder_release_time = drain_start.elapsed();
+    let events: Vec<Event> = lockkit_suite::within(
+        Duration::from_secs(300),
+        "the waiters to drain",
+        join_all(tasks),
+    )
+    .await
+    .into_iter()
+    .map(|joined| joined.expect("a waiter panicked"))
+    .collect();
+    let last = events
+        .iter()
+        .map(|e| e.acquired)
+        .max()
+        .unwrap_or(drain_start);
+    let drain = last.saturating_duration_since(drain_start);
+    let stats_drained = command_stats(server).await;
+
+    // Handoffs along each lock's chain: holder, then its waiters in the order they got it.
+    let mut chains: Vec<Vec<&Event>> = vec![Vec::new(); locks];
+    for event in &events {
+        chains[event.lock].push(event);
+    }
+    let mut handoffs = Vec::with_capacity(waiters);
+    for (index, chain) in chains.iter_mut().enumerate() {
+        chain.sort_unstable_by_key(|e| e.acquired);
+        let mut previous = released_at[index];
+        for event in chain.iter() {
+            handoffs.push(event.acquired.saturating_duration_since(previous));
+            previous = event.unlocking;
+        }
+    }
+    handoffs.sort_unstable();
+
+    waiting.shutdown().await.expect("shutdown");
+    holder.shutdown().await.expect("shutdown");
+    WaitersOutcome {
+        locks,
+        waiters,
+        built,
+        waiting: waiting_connections,
+        rss_before,
+        rss_after,
+        register_time,
+        register_commands: command_delta(&stats_before, &stats_registered, waiters),
+        holder_release_time,
+        drain,
+        handoffs,
+        drain_commands: command_delta(&stats_registered, &stats_drained, waiters),
+        overlaps: overlaps.load(Ordering::SeqCst),
+    }
+}
+
+fn print_waiters(o: &WaitersOutcome) {
+    let describe = |conns: &[Connection]| {
+        conns
+            .iter()
+            .map(|c| {
+                let name = if c.name.is_empty() { "-" } else { &c.name };
+                format!("name={name} cmd={} sub={}", c.cmd, c.sub)
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let per_waiter = (o.rss_after as f64 - o.rss_before as f64) / o.waiters as f64;
+    let mean = o.handoffs.iter().sum::<Duration>()
+        / u32::try_from(o.handoffs.len().max(1)).unwrap_or(u32::MAX);
+    println!();
+    println!(
+        "workload 5, waiters at scale: {} waiting tasks on {} locks ({} per lock) in one client; \
+         the locks held by another client",
+        o.waiters,
+        o.locks,
+        o.waiters / o.locks
+    );
+    println!();
+    println!("| measure | measured | target |");
+    println!("|---|---:|---:|");
+    println!(
+        "| connections of the waiting client (built / all waiting) | {} / **{}** | 2 |",
+        o.built.len(),
+        o.waiting.len()
+    );
+    println!(
+        "| RSS before → after registering the waiters | {:.1} → {:.1} MiB | |",
+        o.rss_before as f64 / 1048576.0,
+        o.rss_after as f64 / 1048576.0
+    );
+    println!(
+        "| **memory per waiter** (RSS delta ÷ {}) | **{:.0} bytes** | |",
+        o.waiters, per_waiter
+    );
+    println!(
+        "| time to register all waiters | {:.0} ms | |",
+        o.register_time.as_secs_f64() * 1e3
+    );
+    println!(
+        "| holder's {} releases, one after the other | {:.0} ms | |",
+        o.locks,
+        o.holder_release_time.as_secs_f64() * 1e3
+    );
+    println!(
+        "| **drain time** (first release → last waiter's `lock()` returned) | **{:.0} ms** | |",
+        o.drain.as_secs_f64() * 1e3
+    );
+    println!(
+        "| drain time ÷ {} handoffs ({} chains in parallel) | {:.1} µs | |",
+        o.handoffs.len(),
+        o.locks,
+        micros(o.drain) / o.handoffs.len().max(1) as f64
+    );
+    if !o.handoffs.is_empty() {
+        println!(
+            "| **handoff** (unlock call → next `lock()` returns): mean / p50 / p99 | **{:.0}** / {:.0} / {:.0} µs | |",
+            micros(mean),
+            micros(quantile(&o.handoffs, 0.5)),
+            micros(quantile(&o.handoffs, 0.99))
+        );
+    }
+    println!(
+        "| overlapping holds (a lock's holder counter non-zero) | {} | 0 |",
+        o.overlaps
+    );
+    println!();
+    println!("connections when built: {}", describe(&o.built));
+    println!("connections while all wait: {}", describe(&o.waiting));
+    println!(
+        "commands per waiter while registering: {}",
+        o.register_commands
+    );
+    println!("commands per handoff while draining: {}", o.drain_commands);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workload 4: watchdog at scale
+// ---------------------------------------------------------------------------------------------
+
+/// One row of workload 4.
+#[derive(Debug, Clone, Copy)]
+struct WatchdogRow {
+    holds: usize,
+    timeout: Duration,
+    batch: usize,
+    ticks: u32,
+}
+
+/// What one row of workload 4 measured.
+struct WatchdogOutcome {
+    row: WatchdogRow,
+    acquire_time: Duration,
+    evalsha_per_tick: f64,
+    server_usec_per_tick: f64,
+    cpu_per_tick: Duration,
+    lost: usize,
+    pttl_not_positive: usize,
+    min_pttl_ms: i64,
+}
+
+async fn watchdog_row(server: &RedisServer, url: &str, row: WatchdogRow) -> WatchdogOutcome {
+    let client = Client::builder()
+        .url(url)
+        .watchdog_timeout(row.timeout)
+        .renew_batch_size(row.batch)
+        .build()
+        .await
+        .expect("a lockkit client");
+    // The watchdog's ticks come every period from (about) now.
+    let built = tokio::time::Instant::now();
+    let period = row.timeout / 3;
+    let base = lockkit_suite::unique("bench-scale-wd");
+    let names: Vec<String> = (0..row.holds).map(|i| format!("{base}:{i}")).collect();
+    let locks: Vec<Lock> = names
+        .iter()
+        .map(|name| client.lock(name.as_str()))
+        .collect();
+    let started = Instant::now();
+    let guards: Vec<LockGuard> = join_all(locks.iter().map(Lock::lock))
+        .await
+        .into_iter()
+        .map(|guard| guard.expect("lock"))
+        .collect();
+    let acquire_time = started.elapsed();
+
+    // The window: K whole periods, from half a period after a tick.
+    let since = built.elapsed().as_secs_f64() / period.as_secs_f64();
+    let first = (since - 0.5).max(0.0).ceil() + 0.5;
+    let window_start = built + period.mul_f64(first);
+    let window_end = window_start + period * row.ticks;
+    tokio::time::sleep_until(window_start).await;
+    let cpu_before = cpu_time();
+    let stats_before = command_stats(server).await;
+    tokio::time::sleep_until(window_end).await;
+    let cpu_after = cpu_time();
+    let stats_after = command_stats(server).await;
+
+    let evalsha =
+        |stats: &HashMap<String, (u64, u64)>| stats.get("evalsha").copied().unwrap_or_default();
+    let (calls_before, usec_before) = evalsha(&stats_before);
+    let (calls_after, usec_after) = evalsha(&stats_after);
+    let ticks = f64::from(row.ticks);
+
+    let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    let raw = lockkit_suite::raw(url).await;
+    let pttls: Vec<i64> = join_all(
+        names
+            .iter()
+            .map(|name| raw.pttl::<i64, _>(lockkit_suite::lock_key(name))),
+    )
+    .await
+    .into_iter()
+    .map(|pttl| pttl.expect("PTTL"))
+    .collect();
+    let _ = raw.quit().await;
+
+    client.shutdown().await.expect("shutdown");
+    drop(guards);
+    WatchdogOutcome {
+        row,
+        acquire_time,
+        evalsha_per_tick: (calls_after - calls_before) as f64 / ticks,
+        server_usec_per_tick: (usec_after - usec_before) as f64 / ticks,
+        cpu_per_tick: (cpu_after - cpu_before) / row.ticks,
+        lost,
+        pttl_not_positive: pttls.iter().filter(|pttl| **pttl <= 0).count(),
+        min_pttl_ms: pttls.iter().copied().min().unwrap_or(-3),
+    }
+}
+
+fn print_watchdog(outcomes: &[WatchdogOutcome]) {
+    println!();
+    println!(
+        "workload 4, watchdog at scale: one client, holds in watchdog mode; per renewal tick over \
+         K whole periods"
+    );
+    println!();
+    println!(
+        "| holds | watchdog timeout | period | renew batch | K ticks | EVALSHA per tick | target \
+         ceil(N/batch) | server µs per tick | client CPU ms per tick | CPU µs per hold | lost \
+         guards | keys with PTTL ≤ 0 | min PTTL ms | acquire all, s |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for o in outcomes {
+        let row = o.row;
+        let cpu_ms = o.cpu_per_tick.as_secs_f64() * 1e3;
+        println!(
+            "| {} | {} s | {:.2} s | {} | {} | **{:.2}** | {} | {:.0} | **{:.2}** | {:.2} | {} | {} | {} | {:.2} |",
+            row.holds,
+            row.timeout.as_secs_f64(),
+            (row.timeout / 3).as_secs_f64(),
+            row.batch,
+            row.ticks,
+            o.evalsha_per_tick,
+            row.holds.div_ceil(row.batch),
+            o.server_usec_per_tick,
+            cpu_ms,
+            cpu_ms * 1e3 / row.holds as f64,
+            o.lost,
+            o.pttl_not_positive,
+            o.min_pttl_ms,
+            o.acquire_time.as_secs_f64(),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn bench(server: &RedisServer, sizes: Sizes, only: Option<&str>) {
+    let url = server.url();
+    println!(
+        "scale: redis-server on {}, one multi-thread runtime ({} CPUs)",
+        server.addr(),
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    if only.is_none_or(|only| only == "waiters") {
+        let outcome = waiters(server, &url, sizes).await;
+        print_waiters(&outcome);
+        assert_eq!(outcome.overlaps, 0, "two holders of one lock at once");
+    }
+    if only.is_none_or(|only| only == "watchdog") {
+        let mut rows: Vec<WatchdogRow> = sizes
+            .batches
+            .iter()
+            .map(|&batch| WatchdogRow {
+                holds: sizes.holds,
+                timeout: sizes.short_timeout,
+                batch,
+                ticks: sizes.ticks,
+            })
+            .collect();
+        let skip_default = std::env::var("LOCKKIT_BENCH_SKIP_30S").is_ok_and(|v| v == "1");
+        if sizes.default_timeout_row && !skip_default {
+            rows.push(WatchdogRow {
+                holds: sizes.holds,
+                timeout: lockkit::DEFAULT_WATCHDOG_TIMEOUT,
+                batch: sizes.batches[0],
+                ticks: 5,
+            });
+        }
+        let mut outcomes = Vec::with_capacity(rows.len());
+        for row in rows {
+            eprintln!(
+                "  watchdog: {} holds, timeout {:?}, batch {}, {} ticks",
+                row.holds, row.timeout, row.batch, row.ticks
+            );
+            outcomes.push(watchdog_row(server, &url, row).await);
+        }
+        print_watchdog(&outcomes);
+        for o in &outcomes {
+            assert_eq!(o.lost + o.pttl_not_positive, 0, "a lease was lost");
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo test --benches` runs each benchmark without `--bench`: a smoke pass then.
+    let bench_mode = args.iter().any(|arg| arg == "--bench");
+    if args.iter().any(|arg| arg == "--list") {
+        return;
+    }
+    let sizes = if bench_mode { FULL } else { SMOKE };
+    let only = std::env::var("LOCKKIT_BENCH_ONLY").ok();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let server = rt.block_on(lockkit_suite::spawned());
+    rt.block_on(bench(&server, sizes, only.as_deref()));
+    drop(server);
+}
