@@ -108,15 +108,17 @@ impl Fixture {
         let owner = format!("{}:{:?}", client.id(), std::thread::current().id());
         let marker = hold_marker(client.id(), 1_000_000);
         let lease = client.watchdog_timeout().as_millis().to_string();
-        let frame = |sha: &str, key: &str, args: [&str; 3]| -> Vec<Value> {
-            let mut frame = vec![Value::from(sha), Value::from(1_i64), Value::from(key)];
+        // Every key of the lock (the lock HASH and its handoff key), as lockkit sends them.
+        let frame = |sha: &str, keys: &[String], args: [&str; 3]| -> Vec<Value> {
+            let mut frame = vec![Value::from(sha), Value::from(keys.len() as i64)];
+            frame.extend(keys.iter().map(|key| Value::from(key.as_str())));
             frame.extend(args.iter().map(|arg| Value::from(*arg)));
             frame
         };
-        let trivial_frame = frame(&trivial_sha, &free.key, [&owner, &marker, &lease]);
-        let acquire_frame = frame(&acquire_sha, &free.key, [&owner, &marker, &lease]);
-        let release_frame = frame(&release_sha, &free.key, [&marker, &free.channel, "0"]);
-        let busy_frame = frame(&acquire_sha, &busy.key, [&owner, &marker, &lease]);
+        let trivial_frame = frame(&trivial_sha, &free.keys, [&owner, &marker, &lease]);
+        let acquire_frame = frame(&acquire_sha, &free.keys, [&owner, &marker, &lease]);
+        let release_frame = frame(&release_sha, &free.keys, [&marker, &free.channel, "0"]);
+        let busy_frame = frame(&acquire_sha, &busy.keys, [&owner, &marker, &lease]);
 
         let fixture = Fixture {
             client,
@@ -133,7 +135,7 @@ impl Fixture {
         // Another owner holds the busy key for the whole run.
         let other = frame(
             &acquire_sha,
-            &busy.key,
+            &busy.keys,
             ["someone-else", "#someone-else:1", "3600000"],
         );
         let taken = fixture.evalsha(&other, &fixture.busy_route).await;

@@ -266,3 +266,155 @@ async fn shutdown_wakes_waiting_tasks_with_an_error() {
     let result = within(HANG, "waiter after shutdown", task).await.unwrap();
     assert!(matches!(result, Err(Error::Shutdown)), "{result:?}");
 }
+
+/// One EVAL of `script` over the lock's keys, as a command of a pipelined exchange.
+fn eval<'a>(script: &'a str, keys: &'a [String], args: &[&'a str]) -> Vec<&'a str> {
+    let numkeys = ["0", "1", "2", "3", "4"][keys.len()];
+    let mut command = vec!["EVAL", script, numkeys];
+    command.extend(keys.iter().map(String::as_str));
+    command.extend_from_slice(args);
+    command
+}
+
+/// The integers of one script reply.
+fn ints(reply: &lockkit_testkit::RespValue) -> Vec<i64> {
+    reply
+        .as_array()
+        .expect("a script reply")
+        .iter()
+        .map(|v| v.as_int().expect("an integer"))
+        .collect()
+}
+
+/// The handoff reservation, checked inside Redis for the lock and the fenced lock: the release
+/// and the acquires run in one `MULTI`, so no time passes between them and the outcome does not
+/// depend on the machine's speed.
+#[tokio::test]
+async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting() {
+    use lockkit::protocol::keys::{Kind, Namespace};
+    use lockkit::protocol::lock::HANDOFF_WINDOW;
+    use lockkit::protocol::{fenced_lock, lock};
+    use lockkit_testkit::send_commands;
+
+    let server = lockkit_suite::spawned().await;
+    let window = i64::try_from(HANDOFF_WINDOW.as_millis()).unwrap();
+    for (kind, acquire, release) in [
+        (Kind::Lock, &lock::ACQUIRE, &lock::RELEASE),
+        (
+            Kind::FencedLock,
+            &fenced_lock::ACQUIRE,
+            &fenced_lock::RELEASE,
+        ),
+    ] {
+        let keys = Namespace::default()
+            .object(kind, &unique("handoff"))
+            .unwrap();
+        let (acquire, release) = (acquire.source(), release.source());
+        let k = &keys.keys;
+        let (handoff, waiting) = (&k[k.len() - 2], &k[k.len() - 1]);
+        assert!(handoff.ends_with(":handoff") && waiting.ends_with(":waiting"));
+        let lease = "30000";
+
+        // Nobody waits: the owner that releases may take the lock back at once.
+        let replies = send_commands(
+            server.addr(),
+            &[
+                eval(acquire, k, &["A", "#A:1", lease]),
+                vec!["MULTI"],
+                eval(release, k, &["#A:1", &keys.channel, "0"]),
+                eval(acquire, k, &["A", "#A:2", lease]),
+                vec!["EXEC"],
+                eval(release, k, &["#A:2", &keys.channel, "0"]),
+            ],
+        )
+        .await
+        .unwrap();
+        let exec = replies[4].as_array().expect("an EXEC reply");
+        assert_eq!(ints(&exec[0]), vec![1, 0], "{kind:?}: released");
+        assert_eq!(ints(&exec[1])[..2], [1, 1], "{kind:?}: taken back");
+
+        // B, then C find the lock taken and wait (subscribed to the release channel). A's release
+        // reserves the lock for B, who waited longest: neither A nor C can take it, B can, and
+        // taking it ends the reservation and B's place in the waiting set.
+        let subscriber = raw(&server.url()).await;
+        fred::interfaces::PubsubInterface::subscribe(&subscriber, keys.channel.as_str())
+            .await
+            .unwrap();
+        let replies = send_commands(
+            server.addr(),
+            &[
+                eval(acquire, k, &["A", "#A:3", lease]),
+                eval(acquire, k, &["B", "#B:1", lease]),
+                eval(acquire, k, &["C", "#C:1", lease]),
+                eval(acquire, k, &["B", "#B:2", lease]),
+                vec!["MULTI"],
+                eval(release, k, &["#A:3", &keys.channel, "0"]),
+                eval(acquire, k, &["A", "#A:4", lease]),
+                eval(acquire, k, &["C", "#C:2", lease]),
+                eval(acquire, k, &["B", "#B:3", lease]),
+                vec!["EXISTS", handoff],
+                vec!["ZRANGE", waiting, "0", "-1"],
+                vec!["EXEC"],
+            ],
+        )
+        .await
+        .unwrap();
+        assert_eq!(ints(&replies[0])[..2], [1, 1], "{kind:?}: A holds");
+        for busy in &replies[1..4] {
+            assert_eq!(ints(busy)[0], 0, "{kind:?}: B and C wait");
+        }
+        let exec = replies[11].as_array().expect("an EXEC reply");
+        assert_eq!(ints(&exec[0]), vec![1, 0], "{kind:?}: released");
+        for refused in [ints(&exec[1]), ints(&exec[2])] {
+            assert_eq!(refused[0], 0, "{kind:?}: A and C are refused: {refused:?}");
+            assert!(
+                (1..=window).contains(&refused[1]),
+                "{kind:?}: and told to retry within the window: {refused:?}"
+            );
+        }
+        assert_eq!(ints(&exec[3])[..2], [1, 1], "{kind:?}: B takes the lock");
+        assert_eq!(
+            exec[4].as_int(),
+            Some(0),
+            "{kind:?}: which ends the reservation"
+        );
+        let mut still_waiting: Vec<&str> = exec[5]
+            .as_array()
+            .expect("members")
+            .iter()
+            .map(|m| m.as_str().expect("a member"))
+            .collect();
+        still_waiting.sort_unstable();
+        assert_eq!(
+            still_waiting,
+            ["A", "C"],
+            "{kind:?}: A and C wait for their turn"
+        );
+    }
+}
+
+/// A woken waiter that never comes for the lock keeps it from its former owner for the handoff
+/// window only: the owner's `lock()` returns.
+#[tokio::test]
+async fn a_woken_waiter_that_never_comes_does_not_keep_the_lock_from_its_owner() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("handoff-nobody-comes");
+    // A subscriber on the release channel that is not a lockkit waiter: it never acquires.
+    let subscriber = raw(&redis.url()).await;
+    let channel = lockkit::protocol::keys::Namespace::default()
+        .lock(&name)
+        .unwrap()
+        .channel;
+    fred::interfaces::PubsubInterface::subscribe(&subscriber, channel.as_str())
+        .await
+        .unwrap();
+    let lock = client.lock(&name);
+    for _ in 0..3 {
+        let guard = within(HANG, "lock", lock.lock()).await.unwrap();
+        guard.unlock().await.unwrap();
+    }
+    let guard = within(HANG, "lock", lock.lock()).await.unwrap();
+    assert!(lock.is_locked().await.unwrap());
+    guard.unlock().await.unwrap();
+}

@@ -134,12 +134,13 @@ impl Kind {
     /// The suffixes of the kind's keys after the main one, in the order its scripts take them.
     pub fn aux_suffixes(self) -> &'static [&'static str] {
         match self {
-            Kind::FencedLock => &["token"],
+            Kind::FencedLock => &["token", "handoff", "waiting"],
             Kind::FairLock => &["queue", "timeouts"],
             Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases"],
             Kind::ReadWriteLock => &["expiries"],
             Kind::CountDownLatch => &["requests"],
-            Kind::Lock | Kind::SpinLock => &[],
+            Kind::Lock => &["handoff", "waiting"],
+            Kind::SpinLock => &[],
         }
     }
 }

@@ -12,6 +12,11 @@
 //! per request: an acquire re-sent after a dropped connection finds its marker and does not count
 //! twice, a release takes away exactly the hold it names, and a renewal never revives a released
 //! hold.
+//!
+//! Two more keys serve handoffs under contention: `<key>:waiting`, a ZSET of the owners that found
+//! the lock taken, by when they first did, and `<key>:handoff`, the waiter a release reserved the
+//! free lock for, for [`HANDOFF_WINDOW`]. Both are absent while nobody waits, so an uncontended
+//! acquire still costs three commands.
 
 use crate::script::Script;
 use crate::DecodeError;
@@ -27,6 +32,16 @@ pub static FORCE_UNLOCK: Script = Script::new(
     "lock_force_unlock",
     include_str!("scripts/lock_force_unlock.lua"),
 );
+
+/// How long a release that woke waiters reserves the free lock for the owner that has waited
+/// longest (see `scripts/lock_release.lua`).
+///
+/// Every waiter is woken by a release, but they do not get the message at the same time: Redis
+/// writes it to the newest subscriber first, and a task that locks again right after unlocking
+/// needs no message at all. Without a reservation the newest waiters win every race and the
+/// oldest starve. The reservation is short: a reserved waiter that does not come within the
+/// window (it gave up, or its client died) loses its place and the lock is anyone's again.
+pub const HANDOFF_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The marker field of a hold, from its hold id.
 ///
@@ -182,6 +197,14 @@ mod tests {
         assert_eq!(decode_force_unlock(&[1]), Ok(true));
         assert_eq!(decode_force_unlock(&[0]), Ok(false));
         assert!(decode_force_unlock(&[]).is_err());
+    }
+
+    #[test]
+    fn the_release_script_uses_the_handoff_window() {
+        let line = format!("local HANDOFF_WINDOW_MS = {}\n", HANDOFF_WINDOW.as_millis());
+        for script in [&RELEASE, &crate::fenced_lock::RELEASE] {
+            assert!(script.source().contains(&line), "{}", script.name());
+        }
     }
 
     #[test]

@@ -57,7 +57,7 @@ mod tls;
 pub use cluster::RedisCluster;
 pub use error::TestkitError;
 pub use proxy::FaultProxy;
-pub use resp::{encode_command, send_command, RespValue};
+pub use resp::{encode_command, send_command, send_commands, RespValue};
 pub use sentinel::{RedisSentinelGroup, SENTINEL_SERVICE_NAME};
 pub use server::{redis_url, RedisServer, ServerOptions, TestRedis};
 pub use tls::TestCertificates;

@@ -122,6 +122,19 @@ pub async fn send_command(addr: SocketAddr, args: &[&str]) -> Result<RespValue, 
     })
 }
 
+/// Sends `commands` pipelined over one fresh connection and returns one reply per command, in
+/// order. Gives up after 10 seconds. A `MULTI` … `EXEC` sequence runs as one transaction, so the
+/// commands between them run back to back in the server, with no client or network time between
+/// them.
+///
+/// Error replies are returned as [`RespValue::Error`], not as `Err`.
+pub async fn send_commands(
+    addr: SocketAddr,
+    commands: &[Vec<&str>],
+) -> Result<Vec<RespValue>, TestkitError> {
+    exchange(addr, commands, COMMAND_TIMEOUT).await
+}
+
 /// Sends `commands` pipelined over one fresh connection and reads one reply
 /// per command, all within `timeout`.
 pub(crate) async fn exchange(

@@ -2,27 +2,58 @@
 --
 -- KEYS[1]  lock key: a HASH. Field <owner> = that owner's hold count; field #<hold> = owner of one
 --          outstanding hold (the hold marker). The key's TTL is the lease.
+-- KEYS[2]  handoff key: a STRING, the waiter a release reserved the free lock for; it expires
+--          after the handoff window (see lock_release.lua)
+-- KEYS[3]  waiting key: a ZSET of the owners that found the lock taken, scored by when they first
+--          did (server clock, microseconds); the order in which releases reserve the lock
 -- ARGV[1]  owner id   (<client id>:<task>)
 -- ARGV[2]  hold marker (#<client id>:<sequence>), unique per acquire request
 -- ARGV[3]  lease in milliseconds (> 0)
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
 --          {0, pttl}        held by another owner; pttl is the key's remaining TTL in ms
---                           (-1 when the key has no expiry)
+--                           (-1 when the key has no expiry); or free but reserved for another
+--                           waiter: pttl is what is left of the handoff window
 --
+-- An owner that finds the lock taken joins the waiting set (once: it keeps its first place) and
+-- leaves it when it takes the lock.
 -- Idempotent per request: when the connection drops after the script ran, the client re-sends the
 -- same request; the marker is already there, so the hold is not counted twice.
 -- The TTL is never shortened: a re-entry with a shorter lease keeps the longer one.
-local key, owner, marker = KEYS[1], ARGV[1], ARGV[2]
+local key, handoff, waiting = KEYS[1], KEYS[2], KEYS[3]
+local owner, marker = ARGV[1], ARGV[2]
 
--- Free: the common case, in three commands.
-if redis.call('EXISTS', key) == 0 then
+-- Free, nobody waiting, no handoff under way: the common case, in three commands.
+if redis.call('EXISTS', key, handoff, waiting) == 0 then
   redis.call('HSET', key, owner, 1, marker, owner)
   redis.call('PEXPIRE', key, ARGV[3])
   return {1, 1}
 end
 
 local lease = tonumber(ARGV[3])
+
+-- Joins the waiting set (keeping an earlier place) and reports the lock busy for `pttl`.
+local function wait_turn(pttl)
+  local now = redis.call('TIME')
+  redis.call('ZADD', waiting, 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
+  redis.call('PEXPIRE', waiting, math.max(60000, 2 * pttl))
+  return {0, pttl}
+end
+
+if redis.call('EXISTS', key) == 0 then
+  -- Free. A release that woke waiters reserved it for the one waiting longest, for the window.
+  local reserved = redis.call('GET', handoff)
+  if reserved and reserved ~= owner then
+    return wait_turn(redis.call('PTTL', handoff))
+  end
+  if reserved then
+    redis.call('DEL', handoff)
+  end
+  redis.call('ZREM', waiting, owner)
+  redis.call('HSET', key, owner, 1, marker, owner)
+  redis.call('PEXPIRE', key, lease)
+  return {1, 1}
+end
 
 -- A re-sent request whose first run took the hold: report it, count nothing.
 if redis.call('HEXISTS', key, marker) == 1 then
@@ -42,4 +73,4 @@ if redis.call('HEXISTS', key, owner) == 1 then
   return {1, count}
 end
 
-return {0, redis.call('PTTL', key)}
+return wait_turn(redis.call('PTTL', key))

@@ -1,6 +1,8 @@
 -- lock_release: give back one hold of a reentrant lock.
 --
 -- KEYS[1]  lock key (see lock_acquire.lua)
+-- KEYS[2]  handoff key (see lock_acquire.lua)
+-- KEYS[3]  waiting key (see lock_acquire.lua)
 -- ARGV[1]  hold marker of the hold to give back
 -- ARGV[2]  channel on which the unlock is announced
 -- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
@@ -12,7 +14,17 @@
 --
 -- The owner is read from the marker, so only the hold that was taken can be given back.
 -- The TTL is left as it is: the holds that remain keep their own leases.
-local key, marker, channel, sharded = KEYS[1], ARGV[1], ARGV[2], ARGV[3]
+--
+-- Handoff: when the announcement reached a subscriber (someone waits), the free lock is reserved
+-- for the handoff window for the owner that has waited longest, who leaves the waiting set. Every
+-- waiter is woken, but Redis writes a message to the newest subscriber first, and an owner that
+-- locks again right after unlocking needs no message at all: without the reservation the newest
+-- waiters win every race and the oldest starve. A reserved waiter that does not come within the
+-- window (it gave up, or its client died) loses its place, and the lock is anyone's again.
+local key, handoff, waiting = KEYS[1], KEYS[2], KEYS[3]
+local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
+-- The handoff window in ms (lockkit_protocol::lock::HANDOFF_WINDOW).
+local HANDOFF_WINDOW_MS = 10
 
 local owner = redis.call('HGET', key, marker)
 if not owner then
@@ -25,9 +37,17 @@ if count > 0 then
 end
 -- The owner's last hold; in an exclusive lock no other owner can be in the hash.
 redis.call('DEL', key)
+local woken
 if sharded == '1' then
-  redis.pcall('SPUBLISH', channel, 'one')
+  woken = redis.pcall('SPUBLISH', channel, 'one')
 else
-  redis.pcall('PUBLISH', channel, 'one')
+  woken = redis.pcall('PUBLISH', channel, 'one')
+end
+if type(woken) == 'number' and woken > 0 then
+  local first = redis.call('ZRANGE', waiting, 0, 0)[1]
+  if first then
+    redis.call('ZREM', waiting, first)
+    redis.call('SET', handoff, first, 'PX', HANDOFF_WINDOW_MS)
+  end
 end
 return {1, 0}
