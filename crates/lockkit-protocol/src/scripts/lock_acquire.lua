@@ -34,9 +34,11 @@ local lease = tonumber(ARGV[3])
 
 -- Joins the waiting set (keeping an earlier place) and reports the lock busy for `pttl`.
 local function wait_turn(pttl)
-  local now = redis.call('TIME')
-  redis.call('ZADD', waiting, 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
-  redis.call('PEXPIRE', waiting, math.max(60000, 2 * pttl))
+  if not redis.call('ZSCORE', waiting, owner) then
+    local now = redis.call('TIME')
+    redis.call('ZADD', waiting, tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
+    redis.call('PEXPIRE', waiting, math.max(60000, 2 * pttl))
+  end
   return {0, pttl}
 end
 
