@@ -23,7 +23,8 @@
 //!
 //! Run: `cargo bench --bench many_locks`. Knobs: `LOCKKIT_BENCH_RUNTIME=multi_thread`;
 //! `LOCKKIT_BENCH_TASKS=<T>` (default 1000); `LOCKKIT_BENCH_SECS=<s>` (window of one summary
-//! round, default 1.5). Without `--bench` (`cargo test --benches`) it runs a short smoke pass:
+//! round, default 1.5); `LOCKKIT_BENCH_LOOP=<op>:<seconds>` (`raw_evalsha` or `lock_unlock`) runs
+//! only that op, sustained, for a profiler (`perf record`). Without `--bench` (`cargo test --benches`) it runs a short smoke pass:
 //! 100 tasks, no criterion measurement beyond one iteration, short windows.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -454,6 +455,27 @@ fn main() {
     let rt = runtime();
     let server = rt.block_on(lockkit_suite::spawned());
     let fixture = rt.block_on(Fixture::new(&server.url(), tasks));
+
+    if let Ok(spec) = std::env::var("LOCKKIT_BENCH_LOOP") {
+        // `<op>:<seconds>`: only this op, sustained, for a profiler; no criterion, no summary.
+        let (name, secs) = spec
+            .split_once(':')
+            .expect("LOCKKIT_BENCH_LOOP=<op>:<seconds>");
+        let op = [Op::RawEvalsha, Op::LockUnlock]
+            .into_iter()
+            .find(|op| op.name() == name)
+            .expect("raw_evalsha or lock_unlock");
+        let secs: f64 = secs.parse().expect("seconds");
+        let rate = rt.block_on(sustained(
+            &fixture,
+            op,
+            Duration::from_secs_f64(secs),
+            server.pid(),
+        ));
+        println!("{name}: {rate:?}");
+        rt.block_on(fixture.client.shutdown()).expect("shutdown");
+        return;
+    }
 
     let mut criterion = Criterion::default()
         .warm_up_time(Duration::from_secs(2))

@@ -256,6 +256,8 @@ struct WaitersOutcome {
     waiting: Vec<Connection>,
     rss_before: u64,
     rss_after: u64,
+    /// Size of one `Lock::lock()` future.
+    future_bytes: usize,
     register_time: Duration,
     register_commands: String,
     holder_release_time: Duration,
@@ -289,6 +291,10 @@ async fn waiters(server: &RedisServer, url: &str, sizes: Sizes) -> WaitersOutcom
     let holders: Arc<Vec<AtomicUsize>> =
         Arc::new((0..locks).map(|_| AtomicUsize::new(1)).collect());
     let overlaps = Arc::new(AtomicUsize::new(0));
+    // The state a waiting task keeps in its own allocation: the `lock()` future (never polled).
+    let probe = waiting.lock(names[0].as_str());
+    let future_bytes = std::mem::size_of_val(&probe.lock());
+    drop(probe);
     let stats_before = command_stats(server).await;
     let rss_before = rss_bytes();
     let registering = Instant::now();
@@ -394,6 +400,7 @@ async fn waiters(server: &RedisServer, url: &str, sizes: Sizes) -> WaitersOutcom
         waiting: waiting_connections,
         rss_before,
         rss_after,
+        future_bytes,
         register_time,
         register_commands: command_delta(&stats_before, &stats_registered, waiters),
         holder_release_time,
@@ -442,6 +449,10 @@ fn print_waiters(o: &WaitersOutcome) {
     println!(
         "| **memory per waiter** (RSS delta ÷ {}) | **{:.0} bytes** | |",
         o.waiters, per_waiter
+    );
+    println!(
+        "| of which the `lock()` future (size_of_val; the task adds its header) | {} bytes | |",
+        o.future_bytes
     );
     println!(
         "| time to register all waiters | {:.0} ms | |",
@@ -504,7 +515,11 @@ struct WatchdogOutcome {
     evalsha_per_tick: f64,
     server_usec_per_tick: f64,
     cpu_per_tick: Duration,
+    /// The same client's CPU per tick before it held anything.
+    idle_cpu_per_tick: Duration,
     lost: usize,
+    /// `Client::held_count` at the end of the window (must equal the holds).
+    registered: usize,
     pttl_not_positive: usize,
     min_pttl_ms: i64,
 }
@@ -520,6 +535,13 @@ async fn watchdog_row(server: &RedisServer, url: &str, row: WatchdogRow) -> Watc
     // The watchdog's ticks come every period from (about) now.
     let built = tokio::time::Instant::now();
     let period = row.timeout / 3;
+    // Baseline: the same client holding nothing, over two whole periods.
+    let idle_start = built + period / 2;
+    tokio::time::sleep_until(idle_start).await;
+    let idle_before = cpu_time();
+    tokio::time::sleep_until(idle_start + period * 2).await;
+    let idle_per_tick = (cpu_time() - idle_before) / 2;
+
     let base = lockkit_suite::unique("bench-scale-wd");
     let names: Vec<String> = (0..row.holds).map(|i| format!("{base}:{i}")).collect();
     let locks: Vec<Lock> = names
@@ -553,6 +575,7 @@ async fn watchdog_row(server: &RedisServer, url: &str, row: WatchdogRow) -> Watc
     let ticks = f64::from(row.ticks);
 
     let lost = guards.iter().filter(|guard| guard.is_lost()).count();
+    let registered = client.held_count();
     let raw = lockkit_suite::raw(url).await;
     let pttls: Vec<i64> = join_all(
         names
@@ -573,7 +596,9 @@ async fn watchdog_row(server: &RedisServer, url: &str, row: WatchdogRow) -> Watc
         evalsha_per_tick: (calls_after - calls_before) as f64 / ticks,
         server_usec_per_tick: (usec_after - usec_before) as f64 / ticks,
         cpu_per_tick: (cpu_after - cpu_before) / row.ticks,
+        idle_cpu_per_tick: idle_per_tick,
         lost,
+        registered,
         pttl_not_positive: pttls.iter().filter(|pttl| **pttl <= 0).count(),
         min_pttl_ms: pttls.iter().copied().min().unwrap_or(-3),
     }
@@ -588,15 +613,16 @@ fn print_watchdog(outcomes: &[WatchdogOutcome]) {
     println!();
     println!(
         "| holds | watchdog timeout | period | renew batch | K ticks | EVALSHA per tick | target \
-         ceil(N/batch) | server µs per tick | client CPU ms per tick | CPU µs per hold | lost \
-         guards | keys with PTTL ≤ 0 | min PTTL ms | acquire all, s |"
+         ceil(N/batch) | server µs per tick | client CPU ms per tick | idle CPU ms per tick | CPU µs \
+         per hold | lost \
+         guards | keys with PTTL ≤ 0 | min PTTL ms | holds registered | acquire all, s |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for o in outcomes {
         let row = o.row;
         let cpu_ms = o.cpu_per_tick.as_secs_f64() * 1e3;
         println!(
-            "| {} | {} s | {:.2} s | {} | {} | **{:.2}** | {} | {:.0} | **{:.2}** | {:.2} | {} | {} | {} | {:.2} |",
+            "| {} | {} s | {:.2} s | {} | {} | **{:.2}** | {} | {:.0} | **{:.2}** | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
             row.holds,
             row.timeout.as_secs_f64(),
             (row.timeout / 3).as_secs_f64(),
@@ -606,10 +632,12 @@ fn print_watchdog(outcomes: &[WatchdogOutcome]) {
             row.holds.div_ceil(row.batch),
             o.server_usec_per_tick,
             cpu_ms,
+            o.idle_cpu_per_tick.as_secs_f64() * 1e3,
             cpu_ms * 1e3 / row.holds as f64,
             o.lost,
             o.pttl_not_positive,
             o.min_pttl_ms,
+            o.registered,
             o.acquire_time.as_secs_f64(),
         );
     }
@@ -640,6 +668,15 @@ async fn bench(server: &RedisServer, sizes: Sizes, only: Option<&str>) {
                 ticks: sizes.ticks,
             })
             .collect();
+        if sizes.default_timeout_row {
+            // Scaling check: a tenth of the holds.
+            rows.push(WatchdogRow {
+                holds: sizes.holds / 10,
+                timeout: sizes.short_timeout,
+                batch: sizes.batches[0],
+                ticks: sizes.ticks,
+            });
+        }
         let skip_default = std::env::var("LOCKKIT_BENCH_SKIP_30S").is_ok_and(|v| v == "1");
         if sizes.default_timeout_row && !skip_default {
             rows.push(WatchdogRow {
