@@ -34,7 +34,8 @@
 //! K ≥ 5 ticks, every guard must say `is_lost() == false` and every key must have `PTTL > 0`.
 //!
 //! Run: `cargo bench --bench scale`. Knobs: `LOCKKIT_BENCH_ONLY=waiters|watchdog` runs one
-//! workload; `LOCKKIT_BENCH_SKIP_30S=1` skips the 30 s row (about a minute). Without `--bench`
+//! workload; `LOCKKIT_BENCH_SKIP_30S=1` skips the 30 s row (about a minute);
+//! `LOCKKIT_BENCH_PER_LOCK=<n>` sets the waiters per lock of workload 5 (default 10). Without `--bench`
 //! (`cargo test --benches`) it runs a quick smoke pass: 100 holds, 10 locks × 10 waiters.
 
 use std::collections::{HashMap, HashSet};
@@ -708,7 +709,14 @@ fn main() {
     if args.iter().any(|arg| arg == "--list") {
         return;
     }
-    let sizes = if bench_mode { FULL } else { SMOKE };
+    let mut sizes = if bench_mode { FULL } else { SMOKE };
+    if let Some(per_lock) = std::env::var("LOCKKIT_BENCH_PER_LOCK")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        sizes.per_lock = per_lock;
+    }
     let only = std::env::var("LOCKKIT_BENCH_ONLY").ok();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
