@@ -90,3 +90,59 @@ async fn each_release_lets_one_waiter_in_until_all_are_served() {
     assert_eq!(served, vec![0, 1, 2, 3, 4]);
     assert_eq!(waiters.waiting_count(), 0, "every subscription is given up");
 }
+
+/// A release names the owner that has waited longest (`p:<owner>`), and that owner's client wakes
+/// that very waiter, even when the client registered another waiter before it. Here A waited
+/// first, stopped waiting (its place in Redis stays), then waited again behind B: the release
+/// wakes A, not B. (Waking B would get it refused: the lock is reserved for A.)
+#[tokio::test]
+async fn a_release_wakes_the_waiter_it_reserved_the_lock_for() {
+    let redis = redis().await;
+    let holder = client(&redis.url()).await;
+    let waiting = client(&redis.url()).await;
+    let name = unique("prefer");
+    let guard = holder.lock(&name).lock().await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let (again_tx, again_rx) = tokio::sync::oneshot::channel::<()>();
+
+    let lock = waiting.lock(&name);
+    let order = order_tx.clone();
+    let a = tokio::spawn(async move {
+        // First wait, given up on request: A leaves the client's waiters, not Redis's set.
+        tokio::select! {
+            _ = lock.lock() => panic!("A got the lock while it was held"),
+            _ = stop_rx => {}
+        }
+        again_rx.await.unwrap();
+        let guard = lock.lock().await.unwrap();
+        order.send("A").unwrap();
+        guard.unlock().await.unwrap();
+    });
+    until_waiting(&waiting, 1).await;
+
+    let lock = waiting.lock(&name);
+    let order = order_tx.clone();
+    let b = tokio::spawn(async move {
+        let guard = lock.lock().await.unwrap();
+        order.send("B").unwrap();
+        guard.unlock().await.unwrap();
+    });
+    until_waiting(&waiting, 2).await;
+    stop_tx.send(()).unwrap();
+    within(HANG, "A to stop waiting", async {
+        while waiting.waiting_count() > 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    again_tx.send(()).unwrap();
+    until_waiting(&waiting, 2).await;
+
+    guard.unlock().await.unwrap();
+    let first = within(HANG, "the first handoff", order_rx.recv()).await;
+    let second = within(HANG, "the second handoff", order_rx.recv()).await;
+    assert_eq!((first, second), (Some("A"), Some("B")));
+    within(HANG, "A", a).await.unwrap();
+    within(HANG, "B", b).await.unwrap();
+}

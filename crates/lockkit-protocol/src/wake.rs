@@ -9,6 +9,7 @@
 //! | `n:<k>`  | up to `k` waiters may proceed (`k` permits came back) |
 //! | `all`    | every waiter should re-check (a latch reached zero, a mode changed) |
 //! | `w:<id>` | the waiter with this id is next (fair lock); nobody else |
+//! | `p:<id>` | one waiter may proceed, and it should be the one with this id if it is here (a lock reserved for its longest waiting owner) |
 //!
 //! An unknown payload wakes one waiter: waking too many only costs a retry, waking nobody could
 //! cost a whole lease.
@@ -24,6 +25,8 @@ pub enum Wake {
     All,
     /// Wake only the waiter with this id.
     Waiter(String),
+    /// Wake one waiter: the one with this id if it is among them, else any one.
+    Prefer(String),
 }
 
 impl Wake {
@@ -46,6 +49,9 @@ impl Wake {
                 if let Some(id) = payload.strip_prefix("w:") {
                     return Wake::Waiter(id.to_owned());
                 }
+                if let Some(id) = payload.strip_prefix("p:") {
+                    return Wake::Prefer(id.to_owned());
+                }
                 Wake::One
             }
         }
@@ -58,6 +64,7 @@ impl Wake {
             Wake::All => "all".to_owned(),
             Wake::Many(count) => format!("n:{count}"),
             Wake::Waiter(id) => format!("w:{id}"),
+            Wake::Prefer(id) => format!("p:{id}"),
         }
     }
 }
@@ -73,6 +80,7 @@ mod tests {
             Wake::All,
             Wake::Many(7),
             Wake::Waiter("c1:9".into()),
+            Wake::Prefer("c1:ThreadId(3)".into()),
         ] {
             assert_eq!(Wake::decode(&wake.encode()), wake);
         }

@@ -261,6 +261,12 @@ impl Attempt for LockAttempt<'_> {
         &self.keys.channel
     }
 
+    /// A release reserves the lock for the owner that has waited longest and names it: that
+    /// owner's client wakes that very waiter.
+    fn waiter_tag(&self) -> Option<&str> {
+        Some(&self.owner)
+    }
+
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the

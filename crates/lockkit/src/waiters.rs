@@ -95,7 +95,8 @@ struct Entry {
 struct Slot {
     notify: Notify,
     woken: AtomicBool,
-    /// The waiter's id, for messages that name the next waiter (fair lock).
+    /// The waiter's id, for messages that name the next waiter (fair lock) or the preferred one
+    /// (lock).
     tag: Option<String>,
 }
 
@@ -143,15 +144,24 @@ impl Entry {
             }
             Wake::All => self.wake_all(),
             Wake::Waiter(id) => {
-                if let Some(slot) = self
-                    .waiters
-                    .iter()
-                    .find(|slot| slot.tag.as_deref() == Some(id.as_str()))
-                {
+                if let Some(slot) = self.tagged(id) {
                     slot.wake();
                 }
             }
+            Wake::Prefer(id) => match self.tagged(id) {
+                Some(slot) => slot.wake(),
+                None => {
+                    self.wake_one();
+                }
+            },
         }
+    }
+
+    /// The waiter with this id, if it is here.
+    fn tagged(&self, id: &str) -> Option<&Arc<Slot>> {
+        self.waiters
+            .iter()
+            .find(|slot| slot.tag.as_deref() == Some(id))
     }
 }
 

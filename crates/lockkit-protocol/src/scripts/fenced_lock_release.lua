@@ -26,16 +26,22 @@ if count > 0 then
   return {2, count}
 end
 redis.call('DEL', key)
+-- Every client wakes one of its waiters; the client of the longest waiting owner wakes that one.
+local first = redis.call('ZRANGE', waiting, 0, 0)[1]
+local message = 'one'
+if first then
+  message = 'p:' .. first
+end
 local woken
 if sharded == '1' then
-  woken = redis.pcall('SPUBLISH', channel, 'one')
+  woken = redis.pcall('SPUBLISH', channel, message)
 else
-  woken = redis.pcall('PUBLISH', channel, 'one')
+  woken = redis.pcall('PUBLISH', channel, message)
 end
-if type(woken) == 'number' and woken > 0 then
-  local first = redis.call('ZRANGE', waiting, 0, 0)[1]
-  if first then
-    redis.call('ZREM', waiting, first)
+if first then
+  -- The head leaves the set: it gets the reservation, or nobody is subscribed and it is gone.
+  redis.call('ZREM', waiting, first)
+  if type(woken) == 'number' and woken > 0 then
     redis.call('SET', handoff, first, 'PX', HANDOFF_WINDOW_MS)
   end
 end

@@ -16,11 +16,14 @@
 -- The TTL is left as it is: the holds that remain keep their own leases.
 --
 -- Handoff: when the announcement reached a subscriber (someone waits), the free lock is reserved
--- for the handoff window for the owner that has waited longest, who leaves the waiting set. Every
--- waiter is woken, but Redis writes a message to the newest subscriber first, and an owner that
--- locks again right after unlocking needs no message at all: without the reservation the newest
--- waiters win every race and the oldest starve. A reserved waiter that does not come within the
--- window (it gave up, or its client died) loses its place, and the lock is anyone's again.
+-- for the handoff window for the owner that has waited longest, who leaves the waiting set. The
+-- message (`p:<owner>`) names it, so its client wakes that very waiter; every other client wakes
+-- one waiter too (it is refused and waits again), so the lock is never stranded when the reserved
+-- owner's client is gone. Why reserve: Redis writes a message to the newest subscriber first, and
+-- an owner that locks again right after unlocking needs no message at all, so without it the
+-- newest waiters win every race and the oldest starve. A reserved waiter that does not come
+-- within the window (it gave up, or its client died) has lost its place, and the lock is
+-- anyone's again.
 local key, handoff, waiting = KEYS[1], KEYS[2], KEYS[3]
 local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
 -- The handoff window in ms (lockkit_protocol::lock::HANDOFF_WINDOW).
@@ -37,16 +40,22 @@ if count > 0 then
 end
 -- The owner's last hold; in an exclusive lock no other owner can be in the hash.
 redis.call('DEL', key)
+-- Every client wakes one of its waiters; the client of the longest waiting owner wakes that one.
+local first = redis.call('ZRANGE', waiting, 0, 0)[1]
+local message = 'one'
+if first then
+  message = 'p:' .. first
+end
 local woken
 if sharded == '1' then
-  woken = redis.pcall('SPUBLISH', channel, 'one')
+  woken = redis.pcall('SPUBLISH', channel, message)
 else
-  woken = redis.pcall('PUBLISH', channel, 'one')
+  woken = redis.pcall('PUBLISH', channel, message)
 end
-if type(woken) == 'number' and woken > 0 then
-  local first = redis.call('ZRANGE', waiting, 0, 0)[1]
-  if first then
-    redis.call('ZREM', waiting, first)
+if first then
+  -- The head leaves the set: it gets the reservation, or nobody is subscribed and it is gone.
+  redis.call('ZREM', waiting, first)
+  if type(woken) == 'number' and woken > 0 then
     redis.call('SET', handoff, first, 'PX', HANDOFF_WINDOW_MS)
   end
 end
