@@ -103,6 +103,12 @@ fn cpu_time() -> Duration {
     time(usage.user_time()) + time(usage.system_time())
 }
 
+/// Page faults of the process so far: (minor, major).
+fn page_faults() -> (i64, i64) {
+    let usage = getrusage(UsageWho::RUSAGE_SELF).expect("getrusage");
+    (usage.minor_page_faults(), usage.major_page_faults())
+}
+
 /// The resident set size of this process, in bytes (`VmRSS`).
 fn rss_bytes() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
@@ -518,6 +524,8 @@ struct WatchdogOutcome {
     cpu_per_tick: Duration,
     /// The same client's CPU per tick before it held anything.
     idle_cpu_per_tick: Duration,
+    /// Page faults of the process per tick (minor, major).
+    faults_per_tick: (f64, f64),
     lost: usize,
     /// `Client::held_count` at the end of the window (must equal the holds).
     registered: usize,
@@ -564,9 +572,11 @@ async fn watchdog_row(server: &RedisServer, url: &str, row: WatchdogRow) -> Watc
     let window_end = window_start + period * row.ticks;
     tokio::time::sleep_until(window_start).await;
     let cpu_before = cpu_time();
+    let faults_before = page_faults();
     let stats_before = command_stats(server).await;
     tokio::time::sleep_until(window_end).await;
     let cpu_after = cpu_time();
+    let faults_after = page_faults();
     let stats_after = command_stats(server).await;
 
     let evalsha =
@@ -598,6 +608,10 @@ async fn watchdog_row(server: &RedisServer, url: &str, row: WatchdogRow) -> Watc
         server_usec_per_tick: (usec_after - usec_before) as f64 / ticks,
         cpu_per_tick: (cpu_after - cpu_before) / row.ticks,
         idle_cpu_per_tick: idle_per_tick,
+        faults_per_tick: (
+            (faults_after.0 - faults_before.0) as f64 / ticks,
+            (faults_after.1 - faults_before.1) as f64 / ticks,
+        ),
         lost,
         registered,
         pttl_not_positive: pttls.iter().filter(|pttl| **pttl <= 0).count(),
@@ -614,16 +628,18 @@ fn print_watchdog(outcomes: &[WatchdogOutcome]) {
     println!();
     println!(
         "| holds | watchdog timeout | period | renew batch | K ticks | EVALSHA per tick | target \
-         ceil(N/batch) | server µs per tick | client CPU ms per tick | idle CPU ms per tick | CPU µs \
-         per hold | lost \
+         ceil(N/batch) | server µs per tick | client CPU ms per tick | idle CPU ms per tick | page faults \
+         per tick (minor/major) | CPU µs per hold | lost \
          guards | keys with PTTL ≤ 0 | min PTTL ms | holds registered | acquire all, s |"
     );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
     for o in outcomes {
         let row = o.row;
         let cpu_ms = o.cpu_per_tick.as_secs_f64() * 1e3;
         println!(
-            "| {} | {} s | {:.2} s | {} | {} | **{:.2}** | {} | {:.0} | **{:.2}** | {:.2} | {:.2} | {} | {} | {} | {} | {:.2} |",
+            "| {} | {} s | {:.2} s | {} | {} | **{:.2}** | {} | {:.0} | **{:.2}** | {:.2} | {:.0}/{:.0} | {:.2} | {} | {} | {} | {} | {:.2} |",
             row.holds,
             row.timeout.as_secs_f64(),
             (row.timeout / 3).as_secs_f64(),
@@ -634,6 +650,8 @@ fn print_watchdog(outcomes: &[WatchdogOutcome]) {
             o.server_usec_per_tick,
             cpu_ms,
             o.idle_cpu_per_tick.as_secs_f64() * 1e3,
+            o.faults_per_tick.0,
+            o.faults_per_tick.1,
             cpu_ms * 1e3 / row.holds as f64,
             o.lost,
             o.pttl_not_positive,
