@@ -243,6 +243,71 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
     sorted[index]
 }
 
+/// lockkit's `WARN` (and higher) events so far, by message: the bench says how often, for
+/// instance, the waiter hub found release messages dropped.
+static WARNINGS: std::sync::Mutex<std::collections::BTreeMap<String, u64>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// A minimal tracing subscriber that counts warnings into [`WARNINGS`].
+struct WarningCounter;
+
+/// Collects an event's `message` field.
+struct MessageVisitor(String);
+
+impl tracing::field::Visit for MessageVisitor {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for WarningCounter {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut visitor = MessageVisitor(String::new());
+        event.record(&mut visitor);
+        *WARNINGS
+            .lock()
+            .expect("warnings")
+            .entry(visitor.0)
+            .or_default() += 1;
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// The warnings counted so far.
+fn warnings() -> std::collections::BTreeMap<String, u64> {
+    WARNINGS.lock().expect("warnings").clone()
+}
+
+/// Warnings logged between two snapshots, as `count × message; ...` (`none` when none).
+fn warning_delta(
+    before: &std::collections::BTreeMap<String, u64>,
+    after: &std::collections::BTreeMap<String, u64>,
+) -> String {
+    let lines: Vec<String> = after
+        .iter()
+        .filter_map(|(message, count)| {
+            let new = count - before.get(message).copied().unwrap_or(0);
+            (new > 0).then(|| format!("{new} × {message}"))
+        })
+        .collect();
+    if lines.is_empty() {
+        "none".to_owned()
+    } else {
+        lines.join("; ")
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Workload 5: waiters at scale
 // ---------------------------------------------------------------------------------------------
@@ -271,6 +336,8 @@ struct WaitersOutcome {
     drain: Duration,
     handoffs: Vec<Duration>,
     drain_commands: String,
+    /// lockkit's warnings during the drain.
+    drain_warnings: String,
     overlaps: usize,
 }
 
@@ -357,6 +424,7 @@ async fn waiters(server: &RedisServer, url: &str, sizes: Sizes) -> WaitersOutcom
     let waiting_connections = new_connections(&before, &client_list(server).await);
 
     // The drain: the holder releases its locks one after the other.
+    let warnings_before = warnings();
     let drain_start = Instant::now();
     let mut released_at = Vec::with_capacity(locks);
     for (index, guard) in held.into_iter().enumerate() {
@@ -381,6 +449,7 @@ async fn waiters(server: &RedisServer, url: &str, sizes: Sizes) -> WaitersOutcom
         .unwrap_or(drain_start);
     let drain = last.saturating_duration_since(drain_start);
     let stats_drained = command_stats(server).await;
+    let drain_warnings = warning_delta(&warnings_before, &warnings());
 
     // Handoffs along each lock's chain: holder, then its waiters in the order they got it.
     let mut chains: Vec<Vec<&Event>> = vec![Vec::new(); locks];
@@ -414,6 +483,7 @@ async fn waiters(server: &RedisServer, url: &str, sizes: Sizes) -> WaitersOutcom
         drain,
         handoffs,
         drain_commands: command_delta(&stats_registered, &stats_drained, waiters),
+        drain_warnings,
         overlaps: overlaps.load(Ordering::SeqCst),
     }
 }
@@ -500,6 +570,7 @@ fn print_waiters(o: &WaitersOutcome) {
         o.register_commands
     );
     println!("commands per handoff while draining: {}", o.drain_commands);
+    println!("lockkit warnings while draining: {}", o.drain_warnings);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -736,6 +807,7 @@ fn main() {
         sizes.per_lock = per_lock;
     }
     let only = std::env::var("LOCKKIT_BENCH_ONLY").ok();
+    tracing::subscriber::set_global_default(WarningCounter).expect("one tracing subscriber");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
