@@ -155,6 +155,10 @@ struct Outcome {
     /// Holds that began before the previous one ended (must be 0 for lockkit).
     overlaps: usize,
     errors: u64,
+    /// The floor (median raw `EVALSHA` round trip) measured just before this row: the yardstick
+    /// of its RTT columns. It drifts by tens of percent within a run (CPU placement), so each row
+    /// gets its own.
+    rtt: Duration,
 }
 
 impl Outcome {
@@ -238,6 +242,7 @@ fn analyse(record: Record) -> Outcome {
         mean_hold,
         overlaps,
         errors,
+        rtt: Duration::ZERO,
     }
 }
 
@@ -607,13 +612,14 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
     let rtt_us = micros(floors.rtt);
     println!(
         "| library | W | H ms | T ms | acquisitions | acq/s | min/max | owner changes | handoffs \
-         | handoff p50 µs | p99 µs | p50 RTT | p99 RTT | p50 / pubsub floor | mean hold ms \
-         | net overhead µs | net RTT | overlaps |"
+         | handoff p50 µs | p99 µs | RTT µs | p50 RTT | p99 RTT | p50 / pubsub floor \
+         | mean hold ms | net overhead µs | net RTT | overlaps |"
     );
     println!(
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for o in outcomes {
+        let row_rtt_us = micros(o.rtt);
         let p50 = o.handoff(0.5).map(micros);
         let p99 = o.handoff(0.99).map(micros);
         let pubsub = floors.pubsub_for(o.workload).map(|f| micros(f.p50));
@@ -629,7 +635,7 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
             String::new()
         };
         println!(
-            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
+            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
             o.workload.workers,
             o.workload.hold.as_millis(),
             o.workload.think.as_millis(),
@@ -640,12 +646,13 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
             o.handoffs.len(),
             fmt_opt(p50, 0),
             fmt_opt(p99, 0),
-            fmt_opt(p50.map(|p| p / rtt_us), 1),
-            fmt_opt(p99.map(|p| p / rtt_us), 1),
+            row_rtt_us,
+            fmt_opt(p50.map(|p| p / row_rtt_us), 1),
+            fmt_opt(p99.map(|p| p / row_rtt_us), 1),
             fmt_opt(p50.zip(pubsub).map(|(p, f)| p / f), 1),
             o.mean_hold.as_secs_f64() * 1e3,
             net,
-            net / rtt_us,
+            net / row_rtt_us,
             o.overlaps,
         );
     }
@@ -656,7 +663,8 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
         .sum();
     println!();
     println!(
-        "floor: median raw EVALSHA round trip = {rtt_us:.1} µs; overlapping holds of lockkit \
+        "floor: median raw EVALSHA round trip = {rtt_us:.1} µs at the start (each row's RTT \
+         columns use the floor measured just before it); overlapping holds of lockkit \
          (must be 0): {lockkit_overlaps}"
     );
     println!(
@@ -692,10 +700,10 @@ fn write_json(outcomes: &[Outcome], floors: &Floors, window: Duration) {
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-results/contention.json"),
         PathBuf::from,
     );
-    let rtt_us = micros(floors.rtt);
     let rows: Vec<_> = outcomes
         .iter()
         .map(|o| {
+            let rtt_us = micros(o.rtt);
             let peer = PEERS.contains(&o.library.as_str());
             let p50 = o.handoff(0.5).map(micros);
             let p99 = o.handoff(0.99).map(micros);
@@ -715,6 +723,7 @@ fn write_json(outcomes: &[Outcome], floors: &Floors, window: Duration) {
                 "handoffs": o.handoffs.len(),
                 "handoff_p50_us": p50,
                 "handoff_p99_us": p99,
+                "rtt_us": rtt_us,
                 "handoff_p50_rtt": p50.map(|p| p / rtt_us),
                 "handoff_p99_rtt": p99.map(|p| p / rtt_us),
                 "handoff_p50_pubsub_floor": p50.zip(pubsub).map(|(p, f)| p / f),
@@ -729,7 +738,7 @@ fn write_json(outcomes: &[Outcome], floors: &Floors, window: Duration) {
     let doc = json!({
         "window_s": window.as_secs_f64(),
         "floors": {
-            "rtt_us": rtt_us,
+            "rtt_us": micros(floors.rtt),
             "rtt_after_us": micros(floors.rtt_after),
             "rtt_after_10ms_idle_us": floors.rtt_idle.map(micros),
             "pubsub_hot_p50_us": micros(floors.pubsub_hot.p50),
@@ -839,14 +848,18 @@ async fn bench(url: &str, smoke: bool) {
     let mut outcomes = Vec::new();
     for &primitive in &primitives {
         for &workload in &workloads {
-            let outcome = run_lockkit(&clients, primitive, workload, window).await;
+            let rtt = floor.median(Duration::ZERO).await;
+            let mut outcome = run_lockkit(&clients, primitive, workload, window).await;
+            outcome.rtt = rtt;
             log(&outcome);
             outcomes.push(outcome);
         }
     }
     for peer in &peers {
         for &workload in &workloads {
-            if let Some(outcome) = run_peer(url, peer, workload, window).await {
+            let rtt = floor.median(Duration::ZERO).await;
+            if let Some(mut outcome) = run_peer(url, peer, workload, window).await {
+                outcome.rtt = rtt;
                 log(&outcome);
                 outcomes.push(outcome);
             }
