@@ -273,6 +273,77 @@ fn is_tagged_form(name: &str) -> bool {
     }
 }
 
+/// A key of lockkit's key space, read back by [`Namespace::parse`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ParsedKey {
+    /// The kind of the object the key belongs to.
+    pub kind: Kind,
+    /// The object's name, as the user wrote it.
+    pub name: String,
+    /// `None` for the object's main key; else the auxiliary key's suffix (`queue`, `token`, ...)
+    /// or `released` for its channel.
+    pub suffix: Option<&'static str>,
+}
+
+impl Namespace {
+    /// Reads a key (or channel) of this namespace back into the object it belongs to: the inverse
+    /// of [`Namespace::object`]. `None` for a key that no object of this namespace has.
+    ///
+    /// A key that is both an auxiliary key of one object and the main key of another (the fair
+    /// lock `a`'s queue `lockkit:fair:{a}:queue` is also the main key of the fair lock named
+    /// `{a}:queue`) is read as the auxiliary key.
+    ///
+    /// ```
+    /// use lockkit_protocol::keys::{Kind, Namespace};
+    /// let ns = Namespace::default();
+    /// let parsed = ns.parse("lockkit:fair:{order:42}:queue").unwrap();
+    /// assert_eq!((parsed.kind, parsed.name.as_str(), parsed.suffix), (Kind::FairLock, "order:42", Some("queue")));
+    /// assert_eq!(ns.parse("lockkit:lock:{a}").unwrap().suffix, None);
+    /// assert!(ns.parse("other:lock:{a}").is_none());
+    /// ```
+    pub fn parse(&self, key: &str) -> Option<ParsedKey> {
+        let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(':')?;
+        let (segment, tagged) = rest.split_once(':')?;
+        let kind = Kind::ALL
+            .into_iter()
+            .find(|kind| kind.segment() == segment)?;
+        for &suffix in kind.aux_suffixes().iter().chain(&["released"]) {
+            if let Some(base) = tagged
+                .strip_suffix(suffix)
+                .and_then(|base| base.strip_suffix(':'))
+            {
+                if let Some(name) = untagged_name(base) {
+                    return Some(ParsedKey {
+                        kind,
+                        name,
+                        suffix: Some(suffix),
+                    });
+                }
+            }
+        }
+        untagged_name(tagged).map(|name| ParsedKey {
+            kind,
+            name,
+            suffix: None,
+        })
+    }
+}
+
+/// The name whose [`tagged_name`] is `tagged`, if there is one.
+pub fn untagged_name(tagged: &str) -> Option<String> {
+    let candidate = match tagged.strip_prefix('{') {
+        // The wrapped form `{n}`.
+        Some(rest) if rest.len() > 1 && rest.find('}') == Some(rest.len() - 1) => {
+            &rest[..rest.len() - 1]
+        }
+        // The escaped form `{t}n`, t and n of the same length.
+        Some(rest) if is_tagged_form(tagged) => &rest[rest.len().saturating_sub(1) / 2 + 1..],
+        _ => tagged,
+    };
+    (validate_name(candidate).is_ok() && tagged_name(candidate) == tagged)
+        .then(|| candidate.to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,5 +424,70 @@ mod tests {
             Namespace::new("app").map(|n| n.prefix().to_owned()),
             Ok("app".into())
         );
+    }
+    #[test]
+    fn parse_reads_back_every_key_of_every_name() {
+        let alphabet = ['{', '}', 'a', ':'];
+        let mut names = vec![String::new()];
+        let mut all: Vec<String> = ["order:42", "cart:{user42}", "{user42}:cart", "}x", "{a}"]
+            .map(String::from)
+            .to_vec();
+        for _ in 0..5 {
+            names = names
+                .iter()
+                .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
+                .collect();
+            all.extend(names.iter().cloned());
+        }
+        let ns = Namespace::new("app").unwrap();
+        for name in &all {
+            for kind in Kind::ALL {
+                let keys = ns.object(kind, name).unwrap();
+                let main = ns.parse(&keys.key).unwrap();
+                // A name ending in `:<suffix>` whose base is itself a tagged name reads as that
+                // object's auxiliary key (see `parse`); every other main key reads back exactly.
+                if main.suffix.is_none() {
+                    assert_eq!((main.kind, main.name.as_str()), (kind, name.as_str()));
+                } else {
+                    let aux = ns.object(kind, &main.name).unwrap();
+                    assert!(
+                        aux.keys.contains(&keys.key) || aux.channel == keys.key,
+                        "{name:?}"
+                    );
+                }
+                for (key, suffix) in keys.keys[1..].iter().zip(kind.aux_suffixes()) {
+                    let parsed = ns.parse(key).unwrap();
+                    assert_eq!(
+                        (parsed.kind, parsed.name.as_str(), parsed.suffix),
+                        (kind, name.as_str(), Some(*suffix)),
+                        "{key:?}"
+                    );
+                }
+                let channel = ns.parse(&keys.channel).unwrap();
+                assert_eq!(
+                    (channel.name.as_str(), channel.suffix),
+                    (name.as_str(), Some("released"))
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn parse_rejects_foreign_keys() {
+        let ns = Namespace::default();
+        for key in [
+            "lockkit",
+            "lockkit:",
+            "lockkit:lock",
+            "lockkit:lock:",
+            "lockkit:nokind:{a}",
+            "other:lock:{a}",
+            "lockkit2:lock:{a}",
+            "lockkit:lock:{}",
+            "lockkit:lock:plain",
+            "lockkit:lock:a}b",
+        ] {
+            assert_eq!(ns.parse(key), None, "{key:?}");
+        }
     }
 }
