@@ -154,6 +154,28 @@ pub enum TestkitError {
         #[source]
         source: io::Error,
     },
+
+    /// A Redis container (feature `testcontainers`) could not be started or inspected: no
+    /// Docker engine answered, the image could not be pulled, or the server did not start.
+    #[error(
+        "{context}: {source} (a Docker engine is needed: is it running, and may this user use it?)"
+    )]
+    Container {
+        /// What the kit was doing.
+        context: String,
+        /// The underlying error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
+    /// The environment variable `LOCKKIT_TEST_BACKEND` names no backend this build has.
+    #[error("LOCKKIT_TEST_BACKEND={value:?}: {detail}")]
+    Backend {
+        /// The variable's value.
+        value: String,
+        /// What is wrong with it and what is accepted.
+        detail: String,
+    },
 }
 
 impl TestkitError {

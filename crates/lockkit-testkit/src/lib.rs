@@ -14,7 +14,8 @@
 //! * [`RedisSentinelGroup`] starts a primary, its replicas and sentinels, and can kill the
 //!   primary or force a failover.
 //! * [`redis_url`] gives a server for a test: the one named by the `REDIS_URL`
-//!   environment variable if set, else a spawned one.
+//!   environment variable if set, else a spawned one (or a Docker container:
+//!   see below).
 //! * [`TestCertificates`] makes a CA with server and client certificates at
 //!   test time, and [`ServerOptions::tls`] starts a server that speaks only
 //!   TLS (`rediss://`).
@@ -43,10 +44,22 @@
 //! # }
 //! ```
 //!
+//! With the `testcontainers` feature (off by default: it pulls in a Docker
+//! client), `RedisContainer` runs Redis in a Docker container of the pinned
+//! image `redis:7.4.2` instead, for machines with Docker and no `redis-server`,
+//! and [`redis_url`] uses it when the environment variable
+//! `LOCKKIT_TEST_BACKEND` ([`BACKEND_ENV`]) is `docker`:
+//!
+//! ```text
+//! LOCKKIT_TEST_BACKEND=docker cargo test --workspace --features lockkit-testkit/testcontainers
+//! ```
+//!
 //! Everything here is meant for tests: servers listen on loopback only and
 //! run without a password unless one is passed in [`ServerOptions`].
 
 mod cluster;
+#[cfg(feature = "testcontainers")]
+mod container;
 mod error;
 mod proxy;
 mod resp;
@@ -55,9 +68,11 @@ mod server;
 mod tls;
 
 pub use cluster::RedisCluster;
+#[cfg(feature = "testcontainers")]
+pub use container::{RedisContainer, REDIS_IMAGE, REDIS_IMAGE_TAG};
 pub use error::TestkitError;
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, send_command, send_commands, RespValue};
 pub use sentinel::{RedisSentinelGroup, SENTINEL_SERVICE_NAME};
-pub use server::{redis_url, RedisServer, ServerOptions, TestRedis};
+pub use server::{redis_url, RedisServer, ServerOptions, TestRedis, BACKEND_ENV};
 pub use tls::TestCertificates;

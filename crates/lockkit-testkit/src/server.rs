@@ -354,13 +354,18 @@ impl RedisServer {
 }
 
 /// A Redis server for a test: an external one named by the `REDIS_URL`
-/// environment variable, or else one spawned for the test.
+/// environment variable, or else one spawned for the test (or, with the
+/// `testcontainers` feature and `LOCKKIT_TEST_BACKEND=docker`, one in a Docker
+/// container).
 #[derive(Debug)]
 pub enum TestRedis {
     /// A server started by the kit, killed when this value is dropped.
     Spawned(RedisServer),
     /// The URL of a server the kit does not control (from `REDIS_URL`).
     External(String),
+    /// A server in a Docker container, removed when this value is dropped.
+    #[cfg(feature = "testcontainers")]
+    Container(crate::RedisContainer),
 }
 
 impl TestRedis {
@@ -369,25 +374,74 @@ impl TestRedis {
         match self {
             TestRedis::Spawned(server) => server.url(),
             TestRedis::External(url) => url.clone(),
+            #[cfg(feature = "testcontainers")]
+            TestRedis::Container(container) => container.url(),
         }
     }
 
-    /// The spawned server, or `None` for an external one.
+    /// The spawned server, or `None` for an external one or a container.
     pub fn server(&self) -> Option<&RedisServer> {
         match self {
             TestRedis::Spawned(server) => Some(server),
-            TestRedis::External(_) => None,
+            _ => None,
         }
+    }
+}
+
+/// The environment variable that chooses how [`redis_url`] provides a server
+/// when `REDIS_URL` is not set: `process` (the default) spawns `redis-server`,
+/// `docker` starts a `RedisContainer` (feature `testcontainers`).
+pub const BACKEND_ENV: &str = "LOCKKIT_TEST_BACKEND";
+
+/// How [`redis_url`] provides a server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    /// A spawned `redis-server`.
+    Process,
+    /// A Docker container.
+    #[cfg(feature = "testcontainers")]
+    Docker,
+}
+
+/// The backend named by a value of [`BACKEND_ENV`] (unset or empty: the default).
+fn backend(value: Option<&str>) -> Result<Backend, TestkitError> {
+    let error = |detail: &str| TestkitError::Backend {
+        value: value.unwrap_or_default().to_owned(),
+        detail: detail.to_owned(),
+    };
+    match value.map(str::trim).unwrap_or_default() {
+        "" | "process" => Ok(Backend::Process),
+        #[cfg(feature = "testcontainers")]
+        "docker" => Ok(Backend::Docker),
+        #[cfg(not(feature = "testcontainers"))]
+        "docker" => Err(error(
+            "lockkit-testkit was built without its `testcontainers` feature; build with \
+             `--features lockkit-testkit/testcontainers`",
+        )),
+        _ => Err(error("expected `process` (the default) or `docker`")),
     }
 }
 
 /// A Redis server for a test: if the environment variable `REDIS_URL` is set
 /// (and not empty), [`TestRedis::External`] with its value and no process is
-/// started; otherwise a new [`RedisServer`] with default options.
+/// started; otherwise a new [`RedisServer`] with default options, or, when
+/// [`LOCKKIT_TEST_BACKEND`](BACKEND_ENV) is `docker` (feature
+/// `testcontainers`), a new `RedisContainer`.
+///
+/// # Errors
+/// When the server cannot be started, or `LOCKKIT_TEST_BACKEND` names a
+/// backend this build does not have ([`TestkitError::Backend`]).
 pub async fn redis_url() -> Result<TestRedis, TestkitError> {
-    match std::env::var("REDIS_URL") {
-        Ok(url) if !url.trim().is_empty() => Ok(TestRedis::External(url)),
-        _ => Ok(TestRedis::Spawned(RedisServer::start().await?)),
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        if !url.trim().is_empty() {
+            return Ok(TestRedis::External(url));
+        }
+    }
+    let value = std::env::var(BACKEND_ENV).ok();
+    match backend(value.as_deref())? {
+        Backend::Process => Ok(TestRedis::Spawned(RedisServer::start().await?)),
+        #[cfg(feature = "testcontainers")]
+        Backend::Docker => Ok(TestRedis::Container(crate::RedisContainer::start().await?)),
     }
 }
 
@@ -767,6 +821,41 @@ impl Drop for TempDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backend_defaults_to_a_spawned_process() {
+        assert_eq!(backend(None).unwrap(), Backend::Process);
+        assert_eq!(backend(Some("")).unwrap(), Backend::Process);
+        assert_eq!(backend(Some(" process ")).unwrap(), Backend::Process);
+    }
+
+    #[test]
+    fn an_unknown_backend_is_a_clear_error() {
+        let err = backend(Some("podman")).unwrap_err();
+        assert!(matches!(err, TestkitError::Backend { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("\"podman\"") && text.contains("docker"),
+            "{text}"
+        );
+    }
+
+    #[cfg(feature = "testcontainers")]
+    #[test]
+    fn docker_selects_the_container_backend() {
+        assert_eq!(backend(Some("docker")).unwrap(), Backend::Docker);
+    }
+
+    #[cfg(not(feature = "testcontainers"))]
+    #[test]
+    fn docker_without_the_feature_says_how_to_enable_it() {
+        let err = backend(Some("docker")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--features lockkit-testkit/testcontainers"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn password_is_parsed_from_args() {
