@@ -319,10 +319,10 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
         let replies = send_commands(
             server.addr(),
             &[
-                eval(acquire, k, &["A", "#A:1", lease]),
+                eval(acquire, k, &["A", "#A:1", lease, "1"]),
                 vec!["MULTI"],
                 eval(release, k, &["#A:1", &keys.channel, "0"]),
-                eval(acquire, k, &["A", "#A:2", lease]),
+                eval(acquire, k, &["A", "#A:2", lease, "1"]),
                 vec!["EXEC"],
                 eval(release, k, &["#A:2", &keys.channel, "0"]),
             ],
@@ -343,15 +343,17 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
         let replies = send_commands(
             server.addr(),
             &[
-                eval(acquire, k, &["A", "#A:3", lease]),
-                eval(acquire, k, &["B", "#B:1", lease]),
-                eval(acquire, k, &["C", "#C:1", lease]),
-                eval(acquire, k, &["B", "#B:2", lease]),
+                eval(acquire, k, &["A", "#A:3", lease, "1"]),
+                // D tries once and does not wait (`try_lock(ZERO)`): it must not join the set.
+                eval(acquire, k, &["D", "#D:1", lease, "0"]),
+                eval(acquire, k, &["B", "#B:1", lease, "1"]),
+                eval(acquire, k, &["C", "#C:1", lease, "1"]),
+                eval(acquire, k, &["B", "#B:2", lease, "1"]),
                 vec!["MULTI"],
                 eval(release, k, &["#A:3", &keys.channel, "0"]),
-                eval(acquire, k, &["A", "#A:4", lease]),
-                eval(acquire, k, &["C", "#C:2", lease]),
-                eval(acquire, k, &["B", "#B:3", lease]),
+                eval(acquire, k, &["A", "#A:4", lease, "1"]),
+                eval(acquire, k, &["C", "#C:2", lease, "1"]),
+                eval(acquire, k, &["B", "#B:3", lease, "1"]),
                 vec!["EXISTS", handoff],
                 vec!["ZRANGE", waiting, "0", "-1"],
                 vec!["EXEC"],
@@ -360,10 +362,10 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
         .await
         .unwrap();
         assert_eq!(ints(&replies[0])[..2], [1, 1], "{kind:?}: A holds");
-        for busy in &replies[1..4] {
-            assert_eq!(ints(busy)[0], 0, "{kind:?}: B and C wait");
+        for busy in &replies[1..5] {
+            assert_eq!(ints(busy)[0], 0, "{kind:?}: D, B and C find it taken");
         }
-        let exec = replies[11].as_array().expect("an EXEC reply");
+        let exec = replies[12].as_array().expect("an EXEC reply");
         assert_eq!(ints(&exec[0]), vec![1, 0], "{kind:?}: released");
         for refused in [ints(&exec[1]), ints(&exec[2])] {
             assert_eq!(refused[0], 0, "{kind:?}: A and C are refused: {refused:?}");

@@ -186,6 +186,7 @@ impl Lock {
             lease,
             lease_ms: lease_millis(lease).to_string(),
             watchdog,
+            waits: wait != Some(Duration::ZERO),
         };
         acquire(inner, &attempt, wait).await
     }
@@ -252,6 +253,9 @@ struct LockAttempt<'a> {
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
+    /// Whether this acquire waits when the lock is taken: only then does a busy attempt join the
+    /// lock's waiting set (a `try_lock(ZERO)` that fails must not be handed the lock later).
+    waits: bool,
 }
 
 impl Attempt for LockAttempt<'_> {
@@ -287,7 +291,12 @@ impl Attempt for LockAttempt<'_> {
                 self.flavor.acquire,
                 self.flavor.kind,
                 &keys,
-                &[&self.owner, &guard.hold().marker, &self.lease_ms],
+                &[
+                    &self.owner,
+                    &guard.hold().marker,
+                    &self.lease_ms,
+                    if self.waits { "1" } else { "0" },
+                ],
                 Resend::Allowed,
             )
             .await?;

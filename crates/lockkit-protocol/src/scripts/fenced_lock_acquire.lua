@@ -8,6 +8,7 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  hold marker, unique per acquire request
 -- ARGV[3]  lease in milliseconds (> 0)
+-- ARGV[4]  1 if the caller waits when the lock is taken (it then joins the waiting set), else 0
 --
 -- Reply    {1, hold_count, token}  acquired; every acquisition, re-entries included, gets a token
 --                                  greater than every token minted before it
@@ -32,9 +33,9 @@ if redis.call('HEXISTS', key, marker) == 1 then
   return {1, tonumber(redis.call('HGET', key, owner) or 0), tonumber(redis.call('HGET', key, token_field))}
 end
 
--- Joins the waiting set (keeping an earlier place) and reports the lock busy for `pttl`.
+-- Joins the waiting set if it will wait (keeping an earlier place); reports the lock busy for `pttl`.
 local function wait_turn(pttl)
-  if not redis.call('ZSCORE', waiting, owner) then
+  if ARGV[4] == '1' and not redis.call('ZSCORE', waiting, owner) then
     local now = redis.call('TIME')
     redis.call('ZADD', waiting, tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
     redis.call('PEXPIRE', waiting, math.max(60000, 2 * pttl))

@@ -9,14 +9,15 @@
 -- ARGV[1]  owner id   (<client id>:<task>)
 -- ARGV[2]  hold marker (#<client id>:<sequence>), unique per acquire request
 -- ARGV[3]  lease in milliseconds (> 0)
+-- ARGV[4]  1 if the caller waits when the lock is taken (it then joins the waiting set), else 0
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
 --          {0, pttl}        held by another owner; pttl is the key's remaining TTL in ms
 --                           (-1 when the key has no expiry); or free but reserved for another
 --                           waiter: pttl is what is left of the handoff window
 --
--- An owner that finds the lock taken joins the waiting set (once: it keeps its first place) and
--- leaves it when it takes the lock.
+-- An owner that finds the lock taken and will wait joins the waiting set (once: it keeps its first
+-- place) and leaves it when it takes the lock.
 -- Idempotent per request: when the connection drops after the script ran, the client re-sends the
 -- same request; the marker is already there, so the hold is not counted twice.
 -- The TTL is never shortened: a re-entry with a shorter lease keeps the longer one.
@@ -32,9 +33,9 @@ end
 
 local lease = tonumber(ARGV[3])
 
--- Joins the waiting set (keeping an earlier place) and reports the lock busy for `pttl`.
+-- Joins the waiting set if it will wait (keeping an earlier place); reports the lock busy for `pttl`.
 local function wait_turn(pttl)
-  if not redis.call('ZSCORE', waiting, owner) then
+  if ARGV[4] == '1' and not redis.call('ZSCORE', waiting, owner) then
     local now = redis.call('TIME')
     redis.call('ZADD', waiting, tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
     redis.call('PEXPIRE', waiting, math.max(60000, 2 * pttl))
