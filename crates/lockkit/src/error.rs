@@ -19,6 +19,16 @@ pub enum Error {
         /// The object's name.
         name: String,
     },
+    /// The lock was not acquired within the time allowed: someone else held it all along. Returned
+    /// by code that turns "not acquired in time" into an error, such as the `#[locked]` attribute
+    /// with a `wait` (the `try_*` methods return `Ok(None)` instead).
+    #[error("`{name}` was not acquired within {waited:?}: another owner held it")]
+    NotAcquired {
+        /// The object's name.
+        name: String,
+        /// How long the caller waited.
+        waited: std::time::Duration,
+    },
     /// The acquisition reached the primary, but fewer replicas than the client's replica
     /// acknowledgement policy requires
     /// ([`ClientBuilder::replica_ack`](crate::ClientBuilder::replica_ack)) acknowledged it within

@@ -111,3 +111,5 @@ pub use spin_lock::SpinLock;
 
 /// The protocol crate: scripts, key naming, cluster slots.
 pub use lockkit_protocol as protocol;
+#[cfg(feature = "macros")]
+pub use lockkit_macros::locked;

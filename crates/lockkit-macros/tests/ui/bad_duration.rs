@@ -1,0 +1,9 @@
+use lockkit_macros::locked;
+
+#[locked(client = CLIENT, key = "ticket:{id}", wait = "5", lease = "3s")]
+async fn buy(id: u64) -> Result<(), String> {
+    let _ = id;
+    Ok(())
+}
+
+fn main() {}
