@@ -173,7 +173,7 @@ struct Customer {
 }
 
 struct Orders {
-    locks: lockkit::Client,
+    locks: Arc<lockkit::Client>,
     shard: u32,
 }
 
@@ -191,6 +191,12 @@ impl Orders {
     ) -> Result<u64, lockkit::Error> {
         Ok(order.id)
     }
+
+    /// A method taking `self` by value; the client is a field (an `Arc<Client>`).
+    #[locked(client = self.locks, key = "shard:{self.shard}", wait = "0s")]
+    async fn close(self) -> Result<u32, lockkit::Error> {
+        Ok(self.shard)
+    }
 }
 
 /// The key comes from the arguments: another client holding one order's lock blocks that order
@@ -199,7 +205,7 @@ impl Orders {
 async fn the_key_is_built_from_the_arguments() {
     let redis = redis().await;
     let orders = Orders {
-        locks: client(&redis.url()).await,
+        locks: Arc::new(client(&redis.url()).await),
         shard: 3,
     };
     let theirs = client(&redis.url()).await;
@@ -227,6 +233,7 @@ async fn the_key_is_built_from_the_arguments() {
     }
     held.unlock().await.unwrap();
     assert_eq!(orders.process(&order(1), "x").await.unwrap(), 1);
+    assert_eq!(orders.close().await.unwrap(), 3);
 }
 
 /// Holds the lock until `commit` arrives, as a body that commits a transaction at its end.

@@ -1,0 +1,696 @@
+//! `lockkit`: look at lockkit's objects in Redis, watch them, force-unlock a stuck lock, and run
+//! a small contention demo.
+//!
+//! Run `lockkit --help` for the commands and exit codes; `docs/guide.md` ("Command-line tool")
+//! has examples.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use fred::interfaces::{ClientLike, EventInterface, KeysInterface, PubsubInterface};
+use lockkit::protocol::keys::{Kind, Namespace};
+use lockkit::{Client, Error, Inspection, PubSubMode};
+use serde_json::{json, Value};
+
+/// Exit code: the object does not exist (or the lock to force-unlock is free).
+const NOT_FOUND: u8 = 1;
+/// Exit code: bad command line or argument (clap uses it for its own usage errors).
+const USAGE: u8 = 2;
+/// Exit code: Redis could not be reached, or answered with an error.
+const REDIS: u8 = 3;
+/// Exit code: the operation was not confirmed.
+const REFUSED: u8 = 4;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success
+  1  not found: inspect of a missing object, force-unlock of a free lock
+  2  usage error: bad arguments or options
+  3  Redis error: cannot connect, command failed, key of an unexpected type
+  4  refused: force-unlock not confirmed (no terminal to ask on and no --yes)";
+
+/// Inspect, list, watch and force-unlock lockkit's locks in Redis.
+#[derive(Debug, Parser)]
+#[command(name = "lockkit", version, after_help = EXIT_CODES)]
+struct Cli {
+    /// Redis URL (redis://, redis-cluster://, redis-sentinel://) [default: $REDIS_URL, else
+    /// redis://127.0.0.1:6379]
+    #[arg(long, global = true)]
+    url: Option<String>,
+    /// Key prefix of the application's objects (ClientBuilder::key_prefix)
+    #[arg(long, global = true, default_value = lockkit::protocol::keys::DEFAULT_PREFIX)]
+    prefix: String,
+    /// Print JSON instead of tables (watch: one JSON document per line)
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show an object: kind, holders and hold counts, TTL, queued waiters, fencing counter
+    Inspect {
+        /// The object's name
+        name: String,
+        /// Only this kind (lock, fenced, fair, rwlock, spin, semaphore, psemaphore, latch)
+        #[arg(long, value_parser = parse_kind)]
+        kind: Option<Kind>,
+    },
+    /// List the objects whose name matches a glob pattern (`*`, `?`), by SCAN (never KEYS)
+    List {
+        /// Glob over object names [default: every object]
+        pattern: Option<String>,
+    },
+    /// Print an object's state, then every change of its holders or waiters
+    Watch {
+        /// The object's name
+        name: String,
+        /// Only this kind
+        #[arg(long, value_parser = parse_kind)]
+        kind: Option<Kind>,
+        /// Stop after this many changes [default: until Ctrl-C]
+        #[arg(long)]
+        count: Option<u64>,
+    },
+    /// Release a lock whoever holds it (its holders see their guards lost)
+    ForceUnlock {
+        /// The lock's name
+        name: String,
+        /// Only this kind (lock, fenced, fair, rwlock, spin)
+        #[arg(long, value_parser = parse_kind)]
+        kind: Option<Kind>,
+        /// Do not ask for confirmation
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Sell tickets from several clients under one Lock, and count who sold how many
+    Demo {
+        /// Clients (each one a "pod" with its own connection)
+        #[arg(long, default_value_t = 3)]
+        clients: u32,
+        /// Buyer tasks per client
+        #[arg(long, default_value_t = 10)]
+        tasks: u32,
+        /// Tickets on sale
+        #[arg(long, default_value_t = 100)]
+        tickets: u64,
+    },
+}
+
+/// A failure with the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<Error> for Failure {
+    fn from(err: Error) -> Self {
+        let code = match err {
+            Error::InvalidArgument(_) => USAGE,
+            _ => REDIS,
+        };
+        Failure::new(code, err.to_string())
+    }
+}
+
+impl From<fred::error::Error> for Failure {
+    fn from(err: fred::error::Error) -> Self {
+        Failure::new(REDIS, format!("redis error: {err}"))
+    }
+}
+
+fn parse_kind(text: &str) -> Result<Kind, String> {
+    Kind::ALL
+        .into_iter()
+        .find(|kind| kind.segment() == text)
+        .ok_or_else(|| {
+            let known: Vec<&str> = Kind::ALL.iter().map(|kind| kind.segment()).collect();
+            format!("unknown kind {text:?}; one of: {}", known.join(", "))
+        })
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // `--help` and `--version` exit 0, usage errors 2.
+        Err(err) => err.exit(),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("lockkit: cannot start the async runtime: {err}");
+            return ExitCode::from(REDIS);
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("lockkit: {}", failure.message);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let url = cli
+        .url
+        .clone()
+        .or_else(|| std::env::var("REDIS_URL").ok())
+        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let client = Client::builder()
+        .url(url.clone())
+        .key_prefix(cli.prefix.clone())
+        .connect_timeout(Duration::from_secs(5))
+        .build()
+        .await?;
+    let result = match cli.command {
+        Command::Inspect { ref name, kind } => inspect(&client, &cli, kind, name).await,
+        Command::List { ref pattern } => list(&client, &cli, pattern.as_deref()).await,
+        Command::Watch {
+            ref name,
+            kind,
+            count,
+        } => watch(&client, &cli, &url, kind, name, count).await,
+        Command::ForceUnlock {
+            ref name,
+            kind,
+            yes,
+        } => force_unlock(&client, &cli, kind, name, yes).await,
+        Command::Demo {
+            clients,
+            tasks,
+            tickets,
+        } => demo(&cli, &url, clients, tasks, tickets).await,
+    };
+    let _ = client.shutdown().await;
+    result
+}
+
+async fn inspect(
+    client: &Client,
+    cli: &Cli,
+    kind: Option<Kind>,
+    name: &str,
+) -> Result<(), Failure> {
+    let found = client.inspect(kind, name).await?;
+    if cli.json {
+        println!("{}", Value::Array(found.iter().map(to_json).collect()));
+    } else {
+        for object in &found {
+            print!("{}", table(object));
+        }
+    }
+    if found.is_empty() {
+        return Err(Failure::new(NOT_FOUND, format!("no object named {name:?}")));
+    }
+    Ok(())
+}
+
+async fn list(client: &Client, cli: &Cli, pattern: Option<&str>) -> Result<(), Failure> {
+    let objects = client.list(pattern).await?;
+    if cli.json {
+        let rows: Vec<Value> = objects
+            .iter()
+            .map(|object| json!({"kind": object.kind.segment(), "name": object.name}))
+            .collect();
+        println!("{}", Value::Array(rows));
+    } else {
+        println!("{:<12} NAME", "KIND");
+        for object in &objects {
+            println!("{:<12} {}", object.kind.segment(), object.name);
+        }
+    }
+    Ok(())
+}
+
+/// The kinds that can be force-unlocked.
+const UNLOCKABLE: [Kind; 5] = [
+    Kind::Lock,
+    Kind::FencedLock,
+    Kind::FairLock,
+    Kind::ReadWriteLock,
+    Kind::SpinLock,
+];
+
+async fn force_unlock(
+    client: &Client,
+    cli: &Cli,
+    kind: Option<Kind>,
+    name: &str,
+    yes: bool,
+) -> Result<(), Failure> {
+    if let Some(kind) = kind.filter(|kind| !UNLOCKABLE.contains(kind)) {
+        return Err(Failure::new(
+            USAGE,
+            format!("a {} cannot be force-unlocked", kind.describe()),
+        ));
+    }
+    let held: Vec<Kind> = client
+        .inspect(kind, name)
+        .await?
+        .into_iter()
+        .filter(|object| UNLOCKABLE.contains(&object.kind) && !object.holders.is_empty())
+        .map(|object| object.kind)
+        .collect();
+    let kind = match held.as_slice() {
+        [] => {
+            return Err(Failure::new(
+                NOT_FOUND,
+                format!("no lock named {name:?} is held"),
+            ))
+        }
+        [kind] => *kind,
+        several => {
+            let kinds: Vec<&str> = several.iter().map(|kind| kind.segment()).collect();
+            return Err(Failure::new(
+                USAGE,
+                format!(
+                    "several locks are named {name:?} ({}): choose one with --kind",
+                    kinds.join(", ")
+                ),
+            ));
+        }
+    };
+    if !yes {
+        confirm(kind, name)?;
+    }
+    let was_held = match kind {
+        Kind::Lock => client.lock(name).force_unlock().await?,
+        Kind::FencedLock => client.fenced_lock(name).force_unlock().await?,
+        Kind::FairLock => client.fair_lock(name).force_unlock().await?,
+        Kind::ReadWriteLock => client.read_write_lock(name).force_unlock().await?,
+        _ => client.spin_lock(name).force_unlock().await?,
+    };
+    if cli.json {
+        println!(
+            "{}",
+            json!({"kind": kind.segment(), "name": name, "unlocked": was_held})
+        );
+    } else if was_held {
+        println!("{} {name:?} force-unlocked", kind.describe());
+    }
+    if !was_held {
+        return Err(Failure::new(
+            NOT_FOUND,
+            format!("{} {name:?} was already free", kind.describe()),
+        ));
+    }
+    Ok(())
+}
+
+/// Asks for the name on a terminal; refuses without one.
+fn confirm(kind: Kind, name: &str) -> Result<(), Failure> {
+    let stdin = std::io::stdin();
+    if !stdin.is_terminal() {
+        return Err(Failure::new(
+            REFUSED,
+            "refusing to force-unlock without confirmation: no terminal to ask on; pass --yes",
+        ));
+    }
+    eprint!(
+        "Force-unlock the {} {name:?}? Its holders lose it. Type the name to confirm: ",
+        kind.describe()
+    );
+    let _ = std::io::stderr().flush();
+    let mut answer = String::new();
+    if stdin.lock().read_line(&mut answer).is_err() || answer.trim_end_matches(['\r', '\n']) != name
+    {
+        return Err(Failure::new(REFUSED, "not confirmed; nothing was changed"));
+    }
+    Ok(())
+}
+
+async fn watch(
+    client: &Client,
+    cli: &Cli,
+    url: &str,
+    kind: Option<Kind>,
+    name: &str,
+    count: Option<u64>,
+) -> Result<(), Failure> {
+    // Release messages trigger a re-read at once; a tick every second catches the rest
+    // (acquisitions publish nothing, leases run out silently).
+    let mut messages = match subscribe(client, url, kind, name, &cli.prefix).await {
+        Ok(subscriber) => Some(subscriber),
+        Err(err) => {
+            eprintln!("lockkit: watching by polling only (cannot subscribe: {err})");
+            None
+        }
+    };
+    let started = Instant::now();
+    let mut ticks = tokio::time::interval(Duration::from_secs(1));
+    let mut last: Option<Value> = None;
+    let mut changes = 0;
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let found = client.inspect(kind, name).await?;
+        let essence = Value::Array(found.iter().map(essence).collect());
+        if last.as_ref() != Some(&essence) {
+            let elapsed = started.elapsed().as_secs_f64();
+            if cli.json {
+                let objects: Vec<Value> = found.iter().map(to_json).collect();
+                println!("{}", json!({"elapsed_s": elapsed, "objects": objects}));
+            } else if found.is_empty() {
+                println!("[+{elapsed:.3}s] {name:?}: no such object");
+            } else {
+                for object in &found {
+                    println!("[+{elapsed:.3}s] {}", summary(object));
+                }
+            }
+            let _ = std::io::stdout().flush();
+            if last.is_some() {
+                changes += 1;
+                if count.is_some_and(|count| changes >= count) {
+                    break;
+                }
+            }
+            last = Some(essence);
+        }
+        tokio::select! {
+            _ = &mut interrupted => break,
+            _ = ticks.tick() => {}
+            _ = async {
+                match messages.as_mut() {
+                    Some((_, receiver)) => { let _ = receiver.recv().await; }
+                    None => std::future::pending::<()>().await,
+                }
+            } => {}
+        }
+    }
+    if let Some((subscriber, _)) = messages {
+        let _ = subscriber.quit().await;
+    }
+    Ok(())
+}
+
+type Subscription = (
+    fred::clients::SubscriberClient,
+    tokio::sync::broadcast::Receiver<fred::types::Message>,
+);
+
+/// Subscribes to the release channels of the object (of every kind when `kind` is `None`).
+async fn subscribe(
+    client: &Client,
+    url: &str,
+    kind: Option<Kind>,
+    name: &str,
+    prefix: &str,
+) -> Result<Subscription, String> {
+    let namespace = Namespace::new(prefix).map_err(|err| err.to_string())?;
+    let config = fred::types::config::Config::from_url(url).map_err(|err| err.to_string())?;
+    let subscriber = fred::types::Builder::from_config(config)
+        .build_subscriber_client()
+        .map_err(|err| err.to_string())?;
+    let receiver = subscriber.message_rx();
+    match tokio::time::timeout(Duration::from_secs(5), subscriber.init()).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(err)) => return Err(err.to_string()),
+        Err(_) => return Err("timed out connecting".into()),
+    }
+    let kinds = kind.map_or_else(|| Kind::ALL.to_vec(), |kind| vec![kind]);
+    for kind in kinds {
+        let channel = namespace
+            .object(kind, name)
+            .map_err(|err| err.to_string())?
+            .channel;
+        let subscribed = if client.pubsub_mode() == PubSubMode::Sharded {
+            subscriber.ssubscribe(channel).await
+        } else {
+            subscriber.subscribe(channel).await
+        };
+        subscribed.map_err(|err| err.to_string())?;
+    }
+    Ok((subscriber, receiver))
+}
+
+/// A duration for people.
+fn human(duration: Option<Duration>) -> String {
+    match duration {
+        Some(duration) => format!("{:.1}s", duration.as_secs_f64()),
+        None => "no expiry".into(),
+    }
+}
+
+fn millis(duration: Option<Duration>) -> Value {
+    duration.map_or(Value::Null, |duration| {
+        Value::from(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+    })
+}
+
+/// An inspection as JSON.
+fn to_json(object: &Inspection) -> Value {
+    let holders: Vec<Value> = object
+        .holders
+        .iter()
+        .map(|holder| {
+            json!({
+                "owner": holder.owner,
+                "holds": holder.holds,
+                "access": holder.access,
+                "lease_ms": millis(holder.lease),
+            })
+        })
+        .collect();
+    json!({
+        "kind": object.kind.segment(),
+        "name": object.name,
+        "key": object.key,
+        "ttl_ms": millis(object.ttl),
+        "holders": holders,
+        "waiters": object.waiters,
+        "fencing_token": object.fencing_token,
+        "mode": object.mode,
+        "permits": object.permits,
+        "used_permits": object.used_permits,
+        "count": object.count,
+    })
+}
+
+/// What `watch` compares: the inspection without the times that change on their own.
+fn essence(object: &Inspection) -> Value {
+    let mut value = to_json(object);
+    if let Some(map) = value.as_object_mut() {
+        map.remove("ttl_ms");
+        if let Some(Value::Array(holders)) = map.get_mut("holders") {
+            for holder in holders {
+                if let Some(holder) = holder.as_object_mut() {
+                    holder.remove("lease_ms");
+                }
+            }
+        }
+    }
+    value
+}
+
+/// One line about an object, for `watch`.
+fn summary(object: &Inspection) -> String {
+    let holders = if object.holders.is_empty() {
+        "free".to_owned()
+    } else {
+        let holders: Vec<String> = object
+            .holders
+            .iter()
+            .map(|holder| match &holder.access {
+                Some(access) => format!("{} ({access} ×{})", holder.owner, holder.holds),
+                None => format!("{} (×{})", holder.owner, holder.holds),
+            })
+            .collect();
+        format!("held by {}", holders.join(", "))
+    };
+    let mut line = format!("{} {:?}: {holders}", object.kind.describe(), object.name);
+    if !object.waiters.is_empty() {
+        line.push_str(&format!(", {} waiting", object.waiters.len()));
+    }
+    if let Some(token) = object.fencing_token {
+        line.push_str(&format!(", token {token}"));
+    }
+    if let Some(count) = object.count {
+        line.push_str(&format!(", count {count}"));
+    }
+    line
+}
+
+/// An inspection as a small table.
+fn table(object: &Inspection) -> String {
+    let mut out = format!(
+        "{} {:?}  (key {})\n",
+        object.kind.describe(),
+        object.name,
+        object.key
+    );
+    let mut row = |label: &str, value: String| out.push_str(&format!("  {label:<14} {value}\n"));
+    row("ttl", human(object.ttl));
+    if let Some(mode) = &object.mode {
+        row("mode", mode.clone());
+    }
+    if let Some(token) = object.fencing_token {
+        row("fencing token", token.to_string());
+    }
+    if object.permits.is_some() || object.used_permits.is_some() {
+        let permits = object
+            .permits
+            .map_or("unset".into(), |permits| permits.to_string());
+        row(
+            "permits",
+            format!("{} used of {permits}", object.used_permits.unwrap_or(0)),
+        );
+    }
+    if let Some(count) = object.count {
+        row("count", count.to_string());
+    }
+    if object.holders.is_empty() {
+        row("holders", "none".into());
+    } else {
+        row(
+            "holders",
+            format!("{:<44} {:>5}  {:<6} LEASE", "OWNER", "HOLDS", "ACCESS"),
+        );
+        for holder in &object.holders {
+            row(
+                "",
+                format!(
+                    "{:<44} {:>5}  {:<6} {}",
+                    holder.owner,
+                    holder.holds,
+                    holder.access.as_deref().unwrap_or("-"),
+                    human(holder.lease)
+                ),
+            );
+        }
+    }
+    if object.waiters.is_empty() {
+        row("waiters", "none".into());
+    } else {
+        for (index, waiter) in object.waiters.iter().enumerate() {
+            row(
+                if index == 0 { "waiters" } else { "" },
+                format!("{}. {waiter}", index + 1),
+            );
+        }
+    }
+    out
+}
+
+/// The ticket sale: `clients` clients × `tasks` buyers sell `tickets` tickets kept in one Redis
+/// key, each sale under the same Lock; prints who sold how many and checks none was sold twice.
+async fn demo(cli: &Cli, url: &str, clients: u32, tasks: u32, tickets: u64) -> Result<(), Failure> {
+    if clients == 0 || tasks == 0 {
+        return Err(Failure::new(
+            USAGE,
+            "--clients and --tasks must be positive",
+        ));
+    }
+    let run = format!("{}-demo:{}", cli.prefix, std::process::id());
+    let stock_key = format!("{run}:stock");
+    let config = fred::types::config::Config::from_url(url)?;
+    let redis = fred::types::Builder::from_config(config).build()?;
+    redis.init().await?;
+    redis
+        .set::<(), _, _>(stock_key.as_str(), tickets, None, None, false)
+        .await?;
+    let mut pods = Vec::new();
+    for _ in 0..clients {
+        pods.push(
+            Client::builder()
+                .url(url)
+                .key_prefix(cli.prefix.clone())
+                .build()
+                .await?,
+        );
+    }
+    let started = Instant::now();
+    let sold: Vec<Arc<AtomicU64>> = (0..clients).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let mut buyers = tokio::task::JoinSet::new();
+    for (pod, sold) in pods.iter().zip(&sold) {
+        for _ in 0..tasks {
+            let (lock, redis, key, sold) = (
+                pod.lock(format!("{run}:sale")),
+                redis.clone(),
+                stock_key.clone(),
+                sold.clone(),
+            );
+            buyers.spawn(async move {
+                loop {
+                    let guard = lock.lock().await?;
+                    let left: u64 = redis.get(key.as_str()).await?;
+                    if left == 0 {
+                        guard.unlock().await?;
+                        return Ok::<(), Failure>(());
+                    }
+                    redis
+                        .set::<(), _, _>(key.as_str(), left - 1, None, None, false)
+                        .await?;
+                    sold.fetch_add(1, Ordering::Relaxed);
+                    guard.unlock().await?;
+                }
+            });
+        }
+    }
+    let mut failure = None;
+    while let Some(joined) = buyers.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => failure = Some(err),
+            Err(err) => failure = Some(Failure::new(REDIS, format!("a buyer task failed: {err}"))),
+        }
+    }
+    let elapsed = started.elapsed();
+    let left: u64 = redis.get(stock_key.as_str()).await?;
+    let _: i64 = redis.del(stock_key.as_str()).await?;
+    for pod in &pods {
+        let _ = pod.shutdown().await;
+    }
+    let _ = redis.quit().await;
+    if let Some(failure) = failure {
+        return Err(failure);
+    }
+    let counts: Vec<u64> = sold
+        .iter()
+        .map(|sold| sold.load(Ordering::Relaxed))
+        .collect();
+    let total: u64 = counts.iter().sum();
+    let oversold = total + left != tickets;
+    if cli.json {
+        println!(
+            "{}",
+            json!({"tickets": tickets, "sold": counts, "total": total, "left": left,
+                   "oversold": oversold, "elapsed_ms": elapsed.as_millis() as u64})
+        );
+    } else {
+        println!(
+            "{tickets} tickets, {clients} clients × {tasks} buyers, one Lock ({:.0} ms)",
+            elapsed.as_secs_f64() * 1000.0
+        );
+        println!("{:<10} SOLD", "CLIENT");
+        for (index, count) in counts.iter().enumerate() {
+            println!("{:<10} {count}", format!("client-{}", index + 1));
+        }
+        println!("{:<10} {total} sold, {left} left", "total");
+    }
+    if oversold {
+        return Err(Failure::new(
+            REDIS,
+            format!("{total} sold + {left} left != {tickets}: a ticket was sold twice"),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,350 @@
+//! The `lockkit` binary against a real redis-server: its JSON output and its exit codes.
+
+use std::future::Future;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use lockkit::{Client, Error};
+use lockkit_testkit::RedisServer;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lockkit");
+
+/// Fails the test (instead of hanging it) when `future` takes longer than 30 s.
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(30), future).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+async fn server() -> RedisServer {
+    RedisServer::start().await.expect("redis-server starts")
+}
+
+async fn client(url: &str) -> Client {
+    Client::connect(url).await.expect("client connects")
+}
+
+/// Runs `lockkit --url <url> <args>` with no standard input (so no terminal).
+async fn lockkit(url: &str, args: &[&str]) -> Output {
+    let mut command = Command::new(BIN);
+    command
+        .arg("--url")
+        .arg(url)
+        .args(args)
+        .env_remove("REDIS_URL")
+        .stdin(Stdio::null());
+    within("the lockkit command", command.output())
+        .await
+        .expect("lockkit runs")
+}
+
+fn code(output: &Output) -> Option<i32> {
+    output.status.code()
+}
+
+fn json(output: &Output) -> Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "stdout is not JSON ({err}): {:?} / stderr {:?}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    })
+}
+
+/// The one object of `kind` in an `inspect --json` array.
+fn object<'a>(found: &'a Value, kind: &str) -> &'a Value {
+    let objects = found.as_array().expect("an array");
+    let matching: Vec<&Value> = objects.iter().filter(|o| o["kind"] == kind).collect();
+    assert_eq!(matching.len(), 1, "one {kind} in {found}");
+    matching[0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_shows_hold_counts_queued_waiters_and_the_fencing_counter() {
+    let redis = server().await;
+    let url = redis.url();
+    let owner = client(&url).await;
+    let other = client(&url).await;
+
+    // A Lock held twice by one task.
+    let lock = owner.lock("order:42");
+    let first = lock.lock().await.unwrap();
+    let second = lock.lock().await.unwrap();
+    let found = json(&lockkit(&url, &["--json", "inspect", "order:42"]).await);
+    let held = object(&found, "lock");
+    assert_eq!(held["name"], "order:42");
+    assert_eq!(held["key"], "lockkit:lock:{order:42}");
+    assert_eq!(held["holders"].as_array().unwrap().len(), 1, "{held}");
+    assert_eq!(held["holders"][0]["holds"], 2);
+    let holder = held["holders"][0]["owner"].as_str().unwrap();
+    assert!(
+        holder.starts_with(owner.id()),
+        "{holder} is {}'s",
+        owner.id()
+    );
+    assert!(
+        held["ttl_ms"].as_u64().unwrap() > 0,
+        "a watchdog lease: {held}"
+    );
+    assert_eq!(held["waiters"], Value::Array(vec![]));
+
+    // A FairLock with one waiter queued behind its holder.
+    let fair = owner.fair_lock("queue:1");
+    let fair_guard = fair.lock().await.unwrap();
+    let waiter = tokio::spawn({
+        let fair = other.fair_lock("queue:1");
+        async move { fair.lock().await.map(|guard| guard.is_lost()) }
+    });
+    let queued = within("the waiter to queue", async {
+        loop {
+            let found = owner
+                .inspect(Some(lockkit::protocol::keys::Kind::FairLock), "queue:1")
+                .await
+                .unwrap();
+            if found.first().is_some_and(|fair| !fair.waiters.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
+    queued.await;
+    let found = json(&lockkit(&url, &["--json", "inspect", "--kind", "fair", "queue:1"]).await);
+    let queue = object(&found, "fair");
+    assert_eq!(queue["holders"][0]["holds"], 1);
+    let waiters = queue["waiters"].as_array().unwrap();
+    assert_eq!(waiters.len(), 1, "{queue}");
+    assert!(
+        waiters[0].as_str().unwrap().starts_with(other.id()),
+        "{queue}"
+    );
+
+    // A FencedLock after 3 acquisitions: the counter is the last token.
+    let fenced = owner.fenced_lock("stock");
+    for _ in 0..2 {
+        fenced.lock().await.unwrap().unlock().await.unwrap();
+    }
+    let fenced_guard = fenced.lock().await.unwrap();
+    let token = fenced_guard.fencing_token().unwrap();
+    let found = json(&lockkit(&url, &["--json", "inspect", "stock"]).await);
+    assert_eq!(object(&found, "fenced")["fencing_token"], token);
+
+    // The human table says the same.
+    let table = lockkit(&url, &["inspect", "order:42"]).await;
+    assert_eq!(code(&table), Some(0));
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("lock \"order:42\""), "{table}");
+    assert!(table.contains(holder), "{table}");
+
+    // Free locks keep no state: after the releases the lock is gone.
+    fair_guard.unlock().await.unwrap();
+    assert!(!within("the waiter", waiter).await.unwrap().unwrap());
+    second.unlock().await.unwrap();
+    first.unlock().await.unwrap();
+    let gone = lockkit(&url, &["--json", "inspect", "--kind", "lock", "order:42"]).await;
+    assert_eq!(code(&gone), Some(1));
+    assert_eq!(json(&gone), Value::Array(vec![]));
+    fenced_guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_finds_objects_and_a_pattern_filters_them() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let _a = client.lock("order:1").lock().await.unwrap();
+    let _b = client.fair_lock("order:2").lock().await.unwrap();
+    let _c = client.fenced_lock("cart:{user7}").lock().await.unwrap();
+    // Another application's keys are not listed.
+    let other = Client::builder()
+        .url(url.clone())
+        .key_prefix("billing")
+        .build()
+        .await
+        .unwrap();
+    let _d = other.lock("order:3").lock().await.unwrap();
+
+    let listed = |output: Output| -> Vec<(String, String)> {
+        assert_eq!(code(&output), Some(0), "{output:?}");
+        json(&output)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                (
+                    o["kind"].as_str().unwrap().to_owned(),
+                    o["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    let pair = |kind: &str, name: &str| (kind.to_owned(), name.to_owned());
+    assert_eq!(
+        listed(lockkit(&url, &["--json", "list"]).await),
+        vec![
+            pair("lock", "order:1"),
+            pair("fenced", "cart:{user7}"),
+            pair("fair", "order:2"),
+        ]
+    );
+    assert_eq!(
+        listed(lockkit(&url, &["--json", "list", "order:*"]).await),
+        vec![pair("lock", "order:1"), pair("fair", "order:2")]
+    );
+    assert_eq!(
+        listed(lockkit(&url, &["--json", "--prefix", "billing", "list"]).await),
+        vec![pair("lock", "order:3")]
+    );
+    let table = lockkit(&url, &["list", "cart:*"]).await;
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("fenced       cart:{user7}"), "{table}");
+    assert!(!table.contains("order"), "{table}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_needs_confirmation_and_the_holder_loses_the_lock() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let lock = client.lock("stuck");
+    let guard = lock.lock().await.unwrap();
+
+    // No terminal and no --yes: refused, the lock still held.
+    let refused = lockkit(&url, &["force-unlock", "stuck"]).await;
+    assert_eq!(code(&refused), Some(4), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--yes"));
+    assert!(lock.is_locked().await.unwrap());
+    assert!(!guard.is_lost());
+
+    let done = lockkit(&url, &["force-unlock", "--yes", "stuck"]).await;
+    assert_eq!(code(&done), Some(0), "{done:?}");
+    assert!(!lock.is_locked().await.unwrap());
+    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+
+    // A free lock: nothing to unlock.
+    let free = lockkit(&url, &["force-unlock", "--yes", "stuck"]).await;
+    assert_eq!(code(&free), Some(1), "{free:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_for_missing_objects_bad_usage_and_unreachable_redis() {
+    let redis = server().await;
+    let url = redis.url();
+
+    let missing = lockkit(&url, &["inspect", "nobody"]).await;
+    assert_eq!(code(&missing), Some(1), "{missing:?}");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no object named \"nobody\""));
+
+    let usage = lockkit(&url, &["inspect"]).await;
+    assert_eq!(code(&usage), Some(2), "{usage:?}");
+    let bad_kind = lockkit(&url, &["inspect", "--kind", "mutex", "x"]).await;
+    assert_eq!(code(&bad_kind), Some(2), "{bad_kind:?}");
+    let empty_name = lockkit(&url, &["inspect", ""]).await;
+    assert_eq!(code(&empty_name), Some(2), "{empty_name:?}");
+
+    let help = lockkit(&url, &["--help"]).await;
+    assert_eq!(code(&help), Some(0));
+    assert!(String::from_utf8_lossy(&help.stdout).contains("4  refused"));
+
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let unreachable = lockkit(&format!("redis://127.0.0.1:{port}"), &["list"]).await;
+    assert_eq!(code(&unreachable), Some(3), "{unreachable:?}");
+
+    // A key of another type where a lock would be.
+    let raw = fred::prelude::Client::new(
+        fred::prelude::Config::from_url(&url).unwrap(),
+        None,
+        None,
+        None,
+    );
+    fred::interfaces::ClientLike::init(&raw).await.unwrap();
+    fred::interfaces::KeysInterface::set::<(), _, _>(
+        &raw,
+        "lockkit:lock:{typed}",
+        "x",
+        None,
+        None,
+        false,
+    )
+    .await
+    .unwrap();
+    let wrong = lockkit(&url, &["inspect", "--kind", "lock", "typed"]).await;
+    assert_eq!(code(&wrong), Some(3), "{wrong:?}");
+    assert!(
+        String::from_utf8_lossy(&wrong.stderr).contains("another type"),
+        "{wrong:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_prints_a_holder_change() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let mut watch = Command::new(BIN)
+        .args([
+            "--url", &url, "--json", "watch", "--kind", "lock", "job", "--count", "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // The first line is the state before: no such object.
+    let before = within("the first state", lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let before: Value = serde_json::from_str(&before).unwrap();
+    assert_eq!(before["objects"], Value::Array(vec![]));
+
+    let guard = client.lock("job").lock().await.unwrap();
+    let after = within("the change", lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    let after: Value = serde_json::from_str(&after).unwrap();
+    let owner = after["objects"][0]["holders"][0]["owner"].as_str().unwrap();
+    assert!(owner.starts_with(client.id()), "{after}");
+    let status = within("watch to stop after one change", watch.wait())
+        .await
+        .unwrap();
+    assert!(status.success());
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_sells_every_ticket_once() {
+    let redis = server().await;
+    let url = redis.url();
+    let output = lockkit(
+        &url,
+        &[
+            "--json",
+            "demo",
+            "--clients",
+            "2",
+            "--tasks",
+            "4",
+            "--tickets",
+            "30",
+        ],
+    )
+    .await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    let report = json(&output);
+    assert_eq!(report["total"], 30);
+    assert_eq!(report["left"], 0);
+    assert_eq!(report["oversold"], false);
+    assert_eq!(report["sold"].as_array().unwrap().len(), 2);
+}

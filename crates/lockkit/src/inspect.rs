@@ -1,0 +1,450 @@
+//! Read-only inspection of lockkit's objects in Redis: what an object is, who holds it, who
+//! waits, and which objects exist. The `lockkit` command-line tool is built on it.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use fred::interfaces::{ClientLike, HashesInterface, KeysInterface};
+use fred::prelude::Client as RedisClient;
+use fred::types::{ClusterHash, CustomCommand};
+use futures::{StreamExt, TryStreamExt};
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::slot::key_slot;
+
+use crate::client::Client;
+use crate::error::{command_error, redis as redis_failure, Error};
+
+/// A snapshot of one object as it is in Redis, from [`Client::inspect`].
+///
+/// Fields that do not apply to the object's kind are empty or `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Inspection {
+    /// The object's kind.
+    pub kind: Kind,
+    /// The object's name.
+    pub name: String,
+    /// The object's main Redis key.
+    pub key: String,
+    /// The main key's remaining time to live: the lease of a held lock. `None` when the main key
+    /// does not exist or never expires.
+    pub ttl: Option<Duration>,
+    /// Who holds the object, and how many times (or how many permits).
+    pub holders: Vec<Holder>,
+    /// The owners waiting for the object: a fair lock's queue in grant order, a lock's or fenced
+    /// lock's waiting set, longest waiting first. Empty for the other kinds.
+    pub waiters: Vec<String>,
+    /// A fenced lock's fencing counter: the last token minted.
+    pub fencing_token: Option<u64>,
+    /// A read-write lock's mode: `"read"` or `"write"`.
+    pub mode: Option<String>,
+    /// A semaphore's total number of permits (`None` when never set).
+    pub permits: Option<u64>,
+    /// A semaphore's permits in use by live holds.
+    pub used_permits: Option<u64>,
+    /// A count-down latch's count.
+    pub count: Option<u64>,
+}
+
+/// One holder of an object, in an [`Inspection`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Holder {
+    /// The owner id (`<client id>:<task>`); for a spin lock or a semaphore, the hold's marker (a
+    /// permit-expirable semaphore's permit id).
+    pub owner: String,
+    /// The owner's hold count; for a semaphore hold, the permits it took.
+    pub holds: u64,
+    /// For a read-write lock: `"read"` or `"write"`.
+    pub access: Option<String>,
+    /// What is left of the hold's lease (`None`: no expiry).
+    pub lease: Option<Duration>,
+}
+
+/// An object found by [`Client::list`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct ListedObject {
+    /// The object's kind.
+    pub kind: Kind,
+    /// The object's name.
+    pub name: String,
+}
+
+impl Client {
+    /// Reads the object called `name` from Redis, without changing anything: its kind, holders
+    /// and hold counts, TTL, queued waiters and, per kind, its fencing counter, mode, permits or
+    /// count.
+    ///
+    /// With a `kind`, looks at that kind only; without one, at every kind, since objects of
+    /// different kinds may share a name. Returns the objects that exist (any of their keys is
+    /// in Redis), so an empty vector means there is no such object. A name that is not valid is
+    /// [`Error::InvalidArgument`]; a key holding a value of another type, [`Error::WrongType`].
+    ///
+    /// The snapshot is taken with a few commands, not atomically: it may mix states of an object
+    /// that changes while it is read.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// for object in client.inspect(None, "order:42").await? {
+    ///     println!("{} held by {:?}", object.kind.describe(), object.holders);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, kind: Option<Kind>, name: &str) -> Result<Vec<Inspection>, Error> {
+        self.inner.check_open()?;
+        let kinds: Vec<Kind> = kind.map_or_else(|| Kind::ALL.to_vec(), |kind| vec![kind]);
+        let namespace = &self.inner.settings.namespace;
+        let objects = kinds
+            .into_iter()
+            .map(|kind| Ok((kind, namespace.object(kind, name)?)))
+            .collect::<Result<Vec<(Kind, ObjectKeys)>, Error>>()?;
+        let redis = self.inner.exec.redis();
+        let found = futures::future::try_join_all(objects.iter().map(|(kind, keys)| async move {
+            let count: i64 = redis
+                .exists(keys.keys.clone())
+                .await
+                .map_err(command_error("inspect", &keys.key, *kind))?;
+            Ok::<bool, Error>(count > 0)
+        }))
+        .await?;
+        let mut inspections = Vec::new();
+        for ((kind, keys), found) in objects.iter().zip(found) {
+            if found {
+                inspections.push(read(redis, *kind, name, keys).await?);
+            }
+        }
+        tracing::debug!(name, found = inspections.len(), "inspected");
+        Ok(inspections)
+    }
+
+    /// Lists the objects of this client's key prefix whose name matches `pattern`, by
+    /// `SCAN` (never `KEYS`, so Redis stays responsive however many keys it holds); on a cluster,
+    /// every primary is scanned.
+    ///
+    /// `pattern` is a glob over the object names: `*` matches any run of characters, `?` any one
+    /// character, `\` escapes the next one; `None` lists everything. An object is listed once
+    /// per kind when any of its keys exists. The result is sorted by kind, then name. Like any
+    /// `SCAN`, a key created or deleted during the listing may or may not be in it.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// for object in client.list(Some("order:*")).await? {
+    ///     println!("{} {}", object.kind.describe(), object.name);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn list(&self, pattern: Option<&str>) -> Result<Vec<ListedObject>, Error> {
+        self.inner.check_open()?;
+        let namespace = &self.inner.settings.namespace;
+        let redis = self.inner.exec.redis();
+        let matching = format!("{}:*", glob_escape(namespace.prefix()));
+        let keys = if redis.is_clustered() {
+            redis
+                .scan_cluster_buffered(matching, Some(1000), None)
+                .boxed()
+        } else {
+            redis.scan_buffered(matching, Some(1000), None).boxed()
+        };
+        let keys: Vec<fred::types::Key> = keys.try_collect().await.map_err(redis_failure("list"))?;
+        let mut objects = HashSet::new();
+        for key in &keys {
+            let Some(parsed) = key.as_str().and_then(|key| namespace.parse(key)) else {
+                continue;
+            };
+            if pattern.is_none_or(|pattern| glob_match(pattern, &parsed.name)) {
+                objects.insert(ListedObject {
+                    kind: parsed.kind,
+                    name: parsed.name,
+                });
+            }
+        }
+        tracing::debug!(scanned = keys.len(), listed = objects.len(), "listed");
+        let mut objects: Vec<ListedObject> = objects.into_iter().collect();
+        objects.sort_by(|a, b| {
+            let rank = |kind: Kind| Kind::ALL.iter().position(|other| *other == kind);
+            (rank(a.kind), &a.name).cmp(&(rank(b.kind), &b.name))
+        });
+        Ok(objects)
+    }
+}
+
+/// Runs a command that fred has no typed method for (with the features lockkit enables) on
+/// `key`'s node.
+async fn custom(
+    redis: &RedisClient,
+    kind: Kind,
+    command: &'static str,
+    key: &str,
+    args: &[&str],
+) -> Result<Vec<String>, Error> {
+    let mut frame = Vec::with_capacity(1 + args.len());
+    frame.push(key.to_owned());
+    frame.extend(args.iter().map(|arg| (*arg).to_owned()));
+    redis
+        .custom::<Vec<String>, String>(
+            CustomCommand::new_static(command, ClusterHash::Custom(key_slot(key)), false),
+            frame,
+        )
+        .await
+        .map_err(command_error("inspect", key, kind))
+}
+
+/// The server's clock of `key`'s node, in milliseconds.
+async fn now_ms(redis: &RedisClient, key: &str) -> Result<u64, Error> {
+    let time: Vec<String> = redis
+        .custom(
+            CustomCommand::new_static("TIME", ClusterHash::Custom(key_slot(key)), false),
+            Vec::<String>::new(),
+        )
+        .await
+        .map_err(redis_failure("inspect"))?;
+    let part = |index: usize| time.get(index).and_then(|value| value.parse::<u64>().ok());
+    match (part(0), part(1)) {
+        (Some(seconds), Some(micros)) => Ok(seconds * 1000 + micros / 1000),
+        _ => Err(Error::Protocol(lockkit_protocol::DecodeError {
+            script: "TIME",
+            detail: format!("{time:?}: not seconds and microseconds"),
+        })),
+    }
+}
+
+/// `ZRANGE key 0 -1 WITHSCORES` as (member, score) pairs, lowest score first.
+async fn scored(redis: &RedisClient, kind: Kind, key: &str) -> Result<Vec<(String, f64)>, Error> {
+    let flat = custom(redis, kind, "ZRANGE", key, &["0", "-1", "WITHSCORES"]).await?;
+    Ok(flat
+        .chunks_exact(2)
+        .map(|pair| (pair[0].clone(), pair[1].parse::<f64>().unwrap_or(0.0)))
+        .collect())
+}
+
+/// What is left until `end_ms` (server ms) at `now_ms`.
+fn left(end_ms: f64, now_ms: u64) -> Option<Duration> {
+    if end_ms.is_finite() {
+        Some(Duration::from_millis(
+            (end_ms.max(0.0) as u64).saturating_sub(now_ms),
+        ))
+    } else {
+        None
+    }
+}
+
+/// Reads one object known to exist.
+async fn read(
+    redis: &RedisClient,
+    kind: Kind,
+    name: &str,
+    keys: &ObjectKeys,
+) -> Result<Inspection, Error> {
+    let key = keys.key.as_str();
+    let aux = |suffix: &str| format!("{key}:{suffix}");
+    let pttl: i64 = redis
+        .pttl(key)
+        .await
+        .map_err(command_error("inspect", key, kind))?;
+    let ttl = u64::try_from(pttl).ok().map(Duration::from_millis);
+    let mut inspection = Inspection {
+        kind,
+        name: name.to_owned(),
+        key: key.to_owned(),
+        ttl,
+        holders: Vec::new(),
+        waiters: Vec::new(),
+        fencing_token: None,
+        mode: None,
+        permits: None,
+        used_permits: None,
+        count: None,
+    };
+    let number = |value: Option<&String>| value.and_then(|value| value.parse::<u64>().ok());
+    match kind {
+        Kind::SpinLock | Kind::CountDownLatch => {
+            let value: Option<String> = redis
+                .get(key)
+                .await
+                .map_err(command_error("inspect", key, kind))?;
+            if kind == Kind::CountDownLatch {
+                inspection.count = number(value.as_ref());
+            } else if let Some(marker) = value {
+                inspection.holders.push(Holder {
+                    owner: marker,
+                    holds: 1,
+                    access: None,
+                    lease: ttl,
+                });
+            }
+        }
+        Kind::Lock | Kind::FencedLock | Kind::FairLock => {
+            let fields: HashMap<String, String> = redis
+                .hgetall(key)
+                .await
+                .map_err(command_error("inspect", key, kind))?;
+            let mut holders: Vec<Holder> = fields
+                .iter()
+                .filter(|(field, _)| !field.starts_with('#'))
+                .map(|(owner, count)| Holder {
+                    owner: owner.clone(),
+                    holds: number(Some(count)).unwrap_or(0),
+                    access: None,
+                    lease: ttl,
+                })
+                .collect();
+            holders.sort_by(|a, b| a.owner.cmp(&b.owner));
+            inspection.holders = holders;
+            inspection.waiters = if kind == Kind::FairLock {
+                custom(redis, kind, "LRANGE", &aux("queue"), &["0", "-1"]).await?
+            } else {
+                let waiting = aux("waiting");
+                scored(redis, kind, &waiting)
+                    .await?
+                    .into_iter()
+                    .map(|(owner, _)| owner)
+                    .collect()
+            };
+            if kind == Kind::FencedLock {
+                let token_key = aux("token");
+                let token: Option<String> = redis
+                    .get(token_key.as_str())
+                    .await
+                    .map_err(command_error("inspect", &token_key, kind))?;
+                inspection.fencing_token = number(token.as_ref());
+            }
+        }
+        Kind::ReadWriteLock => {
+            let fields: HashMap<String, String> = redis
+                .hgetall(key)
+                .await
+                .map_err(command_error("inspect", key, kind))?;
+            let expiries = aux("expiries");
+            let ends = scored(redis, kind, &expiries).await?;
+            let now = now_ms(redis, key).await?;
+            inspection.mode = fields.get("mode").cloned();
+            let mut holders: Vec<Holder> = fields
+                .iter()
+                .filter_map(|(field, count)| {
+                    let (access, owner) = match field.split_once(':') {
+                        Some(("r", owner)) => ("read", owner),
+                        Some(("w", owner)) => ("write", owner),
+                        _ => return None,
+                    };
+                    // The hold's lease: the latest expiry among the markers counted in this field.
+                    let end = ends
+                        .iter()
+                        .filter(|(marker, _)| fields.get(marker) == Some(field))
+                        .map(|(_, end)| *end)
+                        .fold(None, |latest: Option<f64>, end| {
+                            Some(latest.map_or(end, |latest| latest.max(end)))
+                        });
+                    Some(Holder {
+                        owner: owner.to_owned(),
+                        holds: number(Some(count)).unwrap_or(0),
+                        access: Some(access.to_owned()),
+                        lease: end.and_then(|end| left(end, now)),
+                    })
+                })
+                .collect();
+            holders.sort_by(|a, b| (&a.access, &a.owner).cmp(&(&b.access, &b.owner)));
+            inspection.holders = holders;
+        }
+        Kind::Semaphore | Kind::PermitExpirableSemaphore => {
+            let fields: HashMap<String, String> = redis
+                .hgetall(key)
+                .await
+                .map_err(command_error("inspect", key, kind))?;
+            let leases = aux("leases");
+            let ends = scored(redis, kind, &leases).await?;
+            let now = now_ms(redis, key).await?;
+            inspection.permits = number(fields.get("permits"));
+            inspection.used_permits = Some(number(fields.get("used")).unwrap_or(0));
+            // Live holds only: an ended lease is given back by the next script that runs.
+            inspection.holders = ends
+                .iter()
+                .filter(|(_, end)| *end > now as f64)
+                .map(|(marker, end)| Holder {
+                    owner: marker.clone(),
+                    holds: number(fields.get(marker)).unwrap_or(0),
+                    access: None,
+                    lease: left(*end, now),
+                })
+                .collect();
+        }
+        // A kind this version cannot read in detail: its TTL only.
+        _ => {}
+    }
+    Ok(inspection)
+}
+
+/// `text` with the glob characters of Redis' `MATCH` escaped.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// Whether `text` matches the glob `pattern` (`*`, `?`, `\` escapes).
+pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    // Iterative matching with backtracking to the last `*`.
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, t));
+                p += 1;
+                continue;
+            }
+            Some('?') => {
+                p += 1;
+                t += 1;
+                continue;
+            }
+            Some('\\') if pattern.get(p + 1) == Some(&text[t]) => {
+                p += 2;
+                t += 1;
+                continue;
+            }
+            Some(c) if *c != '\\' && *c == text[t] => {
+                p += 1;
+                t += 1;
+                continue;
+            }
+            _ => {}
+        }
+        match star {
+            Some((star_p, star_t)) => {
+                p = star_p + 1;
+                t = star_t + 1;
+                star = Some((star_p, star_t + 1));
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_match;
+
+    #[test]
+    fn globs() {
+        assert!(glob_match("*", ""));
+        assert!(glob_match("order:*", "order:42"));
+        assert!(!glob_match("order:*", "cart:42"));
+        assert!(glob_match("*:4?", "order:42"));
+        assert!(!glob_match("*:4?", "order:4"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
+        assert!(glob_match(r"a\*", "a*"));
+        assert!(!glob_match(r"a\*", "ab"));
+        assert!(glob_match("exact", "exact"));
+        assert!(!glob_match("exact", "exactly"));
+    }
+}
