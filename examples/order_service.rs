@@ -11,7 +11,8 @@
 //! cargo run --example order_service -- --url redis://127.0.0.1:6379
 //! ```
 //!
-//! Exits with status 1 if the stale write was accepted.
+//! Exits with status 1 if the stale write was accepted (or B's sale is not the stock's final
+//! state), 2 on bad arguments.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -19,6 +20,11 @@ use std::time::Duration;
 use fred::interfaces::{ClientLike, HashesInterface, LuaInterface};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+const USAGE: &str = "\
+usage: order_service [--url URL]
+
+  --url URL   Redis to use (default: $REDIS_URL, else redis://127.0.0.1:6379)";
 
 /// The storage's conditional write: the record keeps the token of the last accepted write.
 const FENCED_UPDATE: &str = r"
@@ -34,9 +40,13 @@ async fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match (arg.as_str(), args.next()) {
+            ("-h" | "--help", _) => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
             ("--url", Some(value)) => url = value,
             _ => {
-                eprintln!("usage: order_service [--url URL]");
+                eprintln!("order_service: unexpected argument {arg:?}\n\n{USAGE}");
                 return ExitCode::from(2);
             }
         }
@@ -58,7 +68,10 @@ async fn run(url: &str) -> Result<bool, BoxError> {
 
     let store =
         fred::types::Builder::from_config(fred::types::config::Config::from_url(url)?).build()?;
-    store.init().await?;
+    store
+        .init()
+        .await
+        .map_err(|err| format!("cannot connect to {url}: {err}"))?;
     let _: () = store
         .hset(&record, [("qty", "10"), ("last_fence", "0")])
         .await?;
@@ -116,10 +129,20 @@ async fn run(url: &str) -> Result<bool, BoxError> {
         }
     );
     let final_qty: i64 = store.hget(&record, "qty").await?;
-    println!("final qty = {final_qty} (B's sale is kept)");
 
     let _: i64 = fred::interfaces::KeysInterface::del(&store, &record).await?;
     pod_a.shutdown().await?;
     pod_b.shutdown().await?;
-    Ok(!stale_accepted && final_qty == 9)
+
+    println!();
+    if accepted && !stale_accepted && final_qty == 9 {
+        println!("OK: final qty = {final_qty}: B's sale is kept, A's stale write was refused.");
+        Ok(true)
+    } else {
+        println!(
+            "FAILED: final qty = {final_qty} (expected 9); B's write accepted: {accepted}, A's \
+             stale write accepted: {stale_accepted}"
+        );
+        Ok(false)
+    }
 }
