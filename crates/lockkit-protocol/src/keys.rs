@@ -88,11 +88,14 @@ pub enum Kind {
     PermitExpirableSemaphore,
     /// A count-down latch.
     CountDownLatch,
+    /// The mark of a job run at most once per window (`Client::once_per`): a plain string key
+    /// set with `NX PX <window>`, left to expire.
+    OnceMark,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Lock,
         Kind::FencedLock,
         Kind::FairLock,
@@ -101,6 +104,7 @@ impl Kind {
         Kind::Semaphore,
         Kind::PermitExpirableSemaphore,
         Kind::CountDownLatch,
+        Kind::OnceMark,
     ];
 
     /// The kind's segment in keys (`lockkit:<segment>:{name}`).
@@ -114,6 +118,7 @@ impl Kind {
             Kind::Semaphore => "semaphore",
             Kind::PermitExpirableSemaphore => "psemaphore",
             Kind::CountDownLatch => "latch",
+            Kind::OnceMark => "once",
         }
     }
 
@@ -128,6 +133,7 @@ impl Kind {
             Kind::Semaphore => "semaphore",
             Kind::PermitExpirableSemaphore => "permit-expirable semaphore",
             Kind::CountDownLatch => "count-down latch",
+            Kind::OnceMark => "once-per-window job mark",
         }
     }
 
@@ -140,7 +146,7 @@ impl Kind {
             Kind::ReadWriteLock => &["expiries"],
             Kind::CountDownLatch => &["requests"],
             Kind::Lock => &["handoff", "waiting"],
-            Kind::SpinLock => &[],
+            Kind::SpinLock | Kind::OnceMark => &[],
         }
     }
 }

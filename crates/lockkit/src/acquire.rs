@@ -10,9 +10,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::client::ClientInner;
 use crate::error::Error;
+use crate::metrics::{self, describe_channel};
 
 /// The result of one try.
 pub(crate) enum Outcome<T> {
@@ -47,20 +49,63 @@ where
     A: Attempt + Sync,
 {
     client.check_open()?;
-    acquire_loop(client, attempt, wait).await.map_err(|err| {
-        // Whatever broke while the client was shutting down, the reason is the shutdown.
-        if client.is_shut_down() {
-            Error::Shutdown
-        } else {
-            err
-        }
-    })
+    let (kind, _) = describe_channel(client.settings.namespace.prefix(), attempt.channel());
+    let started = metrics::Stopwatch::start();
+    let result = acquire_loop(client, attempt, wait, kind)
+        .instrument(acquire_span(client, attempt, wait))
+        .await
+        .map_err(|err| {
+            // Whatever broke while the client was shutting down, the reason is the shutdown.
+            if client.is_shut_down() {
+                Error::Shutdown
+            } else {
+                err
+            }
+        });
+    record(kind, &started, &result);
+    result
+}
+
+/// The `lockkit.acquire` span (debug level): the object's kind and (tagged) name, the wait; the
+/// lease and mode are recorded when a hold is granted ([`crate::hold::HoldGuard::granted`]).
+fn acquire_span<A: Attempt>(
+    client: &ClientInner,
+    attempt: &A,
+    wait: Option<Duration>,
+) -> tracing::Span {
+    let span = tracing::debug_span!(
+        ACQUIRE_SPAN,
+        kind = tracing::field::Empty,
+        name = tracing::field::Empty,
+        wait = ?wait,
+        lease = tracing::field::Empty,
+        watchdog = tracing::field::Empty,
+    );
+    if !span.is_disabled() {
+        let (kind, name) = describe_channel(client.settings.namespace.prefix(), attempt.channel());
+        span.record("kind", kind);
+        span.record("name", name);
+    }
+    span
+}
+
+/// The name of the span around an acquire call.
+pub(crate) const ACQUIRE_SPAN: &str = "lockkit.acquire";
+
+/// Counts an acquire call's outcome in the metrics (nothing without the `metrics` feature).
+fn record<T>(kind: &'static str, started: &metrics::Stopwatch, result: &Result<Option<T>, Error>) {
+    match result {
+        Ok(Some(_)) => metrics::acquired(kind, started),
+        Ok(None) => metrics::timed_out(kind),
+        Err(_) => {}
+    }
 }
 
 async fn acquire_loop<A>(
     client: &ClientInner,
     attempt: &A,
     wait: Option<Duration>,
+    kind: &'static str,
 ) -> Result<Option<A::Output>, Error>
 where
     A: Attempt + Sync,
@@ -77,6 +122,7 @@ where
         .hub
         .register(attempt.channel(), attempt.waiter_tag())
         .await?;
+    let _waiting = metrics::Waiting::new(kind);
     loop {
         let retry_in = match attempt.attempt().await? {
             Outcome::Acquired(out) => return Ok(Some(out)),
@@ -122,6 +168,24 @@ where
     A: Attempt + Sync,
 {
     client.check_open()?;
+    let (kind, _) = describe_channel(client.settings.namespace.prefix(), attempt.channel());
+    let started = metrics::Stopwatch::start();
+    let result = poll_loop(client, attempt, wait, backoff)
+        .instrument(acquire_span(client, attempt, wait))
+        .await;
+    record(kind, &started, &result);
+    result
+}
+
+async fn poll_loop<A>(
+    client: &ClientInner,
+    attempt: &A,
+    wait: Option<Duration>,
+    backoff: Backoff,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt + Sync,
+{
     let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
     let mut pause = backoff.first;
     loop {

@@ -88,6 +88,8 @@ pub(crate) struct Hold {
     /// Local, conservative end of the lease: measured from when the last successful acquire or
     /// renewal was *sent*, so it is never later than the server's expiry.
     expires_at: Mutex<Instant>,
+    /// Hold time, for the metrics (empty without the `metrics` feature).
+    clock: crate::metrics::HoldClock,
 }
 
 impl Hold {
@@ -110,6 +112,7 @@ impl Hold {
             watchdog,
             lost: CancellationToken::new(),
             expires_at: Mutex::new(Instant::now()),
+            clock: crate::metrics::HoldClock::new(),
         }
     }
 
@@ -146,12 +149,15 @@ impl Hold {
                 "lease lost: {why}"
             );
             self.lost.cancel();
+            crate::metrics::lease_lost(self.kind.kind.segment());
+            self.clock.ended(self.kind.kind.segment());
         }
     }
 
     /// Ends the hold quietly: it was released (or the client shut down).
     pub(crate) fn finish(&self) {
         self.lost.cancel();
+        self.clock.ended(self.kind.kind.segment());
     }
 
     /// Resolves once the hold is lost or released.
@@ -176,6 +182,12 @@ impl Hold {
 
 /// Gives back `hold` in Redis.
 pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
+    use tracing::Instrument;
+    let span = tracing::debug_span!(
+        "lockkit.release",
+        kind = hold.kind.kind.segment(),
+        name = %hold.name,
+    );
     release_marker(
         exec,
         hold.kind,
@@ -184,6 +196,7 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
         &hold.marker,
         || hold.is_lost(),
     )
+    .instrument(span)
     .await
 }
 
@@ -284,6 +297,15 @@ impl HoldGuard {
     pub(crate) fn granted(self, sent: Instant) -> Result<Self, Error> {
         self.client.check_open()?;
         self.hold.confirmed_at(sent);
+        self.hold.clock.granted();
+        let span = tracing::Span::current();
+        if span
+            .metadata()
+            .is_some_and(|meta| meta.name() == crate::acquire::ACQUIRE_SPAN)
+        {
+            span.record("lease", tracing::field::debug(self.hold.lease));
+            span.record("watchdog", self.hold.watchdog);
+        }
         self.client.watchdog.register(Arc::clone(&self.hold));
         Ok(self)
     }

@@ -65,6 +65,10 @@
 //!   [`ClientBuilder::tls_root_certificates_pem`] and
 //!   [`ClientBuilder::tls_client_certificate_pem`]. Off by default; without it TLS URLs are
 //!   refused, never used in plain text.
+//! - `metrics`: wait- and hold-time histograms, acquisition, timeout, renewal and lost-lease
+//!   counters and a waiters gauge, labelled by kind, through the `metrics` crate facade (install
+//!   any recorder). Off by default; `tracing` spans `lockkit.acquire` and `lockkit.release`
+//!   (debug level) are always there.
 //!
 //! # Cancellation
 //!
@@ -82,13 +86,16 @@ mod fair_lock;
 mod fenced_lock;
 mod hold;
 mod inspect;
+mod jobs;
 mod lock;
+mod metrics;
 mod multi_lock;
 mod object;
 mod owner;
 mod permit_expirable_semaphore;
 mod read_write_lock;
 mod replica;
+mod scoped;
 mod semaphore;
 mod spin_lock;
 mod tls;
@@ -103,11 +110,13 @@ pub use error::{Error, RedisError};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
 pub use inspect::{Holder, Inspection, ListedObject};
+pub use jobs::JobOutcome;
 pub use lock::{Lock, LockGuard};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use permit_expirable_semaphore::{ExpirablePermit, PermitExpirableSemaphore};
 pub use read_write_lock::ReadWriteLock;
 pub use replica::ReplicaAck;
+pub use scoped::Lease;
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use spin_lock::SpinLock;
 

@@ -350,6 +350,11 @@ impl LockGuard {
         }
     }
 
+    /// The hold behind this guard (for the closure helpers' [`Lease`](crate::Lease)).
+    pub(crate) fn hold(&self) -> &Arc<crate::hold::Hold> {
+        self.guard.hold()
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.guard.hold().name

@@ -297,6 +297,7 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
     match reply {
         Ok(present) => {
             let registry = registry.lock();
+            let mut renewed = 0;
             for (hold, present) in batch.iter().zip(present) {
                 if !registry.contains_key(&hold.seq) {
                     continue; // released while the round was in flight
@@ -307,8 +308,10 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
                     );
                 } else if hold.watchdog {
                     hold.confirmed_at(sent);
+                    renewed += 1;
                 }
             }
+            crate::metrics::renewed(kind.kind.segment(), renewed);
         }
         Err(err) => {
             tracing::warn!(

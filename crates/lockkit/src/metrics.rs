@@ -1,0 +1,193 @@
+//! Metrics, through the [`metrics`](https://docs.rs/metrics) facade, behind the `metrics` feature.
+//!
+//! Every metric is labelled `kind`, the object kind's key segment (`lock`, `fenced`, `fair`,
+//! `rwlock`, `spin`, `semaphore`, `psemaphore`, `latch`):
+//!
+//! | metric | type | what |
+//! | --- | --- | --- |
+//! | `lockkit_wait_seconds` | histogram | from the acquire call to the acquisition |
+//! | `lockkit_hold_seconds` | histogram | from the acquisition to the release (or the lease's loss) |
+//! | `lockkit_acquisitions_total` | counter | acquisitions |
+//! | `lockkit_acquire_timeouts_total` | counter | acquire calls that gave up at their `wait` (also `wait = 0` tries that found the object taken) |
+//! | `lockkit_renewals_total` | counter | watchdog renewals that extended a lease |
+//! | `lockkit_leases_lost_total` | counter | holds whose lease was lost before they were released |
+//! | `lockkit_waiters` | gauge | tasks currently waiting for a release |
+//!
+//! Without the feature every function here is an empty inline function and the types are empty:
+//! nothing is measured and nothing is stored.
+
+use lockkit_protocol::keys::Kind;
+
+/// The kind segment and the tagged name of an object, read off its release channel
+/// (`<prefix>:<segment>:<tagged name>:released`). Unknown shapes give `("unknown", channel)`.
+pub(crate) fn describe_channel<'a>(prefix: &str, channel: &'a str) -> (&'static str, &'a str) {
+    let parsed = channel
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix(':'))
+        .and_then(|rest| rest.split_once(':'))
+        .and_then(|(segment, rest)| {
+            let kind = Kind::ALL
+                .into_iter()
+                .find(|kind| kind.segment() == segment)?;
+            Some((
+                kind.segment(),
+                rest.strip_suffix(":released").unwrap_or(rest),
+            ))
+        });
+    parsed.unwrap_or(("unknown", channel))
+}
+
+#[cfg(feature = "metrics")]
+mod imp {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    /// When an acquire call started.
+    pub(crate) struct Stopwatch(Instant);
+
+    impl Stopwatch {
+        pub(crate) fn start() -> Self {
+            Self(Instant::now())
+        }
+
+        fn elapsed(&self) -> Duration {
+            self.0.elapsed()
+        }
+    }
+
+    pub(crate) fn acquired(kind: &'static str, since: &Stopwatch) {
+        metrics::counter!("lockkit_acquisitions_total", "kind" => kind).increment(1);
+        metrics::histogram!("lockkit_wait_seconds", "kind" => kind)
+            .record(since.elapsed().as_secs_f64());
+    }
+
+    pub(crate) fn timed_out(kind: &'static str) {
+        metrics::counter!("lockkit_acquire_timeouts_total", "kind" => kind).increment(1);
+    }
+
+    pub(crate) fn renewed(kind: &'static str, holds: u64) {
+        if holds > 0 {
+            metrics::counter!("lockkit_renewals_total", "kind" => kind).increment(holds);
+        }
+    }
+
+    pub(crate) fn lease_lost(kind: &'static str) {
+        metrics::counter!("lockkit_leases_lost_total", "kind" => kind).increment(1);
+    }
+
+    /// One task waiting for a release: counted in `lockkit_waiters` while it lives.
+    pub(crate) struct Waiting(&'static str);
+
+    impl Waiting {
+        pub(crate) fn new(kind: &'static str) -> Self {
+            metrics::gauge!("lockkit_waiters", "kind" => kind).increment(1.0);
+            Self(kind)
+        }
+    }
+
+    impl Drop for Waiting {
+        fn drop(&mut self) {
+            metrics::gauge!("lockkit_waiters", "kind" => self.0).decrement(1.0);
+        }
+    }
+
+    /// A hold's time from its grant to its end, recorded once.
+    #[derive(Debug, Default)]
+    pub(crate) struct HoldClock {
+        granted: OnceLock<Instant>,
+        ended: AtomicBool,
+    }
+
+    impl HoldClock {
+        pub(crate) fn new() -> Self {
+            Self::default()
+        }
+
+        pub(crate) fn granted(&self) {
+            let _ = self.granted.set(Instant::now());
+        }
+
+        /// Records `lockkit_hold_seconds` the first time a granted hold ends.
+        pub(crate) fn ended(&self, kind: &'static str) {
+            if let Some(granted) = self.granted.get() {
+                if !self.ended.swap(true, Ordering::AcqRel) {
+                    metrics::histogram!("lockkit_hold_seconds", "kind" => kind)
+                        .record(granted.elapsed().as_secs_f64());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "metrics"))]
+mod imp {
+    /// When an acquire call started (nothing, without the `metrics` feature).
+    pub(crate) struct Stopwatch;
+
+    impl Stopwatch {
+        #[inline(always)]
+        pub(crate) fn start() -> Self {
+            Self
+        }
+    }
+
+    #[inline(always)]
+    pub(crate) fn acquired(_kind: &'static str, _since: &Stopwatch) {}
+
+    #[inline(always)]
+    pub(crate) fn timed_out(_kind: &'static str) {}
+
+    #[inline(always)]
+    pub(crate) fn renewed(_kind: &'static str, _holds: u64) {}
+
+    #[inline(always)]
+    pub(crate) fn lease_lost(_kind: &'static str) {}
+
+    /// One waiting task (nothing, without the `metrics` feature).
+    pub(crate) struct Waiting;
+
+    impl Waiting {
+        #[inline(always)]
+        pub(crate) fn new(_kind: &'static str) -> Self {
+            Self
+        }
+    }
+
+    /// A hold's time (nothing, without the `metrics` feature).
+    #[derive(Debug, Default)]
+    pub(crate) struct HoldClock;
+
+    impl HoldClock {
+        #[inline(always)]
+        pub(crate) fn new() -> Self {
+            Self
+        }
+
+        #[inline(always)]
+        pub(crate) fn granted(&self) {}
+
+        #[inline(always)]
+        pub(crate) fn ended(&self, _kind: &'static str) {}
+    }
+}
+
+pub(crate) use imp::{acquired, lease_lost, renewed, timed_out, HoldClock, Stopwatch, Waiting};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn channels_name_their_kind_and_object() {
+        let ns = lockkit_protocol::keys::Namespace::new("app:v1").unwrap();
+        let keys = ns.object(Kind::FencedLock, "order:42").unwrap();
+        assert_eq!(
+            describe_channel("app:v1", &keys.channel),
+            ("fenced", "{order:42}")
+        );
+        assert_eq!(describe_channel("other", &keys.channel).0, "unknown");
+    }
+}
