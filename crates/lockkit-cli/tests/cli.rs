@@ -348,3 +348,51 @@ async fn demo_sells_every_ticket_once() {
     assert_eq!(report["oversold"], false);
     assert_eq!(report["sold"].as_array().unwrap().len(), 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_and_inspect_on_a_cluster_see_every_primary() {
+    let cluster = lockkit_testkit::RedisCluster::start(3, 0)
+        .await
+        .expect("a redis cluster starts");
+    let url = cluster.url();
+    let client = client(&url).await;
+    // Enough names that every primary owns some of them.
+    let names: Vec<String> = (0..24).map(|i| format!("job:{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        guards.push(client.lock(name.as_str()).lock().await.unwrap());
+    }
+    let slots: std::collections::HashSet<Option<usize>> = primaries_of(&cluster, &names).await;
+    assert_eq!(slots.len(), 3, "the names cover every primary");
+
+    let output = lockkit(&url, &["--json", "list", "job:*"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    let mut listed: Vec<String> = json(&output)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap().to_owned())
+        .collect();
+    listed.sort();
+    let mut expected = names.clone();
+    expected.sort();
+    assert_eq!(listed, expected);
+
+    let found = json(&lockkit(&url, &["--json", "inspect", "job:7"]).await);
+    assert_eq!(object(&found, "lock")["holders"][0]["holds"], 1);
+}
+
+/// The primaries that own the lock keys of `names`.
+async fn primaries_of(
+    cluster: &lockkit_testkit::RedisCluster,
+    names: &[String],
+) -> std::collections::HashSet<Option<usize>> {
+    let namespace = lockkit::protocol::keys::Namespace::default();
+    let mut nodes = std::collections::HashSet::new();
+    for name in names {
+        let key = namespace.lock(name).unwrap().key;
+        let slot = lockkit::protocol::slot::key_slot(&key);
+        nodes.insert(cluster.node_for_slot(slot).await);
+    }
+    nodes
+}
