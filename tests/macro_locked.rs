@@ -345,3 +345,57 @@ async fn a_lock_lost_during_the_body_is_an_error() {
     }
     assert!(ran.load(Ordering::SeqCst));
 }
+
+/// `kind = "fair"`: the body runs under a `FairLock` of that name (not a `Lock`).
+#[locked(client = locks, key = "fair:{name}", kind = "fair", wait = "0s")]
+async fn under_fair_lock(
+    locks: &lockkit::Client,
+    name: &str,
+) -> Result<(bool, bool, bool), lockkit::Error> {
+    let key = format!("fair:{name}");
+    Ok((
+        locks.fair_lock(&key).is_locked().await?,
+        locks.lock(&key).is_locked().await?,
+        locks.spin_lock(&key).is_locked().await?,
+    ))
+}
+
+/// `kind = "spin"`: the body runs under a `SpinLock` of that name.
+#[locked(client = locks, key = "spin:{name}", kind = "spin", lease = "1m")]
+async fn under_spin_lock(
+    locks: &lockkit::Client,
+    name: &str,
+) -> Result<(bool, bool, bool), lockkit::Error> {
+    let key = format!("spin:{name}");
+    Ok((
+        locks.fair_lock(&key).is_locked().await?,
+        locks.lock(&key).is_locked().await?,
+        locks.spin_lock(&key).is_locked().await?,
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kind_selects_the_lock() {
+    let redis = redis().await;
+    let locks = client(&redis.url()).await;
+    let name = unique("kind");
+    // (fair, lock, spin) held while the body runs
+    assert_eq!(
+        under_fair_lock(&locks, &name).await.unwrap(),
+        (true, false, false)
+    );
+    assert_eq!(
+        under_spin_lock(&locks, &name).await.unwrap(),
+        (false, false, true)
+    );
+    assert!(!locks
+        .fair_lock(format!("fair:{name}"))
+        .is_locked()
+        .await
+        .unwrap());
+    assert!(!locks
+        .spin_lock(format!("spin:{name}"))
+        .is_locked()
+        .await
+        .unwrap());
+}

@@ -48,6 +48,12 @@ use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Token, Type};
 ///   watchdog mode — the client renews the lease while the body runs, so a slow body keeps the
 ///   lock and a crashed process loses it after the watchdog timeout.
 ///
+/// - `kind = "fair"` or `kind = "spin"` (optional): take a `FairLock` (granted in request order)
+///   or a `SpinLock` (the plain `SET NX PX` lock: not reentrant, so a `#[locked]` fn calling
+///   itself, or another one on the same key, waits for itself) instead of the default reentrant
+///   `Lock` (`kind = "lock"`). Each kind has its own keys: a fair lock and a lock of the same name
+///   do not exclude each other.
+///
 /// Durations are an integer and a unit: `ms`, `s`, `m` or `h` (`"500ms"`, `"5s"`, `"2m"`),
 /// checked at compile time. A lease must be above zero.
 ///
@@ -93,6 +99,15 @@ struct Args {
     key: LitStr,
     wait: Option<(LitStr, u64)>,
     lease: Option<(LitStr, u64)>,
+    kind: Kind,
+}
+
+/// Which lock the attribute takes.
+#[derive(Clone, Copy)]
+enum Kind {
+    Lock,
+    Fair,
+    Spin,
 }
 
 impl Parse for Args {
@@ -101,6 +116,7 @@ impl Parse for Args {
         let mut key = None;
         let mut wait = None;
         let mut lease = None;
+        let mut kind: Option<Kind> = None;
         while !input.is_empty() {
             let name: Ident = input.parse()?;
             input.parse::<Token![=]>()?;
@@ -136,11 +152,34 @@ impl Parse for Args {
                     }
                     *slot = Some((lit, millis));
                 }
+                "kind" => {
+                    let lit: LitStr = input.parse()?;
+                    if kind.is_some() {
+                        return Err(duplicate());
+                    }
+                    kind = Some(match lit.value().as_str() {
+                        "lock" => Kind::Lock,
+                        "fair" => Kind::Fair,
+                        "spin" => Kind::Spin,
+                        "fenced" => {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                "#[locked] does not take a fenced lock: the body could not see its token; use `client.fenced_lock(name)` directly",
+                            ))
+                        }
+                        other => {
+                            return Err(syn::Error::new(
+                                lit.span(),
+                                format!("unknown `kind` \"{other}\"; expected \"lock\" (the default), \"fair\" or \"spin\""),
+                            ))
+                        }
+                    });
+                }
                 other => {
                     return Err(syn::Error::new(
                         name.span(),
                         format!(
-                            "unknown argument `{other}` of #[locked]; expected `client`, `key`, `wait` or `lease`"
+                            "unknown argument `{other}` of #[locked]; expected `client`, `key`, `wait`, `lease` or `kind`"
                         ),
                     ))
                 }
@@ -171,6 +210,7 @@ impl Parse for Args {
             })?,
             wait,
             lease,
+            kind: kind.unwrap_or(Kind::Lock),
         })
     }
 }
@@ -367,6 +407,11 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
     let format = LitStr::new(&format, key_span);
 
     let client = &args.client;
+    let (handle, constructor) = match args.kind {
+        Kind::Lock => (quote!(::lockkit::Lock), quote!(lock)),
+        Kind::Fair => (quote!(::lockkit::FairLock), quote!(fair_lock)),
+        Kind::Spin => (quote!(::lockkit::SpinLock), quote!(spin_lock)),
+    };
     let acquire = match &args.wait {
         Some((lit, millis)) => {
             let lease = match &args.lease {
@@ -377,12 +422,12 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             };
             let wait = quote_spanned!(lit.span()=> ::core::time::Duration::from_millis(#millis));
             quote! {
-                match ::lockkit::Lock::try_lock(&__lockkit_lock, #wait, #lease).await {
+                match #handle::try_lock(&__lockkit_lock, #wait, #lease).await {
                     ::core::result::Result::Ok(::core::option::Option::Some(guard)) => guard,
                     ::core::result::Result::Ok(::core::option::Option::None) => {
                         return ::core::result::Result::Err(::core::convert::From::from(
                             ::lockkit::Error::NotAcquired {
-                                name: ::std::borrow::ToOwned::to_owned(::lockkit::Lock::name(&__lockkit_lock)),
+                                name: ::std::borrow::ToOwned::to_owned(#handle::name(&__lockkit_lock)),
                                 waited: #wait,
                             },
                         ));
@@ -398,9 +443,9 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                 Some((lit, millis)) => {
                     let lease =
                         quote_spanned!(lit.span()=> ::core::time::Duration::from_millis(#millis));
-                    quote!(::lockkit::Lock::lock_with_lease(&__lockkit_lock, #lease))
+                    quote!(#handle::lock_with_lease(&__lockkit_lock, #lease))
                 }
-                None => quote!(::lockkit::Lock::lock(&__lockkit_lock)),
+                None => quote!(#handle::lock(&__lockkit_lock)),
             };
             quote! {
                 match #call.await {
@@ -421,7 +466,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
         #vis #sig {
             // `&(client)` coerces to `&Client` from a `Client`, a `&Client`, or anything that
             // derefs to one (an `Arc<Client>`, a `LazyLock<Client>`).
-            let __lockkit_lock: ::lockkit::Lock = ::lockkit::Client::lock(
+            let __lockkit_lock: #handle = ::lockkit::Client::#constructor(
                 &(#client),
                 ::std::format!(#format, #(#values),*),
             );
@@ -457,4 +502,56 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{parse_duration, parse_key, Piece};
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(500));
+        assert_eq!(parse_duration("0s"), Ok(0));
+        assert_eq!(parse_duration("5s"), Ok(5_000));
+        assert_eq!(parse_duration("2m"), Ok(120_000));
+        assert_eq!(parse_duration("1h"), Ok(3_600_000));
+        for bad in [
+            "5",
+            "s",
+            "",
+            "5 s",
+            "1.5s",
+            "-1s",
+            "5sec",
+            "99999999999999999999h",
+        ] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    fn render(key: &str) -> Result<String, String> {
+        Ok(parse_key(key)?
+            .into_iter()
+            .map(|piece| match piece {
+                Piece::Text(text) => format!("[{text}]"),
+                Piece::Arg(arg, fields) => format!("<{arg}{}>", fields.concat()),
+            })
+            .collect())
+    }
+
+    #[test]
+    fn keys() {
+        assert_eq!(render("ticket:{id}").as_deref(), Ok("[ticket:]<id>"));
+        assert_eq!(
+            render("{self.a}:{order.customer.name}:{pair.0}").as_deref(),
+            Ok("<selfa>[:]<ordercustomername>[:]<pair0>")
+        );
+        assert_eq!(
+            render("{{literal}}:{ id }").as_deref(),
+            Ok("[{literal}:]<id>")
+        );
+        for bad in ["{}", "{a b}", "{a.}", "{1}", "open{", "close}", "{a:?}"] {
+            assert!(render(bad).is_err(), "{bad:?} accepted");
+        }
+    }
 }
