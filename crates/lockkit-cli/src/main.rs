@@ -57,7 +57,7 @@ enum Command {
     Inspect {
         /// The object's name
         name: String,
-        /// Only this kind (lock, fenced, fair, rwlock, spin, semaphore, psemaphore, latch)
+        /// Only this kind (lock, fenced, fair, rwlock, spin, semaphore, psemaphore, latch, once)
         #[arg(long, value_parser = parse_kind)]
         kind: Option<Kind>,
     },

@@ -396,3 +396,59 @@ async fn primaries_of(
     }
     nodes
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reads_semaphores_read_write_locks_latches_spin_locks_and_once_marks() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let inspect = |kind: &'static str, name: &'static str| {
+        let url = url.clone();
+        async move {
+            let output = lockkit(&url, &["--json", "inspect", "--kind", kind, name]).await;
+            assert_eq!(code(&output), Some(0), "{output:?}");
+            object(&json(&output), kind).clone()
+        }
+    };
+
+    let semaphore = client.semaphore("pool");
+    assert!(semaphore.try_set_permits(5).await.unwrap());
+    let _permits = semaphore.acquire(2).await.unwrap();
+    let pool = inspect("semaphore", "pool").await;
+    assert_eq!(
+        (pool["permits"].as_u64(), pool["used_permits"].as_u64()),
+        (Some(5), Some(2)),
+        "{pool}"
+    );
+    assert_eq!(pool["holders"][0]["holds"], 2, "{pool}");
+    assert!(
+        pool["holders"][0]["lease_ms"].as_u64().unwrap() > 0,
+        "{pool}"
+    );
+
+    let rw = client.read_write_lock("config");
+    let _read = rw.read_lock().await.unwrap();
+    let _again = rw.read_lock().await.unwrap();
+    let config = inspect("rwlock", "config").await;
+    assert_eq!(config["mode"], "read", "{config}");
+    assert_eq!(config["holders"][0]["access"], "read", "{config}");
+    assert_eq!(config["holders"][0]["holds"], 2, "{config}");
+
+    let latch = client.count_down_latch("boot");
+    assert!(latch.try_set_count(3).await.unwrap());
+    assert_eq!(inspect("latch", "boot").await["count"], 3);
+
+    let _spin = client.spin_lock("cron").lock().await.unwrap();
+    let cron = inspect("spin", "cron").await;
+    assert_eq!(cron["holders"].as_array().unwrap().len(), 1, "{cron}");
+
+    let ran = client
+        .once_per("nightly", Duration::from_secs(60), || async {})
+        .await
+        .unwrap();
+    assert!(matches!(ran, lockkit::JobOutcome::Ran(())));
+    let nightly = inspect("once", "nightly").await;
+    let mark = nightly["holders"][0]["owner"].as_str().unwrap();
+    assert!(mark.starts_with(client.id()), "{nightly}");
+    assert!(nightly["ttl_ms"].as_u64().unwrap() > 0, "{nightly}");
+}

@@ -51,7 +51,8 @@ pub struct Inspection {
 #[non_exhaustive]
 pub struct Holder {
     /// The owner id (`<client id>:<task>`); for a spin lock or a semaphore, the hold's marker (a
-    /// permit-expirable semaphore's permit id).
+    /// permit-expirable semaphore's permit id); for a once-per-window mark, the mark of the call
+    /// that ran the job (`<client id>:<sequence>`), held until the window ends.
     pub owner: String,
     /// The owner's hold count; for a semaphore hold, the permits it took.
     pub holds: u64,
@@ -146,7 +147,8 @@ impl Client {
         } else {
             redis.scan_buffered(matching, Some(1000), None).boxed()
         };
-        let keys: Vec<fred::types::Key> = keys.try_collect().await.map_err(redis_failure("list"))?;
+        let keys: Vec<fred::types::Key> =
+            keys.try_collect().await.map_err(redis_failure("list"))?;
         let mut objects = HashSet::new();
         for key in &keys {
             let Some(parsed) = key.as_str().and_then(|key| namespace.parse(key)) else {
@@ -258,7 +260,7 @@ async fn read(
     };
     let number = |value: Option<&String>| value.and_then(|value| value.parse::<u64>().ok());
     match kind {
-        Kind::SpinLock | Kind::CountDownLatch => {
+        Kind::SpinLock | Kind::OnceMark | Kind::CountDownLatch => {
             let value: Option<String> = redis
                 .get(key)
                 .await
