@@ -69,6 +69,9 @@
 //!   counters and a waiters gauge, labelled by kind, through the `metrics` crate facade (install
 //!   any recorder). Off by default; `tracing` spans `lockkit.acquire` and `lockkit.release`
 //!   (debug level) are always there.
+//! - `macros`: the `locked` attribute, `#[lockkit::locked(client = .., key = "ticket:{id}",
+//!   wait = "5s")]` on an `async fn`: its body runs under a lock named after its arguments and
+//!   released after the body completed; not acquired within `wait` is [`Error::NotAcquired`].
 //!
 //! # Cancellation
 //!
