@@ -55,7 +55,7 @@ use syn::{Expr, FnArg, Ident, ItemFn, LitStr, Pat, ReturnType, Token, Type};
 ///   do not exclude each other.
 ///
 /// Durations are an integer and a unit: `ms`, `s`, `m` or `h` (`"500ms"`, `"5s"`, `"2m"`),
-/// checked at compile time. A lease must be above zero.
+/// checked at compile time. A lease must be above zero and at most 365 days (`MAX_LEASE`).
 ///
 /// # The function
 ///
@@ -92,6 +92,9 @@ pub fn locked(attr: TokenStream, item: TokenStream) -> TokenStream {
         }
     }
 }
+
+/// `lockkit::MAX_LEASE` (365 days), in milliseconds.
+const MAX_LEASE_MS: u64 = 365 * 24 * 3_600_000;
 
 /// The attribute's arguments.
 struct Args {
@@ -133,7 +136,11 @@ impl Parse for Args {
                     if key.is_some() {
                         return Err(duplicate());
                     }
-                    key = Some(input.parse::<LitStr>()?);
+                    let lit: LitStr = input.parse()?;
+                    if lit.value().is_empty() {
+                        return Err(syn::Error::new(lit.span(), "`key` is empty"));
+                    }
+                    key = Some(lit);
                 }
                 "wait" | "lease" => {
                     let lit: LitStr = input.parse()?;
@@ -143,6 +150,12 @@ impl Parse for Args {
                     let slot = if name == "wait" { &mut wait } else { &mut lease };
                     if slot.is_some() {
                         return Err(duplicate());
+                    }
+                    if name == "lease" && millis > MAX_LEASE_MS {
+                        return Err(syn::Error::new(
+                            lit.span(),
+                            "a `lease` may be at most 365 days (lockkit's MAX_LEASE)",
+                        ));
                     }
                     if name == "lease" && millis == 0 {
                         return Err(syn::Error::new(
@@ -506,7 +519,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_duration, parse_key, Piece};
+    use super::{parse_duration, parse_key, Args, Piece};
 
     #[test]
     fn durations() {
@@ -526,6 +539,44 @@ mod tests {
             "99999999999999999999h",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn arguments() {
+        let ok = |text: &str| {
+            syn::parse_str::<Args>(text)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(ok(r#"client = self.locks, key = "a:{id}""#), Ok(()));
+        assert_eq!(
+            ok(r#"client = &*LOCKS, key = "a", wait = "0s", lease = "8760h", kind = "spin","#),
+            Ok(())
+        );
+        for (bad, message) in [
+            (r#"key = "a""#, "needs `client"),
+            (r#"client = c"#, "needs `key"),
+            (r#"client = c, key = """#, "`key` is empty"),
+            (r#"client = c, key = "a", lease = "0s""#, "above zero"),
+            (
+                r#"client = c, key = "a", lease = "8761h""#,
+                "at most 365 days",
+            ),
+            (
+                r#"client = c, key = "a", wait = "1s", wait = "2s""#,
+                "more than once",
+            ),
+            (r#"client = c, key = "a", kind = "rw""#, "unknown `kind`"),
+            (
+                r#"client = c, key = "a", timeout = "1s""#,
+                "unknown argument `timeout`",
+            ),
+        ] {
+            match ok(bad) {
+                Ok(()) => panic!("{bad:?} accepted"),
+                Err(err) => assert!(err.contains(message), "{bad:?}: {err}"),
+            }
         }
     }
 
