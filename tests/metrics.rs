@@ -1,5 +1,6 @@
 //! The `metrics` feature: a small recorder installed for this test binary sees every metric
-//! lockkit reports, labelled by kind.
+//! lockkit reports, labelled by kind. And the `lockkit.acquire` / `lockkit.release` tracing
+//! spans, seen by a small subscriber.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -190,4 +191,115 @@ async fn acquisitions_waits_holds_renewals_timeouts_waiters_and_lost_leases_are_
         1.0,
         "recorded once"
     );
+}
+
+/// The spans seen: name and fields (recorded at creation or later), in creation order.
+static SPANS: Mutex<Vec<(String, HashMap<String, String>)>> = Mutex::new(Vec::new());
+/// Metadata of each span, by the same index.
+static METADATA: Mutex<Vec<&'static tracing::Metadata<'static>>> = Mutex::new(Vec::new());
+
+thread_local! {
+    /// The spans entered on this thread, innermost last (for `Span::current`).
+    static ENTERED: std::cell::RefCell<Vec<tracing::span::Id>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+struct FieldVisitor<'a>(&'a mut HashMap<String, String>);
+
+impl tracing::field::Visit for FieldVisitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+/// Records every span's name and fields; ids are indexes into [`SPANS`] (plus one).
+struct SpanRecorder;
+
+fn spans() -> std::sync::MutexGuard<'static, Vec<(String, HashMap<String, String>)>> {
+    SPANS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl tracing::Subscriber for SpanRecorder {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target().starts_with("lockkit")
+    }
+    fn new_span(&self, attrs: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut fields = HashMap::new();
+        attrs.record(&mut FieldVisitor(&mut fields));
+        let mut spans = spans();
+        spans.push((attrs.metadata().name().to_owned(), fields));
+        METADATA
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(attrs.metadata());
+        tracing::span::Id::from_u64(spans.len() as u64)
+    }
+    fn record(&self, id: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        let index = usize::try_from(id.into_u64()).unwrap() - 1;
+        if let Some((_, fields)) = spans().get_mut(index) {
+            values.record(&mut FieldVisitor(fields));
+        }
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, id: &tracing::span::Id) {
+        ENTERED.with(|entered| entered.borrow_mut().push(id.clone()));
+    }
+    fn exit(&self, _: &tracing::span::Id) {
+        ENTERED.with(|entered| entered.borrow_mut().pop());
+    }
+    fn current_span(&self) -> tracing_core::span::Current {
+        let Some(id) = ENTERED.with(|entered| entered.borrow().last().cloned()) else {
+            return tracing_core::span::Current::none();
+        };
+        let index = usize::try_from(id.into_u64()).unwrap() - 1;
+        let metadata = METADATA
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)[index];
+        tracing_core::span::Current::new(id, metadata)
+    }
+}
+
+#[tokio::test]
+async fn acquire_and_release_run_in_spans() {
+    // Fails only if another test of this binary installed a subscriber first (none does).
+    tracing::subscriber::set_global_default(SpanRecorder).unwrap();
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("spans");
+    let guard = client
+        .fenced_lock(&name)
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .unwrap();
+    guard.unlock().await.unwrap();
+
+    let tagged = format!("{{{name}}}");
+    let spans = spans();
+    let of = |span: &str| {
+        spans
+            .iter()
+            .filter(|(n, fields)| n == span && fields.get("name") == Some(&tagged))
+            .map(|(_, fields)| fields.clone())
+            .collect::<Vec<_>>()
+    };
+    let acquire = of("lockkit.acquire");
+    assert_eq!(acquire.len(), 1, "{spans:?}");
+    let fields = &acquire[0];
+    assert_eq!(fields.get("kind").map(String::as_str), Some("fenced"));
+    assert_eq!(fields.get("wait").map(String::as_str), Some("Some(5s)"));
+    assert_eq!(
+        fields.get("lease").map(String::as_str),
+        Some("30s"),
+        "{fields:?}"
+    );
+    assert_eq!(fields.get("watchdog").map(String::as_str), Some("true"));
+    let release = of("lockkit.release");
+    assert_eq!(release.len(), 1, "{spans:?}");
+    assert_eq!(release[0].get("kind").map(String::as_str), Some("fenced"));
 }
