@@ -148,16 +148,16 @@ impl Hold {
                 key = %self.keys.key,
                 "lease lost: {why}"
             );
+            // Counted before the lost-signal fires, so whoever it wakes sees the count.
+            self.clock.lost(self.kind.kind.segment());
             self.lost.cancel();
-            crate::metrics::lease_lost(self.kind.kind.segment());
-            self.clock.ended(self.kind.kind.segment());
         }
     }
 
     /// Ends the hold quietly: it was released (or the client shut down).
     pub(crate) fn finish(&self) {
-        self.lost.cancel();
         self.clock.ended(self.kind.kind.segment());
+        self.lost.cancel();
     }
 
     /// Resolves once the hold is lost or released.

@@ -74,10 +74,6 @@ mod imp {
         }
     }
 
-    pub(crate) fn lease_lost(kind: &'static str) {
-        metrics::counter!("lockkit_leases_lost_total", "kind" => kind).increment(1);
-    }
-
     /// One task waiting for a release: counted in `lockkit_waiters` while it lives.
     pub(crate) struct Waiting(&'static str);
 
@@ -110,13 +106,27 @@ mod imp {
             let _ = self.granted.set(Instant::now());
         }
 
-        /// Records `lockkit_hold_seconds` the first time a granted hold ends.
+        /// The hold was released (or the client shut down): records `lockkit_hold_seconds`,
+        /// unless the hold already ended.
         pub(crate) fn ended(&self, kind: &'static str) {
+            if !self.ended.swap(true, Ordering::AcqRel) {
+                self.record_hold(kind);
+            }
+        }
+
+        /// The hold's lease was lost: counts it in `lockkit_leases_lost_total` and records
+        /// `lockkit_hold_seconds`, unless the hold already ended.
+        pub(crate) fn lost(&self, kind: &'static str) {
+            if !self.ended.swap(true, Ordering::AcqRel) {
+                metrics::counter!("lockkit_leases_lost_total", "kind" => kind).increment(1);
+                self.record_hold(kind);
+            }
+        }
+
+        fn record_hold(&self, kind: &'static str) {
             if let Some(granted) = self.granted.get() {
-                if !self.ended.swap(true, Ordering::AcqRel) {
-                    metrics::histogram!("lockkit_hold_seconds", "kind" => kind)
-                        .record(granted.elapsed().as_secs_f64());
-                }
+                metrics::histogram!("lockkit_hold_seconds", "kind" => kind)
+                    .record(granted.elapsed().as_secs_f64());
             }
         }
     }
@@ -143,9 +153,6 @@ mod imp {
     #[inline(always)]
     pub(crate) fn renewed(_kind: &'static str, _holds: u64) {}
 
-    #[inline(always)]
-    pub(crate) fn lease_lost(_kind: &'static str) {}
-
     /// One waiting task (nothing, without the `metrics` feature).
     pub(crate) struct Waiting;
 
@@ -171,10 +178,13 @@ mod imp {
 
         #[inline(always)]
         pub(crate) fn ended(&self, _kind: &'static str) {}
+
+        #[inline(always)]
+        pub(crate) fn lost(&self, _kind: &'static str) {}
     }
 }
 
-pub(crate) use imp::{acquired, lease_lost, renewed, timed_out, HoldClock, Stopwatch, Waiting};
+pub(crate) use imp::{acquired, renewed, timed_out, HoldClock, Stopwatch, Waiting};
 
 #[cfg(test)]
 mod tests {
