@@ -49,7 +49,7 @@ where
     A: Attempt + Sync,
 {
     client.check_open()?;
-    let (kind, _) = describe_channel(client.settings.namespace.prefix(), attempt.channel());
+    let kind = metrics::kind_label(client.settings.namespace.prefix(), attempt.channel());
     let started = metrics::Stopwatch::start();
     let result = acquire_loop(client, attempt, wait, kind)
         .instrument(acquire_span(client, attempt, wait))
@@ -168,7 +168,7 @@ where
     A: Attempt + Sync,
 {
     client.check_open()?;
-    let (kind, _) = describe_channel(client.settings.namespace.prefix(), attempt.channel());
+    let kind = metrics::kind_label(client.settings.namespace.prefix(), attempt.channel());
     let started = metrics::Stopwatch::start();
     let result = poll_loop(client, attempt, wait, backoff)
         .instrument(acquire_span(client, attempt, wait))

@@ -45,6 +45,11 @@ mod imp {
 
     use tokio::time::Instant;
 
+    /// The `kind` label of an object, from its release channel.
+    pub(crate) fn kind_label(prefix: &str, channel: &str) -> &'static str {
+        super::describe_channel(prefix, channel).0
+    }
+
     /// When an acquire call started.
     pub(crate) struct Stopwatch(Instant);
 
@@ -134,6 +139,12 @@ mod imp {
 
 #[cfg(not(feature = "metrics"))]
 mod imp {
+    /// The `kind` label (not worked out without the `metrics` feature).
+    #[inline(always)]
+    pub(crate) fn kind_label(_prefix: &str, _channel: &str) -> &'static str {
+        ""
+    }
+
     /// When an acquire call started (nothing, without the `metrics` feature).
     pub(crate) struct Stopwatch;
 
@@ -184,7 +195,7 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{acquired, renewed, timed_out, HoldClock, Stopwatch, Waiting};
+pub(crate) use imp::{acquired, kind_label, renewed, timed_out, HoldClock, Stopwatch, Waiting};
 
 #[cfg(test)]
 mod tests {
