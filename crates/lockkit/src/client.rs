@@ -23,7 +23,6 @@ use crate::{
     Semaphore, SpinLock,
 };
 
-
 /// How many release messages the subscriber connection queues for the waiter hub (fred's default
 /// is 32). Releases of many contended locks in a burst (the scale bench: ~11,000 in 2 s over
 /// 1,000 locks) overflowed 32 and each overflow woke every waiter of the client; 1,024 slots cost

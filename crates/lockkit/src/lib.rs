@@ -123,7 +123,7 @@ pub use scoped::Lease;
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use spin_lock::SpinLock;
 
-/// The protocol crate: scripts, key naming, cluster slots.
-pub use lockkit_protocol as protocol;
 #[cfg(feature = "macros")]
 pub use lockkit_macros::locked;
+/// The protocol crate: scripts, key naming, cluster slots.
+pub use lockkit_protocol as protocol;
