@@ -42,6 +42,15 @@
 //!     back; [`PermitExpirableSemaphore`]: permits with ids, released by id from anywhere;
 //!   - [`CountDownLatch`]: wait until N things have happened.
 //!
+//! - Around them:
+//!   - closure helpers: [`Lock::with_lock`] / [`Lock::try_with_lock`] (also on [`FencedLock`] and
+//!     [`FairLock`]) run a future under the lock and release it afterwards whatever happens; the
+//!     future gets a [`Lease`] whose [`lost`](Lease::lost) signal lets it stop in time;
+//!   - scheduled jobs: [`Client::run_exclusive`] (run on one instance, skip on the others) and
+//!     [`Client::once_per`] (at most once per window across instances, whatever their clocks);
+//!   - inspection: [`Client::inspect`] and [`Client::list`] (what the `lockkit` command prints);
+//!   - the `#[lockkit::locked]` attribute (feature `macros`) and metrics (feature `metrics`).
+//!
 //! `docs/guide.md` in the repository says which to use when, and how each behaves under failure.
 //!
 //! # Ownership
