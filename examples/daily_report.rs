@@ -1,18 +1,18 @@
 //! The 02:00 report job on three pods: it must run once, not once per pod.
 //!
-//! Three "pods" (three separate [`lockkit::Client`]s) fire the same scheduled job at the same
-//! instant. Each makes one attempt at the lock `report:daily:<date>` without waiting
-//! (`try_lock(Duration::ZERO, None)`); the winner generates the report, the others skip it.
+//! Three "pods" (three separate [`lockkit::Client`]s) run the same scheduled job, but their cron
+//! ticks disagree: pod 2 fires 0.7 s after pod 1, pod 3 1.4 s after — later than the report takes
+//! (0.5 s). A lock released when the report is done would let a late pod find it free and run the
+//! report again. [`lockkit::Client::once_per`] sets a window mark in Redis (`SET NX PX`) that is
+//! *not* removed when the job ends: the first pod runs the report, every pod that comes within the
+//! window skips it, however late its tick.
 //!
 //! ```text
 //! cargo run --example daily_report -- --url redis://127.0.0.1:6379
 //! ```
 //!
-//! The winner releases the lock when the report is done. That is enough when the pods fire
-//! within the report's duration of each other, as here; a pod whose schedule lags by more than
-//! that would find the lock free and run the report again. A job that must run once per day
-//! should also record that it ran (a `report:daily:<date>:done` key, or a row in the database),
-//! and check that record under the lock.
+//! Each run of the example uses its own job name (`report:daily:<date>:run-<n>`), so it can be run
+//! again at once; a real job would use `report:daily:<date>` and a window of a few hours.
 //!
 //! Exits with status 1 unless exactly one pod ran the report.
 
@@ -32,6 +32,10 @@ usage: daily_report [--url URL] [--pods N]
 
 /// How long "generating the report" takes.
 const REPORT_TIME: Duration = Duration::from_millis(500);
+/// How far apart the pods' cron ticks are (longer than the report takes).
+const TICK_SKEW: Duration = Duration::from_millis(700);
+/// The window in which the report runs at most once.
+const WINDOW: Duration = Duration::from_secs(3600);
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -88,10 +92,14 @@ fn usage_error(msg: &str) -> ExitCode {
 
 async fn run(url: &str, pods: usize) -> Result<bool, BoxError> {
     let date = utc_date();
-    let lock_name = format!("report:daily:{date}");
+    let run_id = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let job_name = format!("report:daily:{date}:run-{run_id}");
     println!(
-        "Daily report: it is 02:00 and the same scheduled job fires on {pods} pods at once; each \
-         tries the lock {lock_name:?} once, without waiting, so only one generates the report."
+        "Daily report: the same scheduled job fires on {pods} pods, their cron ticks {TICK_SKEW:?} \
+         apart; each calls once_per({job_name:?}, {WINDOW:?}), so only the first generates the \
+         report."
     );
 
     let mut clients = Vec::with_capacity(pods);
@@ -108,7 +116,7 @@ async fn run(url: &str, pods: usize) -> Result<bool, BoxError> {
     for (i, client) in clients.iter().enumerate() {
         let client = client.clone();
         let barrier = Arc::clone(&barrier);
-        let lock_name = lock_name.clone();
+        let job_name = job_name.clone();
         let date = date.clone();
         jobs.push(tokio::spawn(async move {
             let pod = format!(
@@ -116,32 +124,27 @@ async fn run(url: &str, pods: usize) -> Result<bool, BoxError> {
                 i + 1,
                 client.id().get(..8).unwrap_or(client.id())
             );
-            barrier.wait().await; // 02:00:00 on every pod
-            let lock = client.lock(lock_name.as_str());
-            let Some(guard) = lock.try_lock(Duration::ZERO, None).await? else {
+            barrier.wait().await;
+            // This pod's clock is behind the first pod's by i × the skew: its 02:00 comes later.
+            tokio::time::sleep(TICK_SKEW * u32::try_from(i).unwrap_or(u32::MAX)).await;
+            println!("[{pod}] {:>6.1?}  02:00 here: the job fires", began.elapsed());
+            let outcome = client
+                .once_per(job_name.as_str(), WINDOW, || async {
+                    println!(
+                        "[{pod}] {:>6.1?}  first this window: generating the report for {date}",
+                        began.elapsed()
+                    );
+                    tokio::time::sleep(REPORT_TIME).await; // query, render, mail
+                    println!("[{pod}] {:>6.1?}  report sent", began.elapsed());
+                })
+                .await?;
+            if outcome.is_skipped() {
                 println!(
-                    "[{pod}] {:>6.1?}  another pod is running the report; skipping",
+                    "[{pod}] {:>6.1?}  already done this window by another pod; skipping",
                     began.elapsed()
                 );
-                return Ok::<bool, lockkit::Error>(false);
-            };
-            println!(
-                "[{pod}] {:>6.1?}  got the lock: generating the report for {date}",
-                began.elapsed()
-            );
-            tokio::time::sleep(REPORT_TIME).await; // query, render, mail
-            let lost = guard.is_lost();
-            guard.unlock().await?;
-            println!(
-                "[{pod}] {:>6.1?}  report sent; lock released{}",
-                began.elapsed(),
-                if lost {
-                    " (WARNING: the lease was lost)"
-                } else {
-                    ""
-                }
-            );
-            Ok(true)
+            }
+            Ok::<bool, lockkit::Error>(outcome.ran())
         }));
     }
 
