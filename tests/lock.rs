@@ -311,8 +311,10 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
             .unwrap();
         let (acquire, release) = (acquire.source(), release.source());
         let k = &keys.keys;
-        let (handoff, waiting) = (&k[k.len() - 2], &k[k.len() - 1]);
-        assert!(handoff.ends_with(":handoff") && waiting.ends_with(":waiting"));
+        let (handoff, waiting) = (
+            keys.aux("handoff").expect("a handoff key"),
+            keys.aux("waiting").expect("a waiting key"),
+        );
         let lease = "30000";
 
         // Nobody waits: the owner that releases may take the lock back at once.

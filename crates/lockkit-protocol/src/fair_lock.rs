@@ -6,8 +6,8 @@
 //! | key | type | content |
 //! |-----|------|---------|
 //! | `<prefix>:fair:{name}` | HASH | `<owner id>` → hold count, `#<hold id>` → owner (as the reentrant lock); TTL = the lease |
-//! | `…:queue` | LIST | waiter ids in request order; the head is next in line |
-//! | `…:timeouts` | ZSET | waiter id → deadline, in server milliseconds (`TIME`) |
+//! | `<prefix>:fair.queue:{name}` | LIST | waiter ids in request order; the head is next in line |
+//! | `<prefix>:fair.timeouts:{name}` | ZSET | waiter id → deadline, in server milliseconds (`TIME`) |
 //!
 //! A waiter id ([`waiter_id`]) is unique per acquire *call*, so every retry of one call keeps its
 //! place. A waiter is in the queue exactly when it has a deadline; each retry pushes the deadline
@@ -163,8 +163,8 @@ mod tests {
             keys.keys,
             [
                 "lockkit:fair:{order:42}",
-                "lockkit:fair:{order:42}:queue",
-                "lockkit:fair:{order:42}:timeouts",
+                "lockkit:fair.queue:{order:42}",
+                "lockkit:fair.timeouts:{order:42}",
             ]
         );
     }

@@ -1,8 +1,10 @@
 //! Key and channel naming.
 //!
 //! Every object (a lock, and in later primitives a semaphore, a latch, ...) is known by a user
-//! name. Its keys and channels are `<prefix>:<kind>:<tagged name>[:<suffix>]`, where the tagged
-//! name carries a Redis Cluster hash tag:
+//! name. Its main key is `<prefix>:<kind>:<tagged name>`, its other keys (a fair lock's queue, a
+//! fenced lock's token counter, ...) `<prefix>:<kind>.<suffix>:<tagged name>`, and its channel
+//! `<prefix>:<kind>:<tagged name>:released`, where the tagged name carries a Redis Cluster hash
+//! tag:
 //!
 //! - a name that already holds a valid tag (`{` followed later by `}` with at least one byte
 //!   between) keeps it, so users can co-locate objects on purpose (`cart:{user42}` and
@@ -14,7 +16,11 @@
 //!
 //! A name that is itself the wrapped or escaped form of another name (`{a}` is how `a` is
 //! written, `{_x}}x` how `}x` is) is escaped too, rather than kept: `{a}` becomes `{{a_}{a}`.
-//! So distinct names never share a key — not even names chosen to collide.
+//! So distinct names never share a key — not even names chosen to collide. The suffix of an
+//! auxiliary key goes into the kind segment (`fair.queue`), never after the name: a name may end
+//! in anything (`{a}:queue` is a valid name, kept as it is), so `<main key>:queue` could be the
+//! main key of another object; no kind segment contains a `.`, so `<prefix>:fair.queue:…` can
+//! not.
 //!
 //! The prefix may not contain braces, so the first `{` of every key is the tag's.
 
@@ -161,6 +167,23 @@ pub struct ObjectKeys {
     pub channel: String,
     /// Every key of the object, the main key first, in the order its scripts take them as `KEYS`.
     pub keys: Vec<String>,
+    /// The suffixes of `keys[1..]`, in the same order ([`Kind::aux_suffixes`]).
+    pub suffixes: &'static [&'static str],
+}
+
+impl ObjectKeys {
+    /// The auxiliary key with this suffix (`queue`, `token`, ...), if the object has one.
+    ///
+    /// ```
+    /// use lockkit_protocol::keys::{Kind, Namespace};
+    /// let keys = Namespace::default().object(Kind::FairLock, "order:42").unwrap();
+    /// assert_eq!(keys.aux("queue"), Some("lockkit:fair.queue:{order:42}"));
+    /// assert_eq!(keys.aux("token"), None);
+    /// ```
+    pub fn aux(&self, suffix: &str) -> Option<&str> {
+        let index = self.suffixes.iter().position(|s| *s == suffix)?;
+        self.keys.get(index + 1).map(String::as_str)
+    }
 }
 
 /// The keys of a reentrant lock: its HASH (owners, hold counts, hold markers) and channel.
@@ -200,12 +223,15 @@ impl Namespace {
         let channel = format!("{key}:released");
         let mut keys = Vec::with_capacity(1 + kind.aux_suffixes().len());
         keys.push(key.clone());
-        keys.extend(
-            kind.aux_suffixes()
-                .iter()
-                .map(|suffix| format!("{key}:{suffix}")),
-        );
-        Ok(ObjectKeys { key, channel, keys })
+        for suffix in kind.aux_suffixes() {
+            keys.push(self.object_base(&format!("{}.{suffix}", kind.segment()), name)?);
+        }
+        Ok(ObjectKeys {
+            key,
+            channel,
+            keys,
+            suffixes: kind.aux_suffixes(),
+        })
     }
 
     /// The keys of the reentrant lock called `name`.
@@ -295,42 +321,47 @@ impl Namespace {
     /// Reads a key (or channel) of this namespace back into the object it belongs to: the inverse
     /// of [`Namespace::object`]. `None` for a key that no object of this namespace has.
     ///
-    /// A key that is both an auxiliary key of one object and the main key of another (the fair
-    /// lock `a`'s queue `lockkit:fair:{a}:queue` is also the main key of the fair lock named
-    /// `{a}:queue`) is read as the auxiliary key.
-    ///
     /// ```
     /// use lockkit_protocol::keys::{Kind, Namespace};
     /// let ns = Namespace::default();
-    /// let parsed = ns.parse("lockkit:fair:{order:42}:queue").unwrap();
+    /// let parsed = ns.parse("lockkit:fair.queue:{order:42}").unwrap();
     /// assert_eq!((parsed.kind, parsed.name.as_str(), parsed.suffix), (Kind::FairLock, "order:42", Some("queue")));
     /// assert_eq!(ns.parse("lockkit:lock:{a}").unwrap().suffix, None);
+    /// // A channel's text is also the main key of another name (`{a}:released`): it reads as that.
+    /// assert_eq!(ns.parse("lockkit:lock:{a}:released").unwrap().name, "{a}:released");
     /// assert!(ns.parse("other:lock:{a}").is_none());
     /// ```
     pub fn parse(&self, key: &str) -> Option<ParsedKey> {
         let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(':')?;
         let (segment, tagged) = rest.split_once(':')?;
+        let (segment, suffix) = match segment.split_once('.') {
+            Some((segment, suffix)) => (segment, Some(suffix)),
+            None => (segment, None),
+        };
         let kind = Kind::ALL
             .into_iter()
             .find(|kind| kind.segment() == segment)?;
-        for &suffix in kind.aux_suffixes().iter().chain(&["released"]) {
-            if let Some(base) = tagged
-                .strip_suffix(suffix)
-                .and_then(|base| base.strip_suffix(':'))
-            {
-                if let Some(name) = untagged_name(base) {
-                    return Some(ParsedKey {
-                        kind,
-                        name,
-                        suffix: Some(suffix),
-                    });
-                }
-            }
+        if let Some(suffix) = suffix {
+            let suffix = *kind.aux_suffixes().iter().find(|s| **s == suffix)?;
+            return untagged_name(tagged).map(|name| ParsedKey {
+                kind,
+                name,
+                suffix: Some(suffix),
+            });
         }
-        untagged_name(tagged).map(|name| ParsedKey {
+        if let Some(name) = untagged_name(tagged) {
+            return Some(ParsedKey {
+                kind,
+                name,
+                suffix: None,
+            });
+        }
+        // A channel: the main key followed by `:released`.
+        let name = untagged_name(tagged.strip_suffix(":released")?)?;
+        Some(ParsedKey {
             kind,
             name,
-            suffix: None,
+            suffix: Some("released"),
         })
     }
 }
@@ -375,6 +406,42 @@ mod tests {
             assert!(!tag.is_empty() && tag.len() < tagged.len(), "{name:?}");
             if let Some(other) = seen.insert(tagged.clone(), name) {
                 panic!("{other:?} and {name:?} share the key part {tagged:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn no_key_of_one_object_is_a_key_of_another() {
+        // Names over an alphabet that can spell suffixes (`{a}:queue`-like shapes need `:` and
+        // letters): every key of every object of every kind, main and auxiliary, is distinct.
+        let alphabet = ['{', '}', 'a', ':'];
+        let mut names = vec![String::new()];
+        let mut all: Vec<String> = Vec::new();
+        for _ in 0..5 {
+            names = names
+                .iter()
+                .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
+                .collect();
+            all.extend(names.iter().cloned());
+        }
+        // The shapes that collided when suffixes followed the name.
+        for kind in Kind::ALL {
+            for suffix in kind.aux_suffixes() {
+                all.push(format!("{{a}}:{suffix}"));
+                all.push(format!("{{{{a_}}{{a}}:{suffix}"));
+            }
+        }
+        all.sort_unstable();
+        all.dedup();
+        let ns = Namespace::default();
+        let mut seen = std::collections::HashMap::new();
+        for name in &all {
+            for kind in Kind::ALL {
+                for key in ns.object(kind, name).unwrap().keys {
+                    if let Some(other) = seen.insert(key.clone(), (kind, name.clone())) {
+                        panic!("{other:?} and {:?} share the key {key:?}", (kind, name));
+                    }
+                }
             }
         }
     }
@@ -450,17 +517,11 @@ mod tests {
             for kind in Kind::ALL {
                 let keys = ns.object(kind, name).unwrap();
                 let main = ns.parse(&keys.key).unwrap();
-                // A name ending in `:<suffix>` whose base is itself a tagged name reads as that
-                // object's auxiliary key (see `parse`); every other main key reads back exactly.
-                if main.suffix.is_none() {
-                    assert_eq!((main.kind, main.name.as_str()), (kind, name.as_str()));
-                } else {
-                    let aux = ns.object(kind, &main.name).unwrap();
-                    assert!(
-                        aux.keys.contains(&keys.key) || aux.channel == keys.key,
-                        "{name:?}"
-                    );
-                }
+                assert_eq!(
+                    (main.kind, main.name.as_str(), main.suffix),
+                    (kind, name.as_str(), None),
+                    "{name:?}"
+                );
                 for (key, suffix) in keys.keys[1..].iter().zip(kind.aux_suffixes()) {
                     let parsed = ns.parse(key).unwrap();
                     assert_eq!(
@@ -469,11 +530,17 @@ mod tests {
                         "{key:?}"
                     );
                 }
+                // A channel's text may also be some other object's main key (channels and keys
+                // live apart in Redis); then it reads as that key.
                 let channel = ns.parse(&keys.channel).unwrap();
-                assert_eq!(
-                    (channel.name.as_str(), channel.suffix),
-                    (name.as_str(), Some("released"))
-                );
+                if channel.suffix.is_some() {
+                    assert_eq!(
+                        (channel.name.as_str(), channel.suffix),
+                        (name.as_str(), Some("released"))
+                    );
+                } else {
+                    assert_eq!(ns.object(kind, &channel.name).unwrap().key, keys.channel);
+                }
             }
         }
     }

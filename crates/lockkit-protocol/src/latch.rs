@@ -3,7 +3,7 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `<prefix>:latch:{name}` | STRING | the count; absent = zero (the latch is open) |
-//! | `<prefix>:latch:{name}:requests` | ZSET | member = request marker, score = when it ran (server ms) |
+//! | `<prefix>:latch.requests:{name}` | ZSET | member = request marker, score = when it ran (server ms) |
 //!
 //! Reaching zero deletes the count and publishes `all` on the latch's channel: every waiter
 //! re-checks. Waiting itself reads the count (`GET`); only setting and counting down are scripts.

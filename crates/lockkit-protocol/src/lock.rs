@@ -13,10 +13,11 @@
 //! twice, a release takes away exactly the hold it names, and a renewal never revives a released
 //! hold.
 //!
-//! Two more keys serve handoffs under contention: `<key>:waiting`, a ZSET of the owners that found
-//! the lock taken, by when they first did, and `<key>:handoff`, the waiter a release reserved the
-//! free lock for, for [`HANDOFF_WINDOW`]. Both are absent while nobody waits, so an uncontended
-//! acquire still costs three commands.
+//! Two more keys serve handoffs under contention: `<prefix>:lock.waiting:{name}`, a ZSET of the
+//! owners that found the lock taken and wait, by when they first did, and
+//! `<prefix>:lock.handoff:{name}`, the waiter a release reserved the free lock for, for
+//! [`HANDOFF_WINDOW`]. Both are absent while nobody waits, so an uncontended acquire still costs
+//! three commands.
 
 use crate::script::Script;
 use crate::DecodeError;

@@ -6,7 +6,7 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `<prefix>:semaphore:{name}` | HASH | `permits` = total; `used` = permits of live holds; `#<hold>` = permits of that hold |
-//! | `<prefix>:semaphore:{name}:leases` | ZSET | member `#<hold>`, score = end of its lease in server ms |
+//! | `<prefix>:semaphore.leases:{name}` | ZSET | member `#<hold>`, score = end of its lease in server ms |
 //!
 //! A hold (a [`hold_marker`](crate::lock::hold_marker), unique per acquire request) is live while
 //! its score is in the future. Every script first gives back the permits of holds whose lease has

@@ -239,7 +239,8 @@ async fn read(
     keys: &ObjectKeys,
 ) -> Result<Inspection, Error> {
     let key = keys.key.as_str();
-    let aux = |suffix: &str| format!("{key}:{suffix}");
+    // Every kind read below has the auxiliary keys asked for (`Kind::aux_suffixes`).
+    let aux = |suffix: &str| keys.aux(suffix).unwrap_or_default().to_owned();
     let pttl: i64 = redis
         .pttl(key)
         .await
