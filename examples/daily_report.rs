@@ -127,7 +127,10 @@ async fn run(url: &str, pods: usize) -> Result<bool, BoxError> {
             barrier.wait().await;
             // This pod's clock is behind the first pod's by i × the skew: its 02:00 comes later.
             tokio::time::sleep(TICK_SKEW * u32::try_from(i).unwrap_or(u32::MAX)).await;
-            println!("[{pod}] {:>6.1?}  02:00 here: the job fires", began.elapsed());
+            println!(
+                "[{pod}] {:>6.1?}  02:00 here: the job fires",
+                began.elapsed()
+            );
             let outcome = client
                 .once_per(job_name.as_str(), WINDOW, || async {
                     println!(
