@@ -43,8 +43,8 @@ use std::time::{Duration, Instant};
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, LuaInterface, PubsubInterface};
-use fred::prelude::{Client as RedisClient, Config, ReconnectPolicy};
-use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+use fred::prelude::Client as RedisClient;
+use fred::types::{ClusterHash, CustomCommand, Value};
 use lockkit::protocol::keys::Namespace;
 use lockkit::protocol::lock::hold_marker;
 use lockkit::protocol::slot::key_slot;
@@ -440,26 +440,12 @@ struct Floor {
     route: ClusterHash,
 }
 
-/// A plain fred builder with the settings lockkit's `ClientBuilder::build` applies by default.
-fn raw_builder(url: &str) -> Builder {
-    let config = Config::from_url(url).expect("a valid Redis URL");
-    let mut builder = Builder::from_config(config);
-    builder
-        .with_connection_config(|conn| {
-            conn.connection_timeout = Duration::from_secs(5);
-            conn.internal_command_timeout = Duration::from_secs(5);
-        })
-        .with_performance_config(|perf| {
-            perf.default_command_timeout = Duration::from_secs(5);
-        })
-        .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
-    builder
-}
-
 impl Floor {
     /// The floor's client; `key` is the script's one key (a lock key, or the channel).
     async fn new(url: &str, client: &Client, script: &str, key: &str) -> Floor {
-        let raw = raw_builder(url).build().expect("a fred client");
+        let raw = lockkit_suite::raw_builder(url)
+            .build()
+            .expect("a fred client");
         let _connection = raw.init().await.expect("connected");
         let sha: String = raw.script_load(script).await.expect("SCRIPT LOAD");
         let owner = format!("{}:{:?}", client.id(), std::thread::current().id());
@@ -522,7 +508,7 @@ async fn pubsub_floor(url: &str, client: &Client, idle: Duration) -> PubsubFloor
         .key;
     let holder = Floor::new(url, client, PUBLISH, &channel).await;
     let waiter = Floor::new(url, client, TRIVIAL, &channel).await;
-    let subscriber: SubscriberClient = raw_builder(url)
+    let subscriber: SubscriberClient = lockkit_suite::raw_builder(url)
         .build_subscriber_client()
         .expect("a fred subscriber client");
     let _connection = subscriber.init().await.expect("connected");

@@ -33,8 +33,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
 use fred::interfaces::{ClientLike, LuaInterface};
-use fred::prelude::{Client as RedisClient, Config, ReconnectPolicy};
-use fred::types::{Builder, ClusterHash, CustomCommand, Value};
+use fred::prelude::Client as RedisClient;
+use fred::types::{ClusterHash, CustomCommand, Value};
 use lockkit::protocol::keys::Namespace;
 use lockkit::protocol::lock::hold_marker;
 use lockkit::protocol::slot::key_slot;
@@ -77,19 +77,7 @@ impl Fixture {
             .collect();
 
         // The same fred settings as `lockkit::ClientBuilder::build` with its defaults.
-        let config = Config::from_url(url).expect("a valid Redis URL");
-        let mut builder = Builder::from_config(config);
-        builder
-            .with_connection_config(|conn| {
-                conn.connection_timeout = Duration::from_secs(5);
-                conn.internal_command_timeout = Duration::from_secs(5);
-            })
-            .with_performance_config(|perf| {
-                perf.default_command_timeout = Duration::from_secs(5);
-            })
-            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
-        let raw = builder.build().expect("a fred client");
-        let _connection = raw.init().await.expect("connected");
+        let raw = lockkit_suite::raw_like_lockkit(url).await;
         let sha: String = raw.script_load(TRIVIAL).await.expect("SCRIPT LOAD");
 
         // Keys, owner and marker of the same shapes as the ones lockkit sends.

@@ -101,6 +101,47 @@ pub async fn raw(url: &str) -> fred::clients::Client {
     client
 }
 
+/// A fred builder with the settings `lockkit::ClientBuilder::build` applies by default (5 s
+/// connect and command timeouts, the same reconnect policy): the benches' baselines are measured
+/// through a client configured like lockkit's own.
+///
+/// # Panics
+/// For an invalid URL.
+pub fn raw_builder(url: &str) -> fred::types::Builder {
+    let config = match fred::types::config::Config::from_url(url) {
+        Ok(config) => config,
+        Err(err) => panic!("bad url {url}: {err}"),
+    };
+    let mut builder = fred::types::Builder::from_config(config);
+    builder
+        .with_connection_config(|conn| {
+            conn.connection_timeout = Duration::from_secs(5);
+            conn.internal_command_timeout = Duration::from_secs(5);
+        })
+        .with_performance_config(|perf| {
+            perf.default_command_timeout = Duration::from_secs(5);
+        })
+        .set_policy(fred::prelude::ReconnectPolicy::new_exponential(
+            0, 50, 2_000, 2,
+        ));
+    builder
+}
+
+/// A connected plain fred client built by [`raw_builder`].
+///
+/// # Panics
+/// When it cannot connect.
+pub async fn raw_like_lockkit(url: &str) -> fred::clients::Client {
+    use fred::interfaces::ClientLike;
+    let client = raw_builder(url)
+        .build()
+        .unwrap_or_else(|err| panic!("cannot build a fred client: {err}"));
+    if let Err(err) = client.init().await {
+        panic!("cannot connect to {url}: {err}");
+    }
+    client
+}
+
 /// The Redis key of the lock called `name` (default prefix).
 ///
 /// # Panics

@@ -5,18 +5,12 @@
 //! Release and renewal follow the plain lock's scripts' conventions: the fenced release also drops
 //! the hold's token field; renewal uses `lock_renew` (it looks at the first key of each hold).
 
-use crate::script::Script;
+use crate::script::{with_prelude, Script};
 
 /// Take one hold and mint its token.
-pub static ACQUIRE: Script = Script::new(
-    "fenced_lock_acquire",
-    include_str!("scripts/fenced_lock_acquire.lua"),
-);
+pub static ACQUIRE: Script = with_prelude!("handoff_lib", "fenced_lock_acquire");
 /// Give back one hold.
-pub static RELEASE: Script = Script::new(
-    "fenced_lock_release",
-    include_str!("scripts/fenced_lock_release.lua"),
-);
+pub static RELEASE: Script = with_prelude!("handoff_lib", "fenced_lock_release");
 
 #[cfg(test)]
 mod tests {
@@ -24,8 +18,12 @@ mod tests {
 
     #[test]
     fn scripts_document_their_contract() {
+        let lib = include_str!("scripts/handoff_lib.lua");
         for script in [&ACQUIRE, &RELEASE] {
-            let src = script.source();
+            let src = script
+                .source()
+                .strip_prefix(lib)
+                .expect("the handoff helpers first");
             assert!(src.starts_with(&format!("-- {}:", script.name())));
             assert!(src.contains("KEYS[") && src.contains("Reply"));
         }

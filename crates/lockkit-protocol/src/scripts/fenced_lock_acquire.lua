@@ -33,35 +33,21 @@ if redis.call('HEXISTS', key, marker) == 1 then
   return {1, tonumber(redis.call('HGET', key, owner) or 0), tonumber(redis.call('HGET', key, token_field))}
 end
 
--- Joins the waiting set if it will wait (keeping an earlier place); reports the lock busy for `pttl`.
-local function wait_turn(pttl)
-  if ARGV[4] == '1' and not redis.call('ZSCORE', waiting, owner) then
-    local now = redis.call('TIME')
-    redis.call('ZADD', waiting, tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
-    redis.call('PEXPIRE', waiting, math.max(60000, 2 * pttl))
-  end
-  return {0, pttl}
-end
-
 local count
 if redis.call('EXISTS', key) == 0 then
   -- Free: unless a release reserved it for another waiter, for the handoff window.
   if redis.call('EXISTS', handoff, waiting) > 0 then
-    local reserved = redis.call('GET', handoff)
-    if reserved and reserved ~= owner then
-      return wait_turn(redis.call('PTTL', handoff))
+    local window = reserved_for_another(handoff, waiting, owner)
+    if window then
+      return wait_turn(waiting, owner, ARGV[4], window)
     end
-    if reserved then
-      redis.call('DEL', handoff)
-    end
-    redis.call('ZREM', waiting, owner)
   end
   count = 1
   redis.call('HSET', key, owner, 1)
 elseif redis.call('HEXISTS', key, owner) == 1 then
   count = redis.call('HINCRBY', key, owner, 1)
 else
-  return wait_turn(redis.call('PTTL', key))
+  return wait_turn(waiting, owner, ARGV[4], redis.call('PTTL', key))
 end
 
 if redis.call('EXISTS', counter) == 0 then

@@ -13,8 +13,6 @@
 --          lock for the one waiting longest, for the handoff window
 local key, handoff, waiting = KEYS[1], KEYS[3], KEYS[4]
 local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
--- The handoff window in ms (lockkit_protocol::lock::HANDOFF_WINDOW).
-local HANDOFF_WINDOW_MS = 10
 
 local owner = redis.call('HGET', key, marker)
 if not owner then
@@ -26,23 +24,5 @@ if count > 0 then
   return {2, count}
 end
 redis.call('DEL', key)
--- Every client wakes one of its waiters; the client of the longest waiting owner wakes that one.
-local first = redis.call('ZRANGE', waiting, 0, 0)[1]
-local message = 'one'
-if first then
-  message = 'p:' .. first
-end
-local woken
-if sharded == '1' then
-  woken = redis.pcall('SPUBLISH', channel, message)
-else
-  woken = redis.pcall('PUBLISH', channel, message)
-end
-if first then
-  -- The head leaves the set: it gets the reservation, or nobody is subscribed and it is gone.
-  redis.call('ZREM', waiting, first)
-  if type(woken) == 'number' and woken > 0 then
-    redis.call('SET', handoff, first, 'PX', HANDOFF_WINDOW_MS)
-  end
-end
+announce_release(handoff, waiting, channel, sharded)
 return {1, 0}

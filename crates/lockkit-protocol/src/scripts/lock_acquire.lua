@@ -33,26 +33,12 @@ end
 
 local lease = tonumber(ARGV[3])
 
--- Joins the waiting set if it will wait (keeping an earlier place); reports the lock busy for `pttl`.
-local function wait_turn(pttl)
-  if ARGV[4] == '1' and not redis.call('ZSCORE', waiting, owner) then
-    local now = redis.call('TIME')
-    redis.call('ZADD', waiting, tonumber(now[1]) * 1000000 + tonumber(now[2]), owner)
-    redis.call('PEXPIRE', waiting, math.max(60000, 2 * pttl))
-  end
-  return {0, pttl}
-end
-
 if redis.call('EXISTS', key) == 0 then
   -- Free. A release that woke waiters reserved it for the one waiting longest, for the window.
-  local reserved = redis.call('GET', handoff)
-  if reserved and reserved ~= owner then
-    return wait_turn(redis.call('PTTL', handoff))
+  local window = reserved_for_another(handoff, waiting, owner)
+  if window then
+    return wait_turn(waiting, owner, ARGV[4], window)
   end
-  if reserved then
-    redis.call('DEL', handoff)
-  end
-  redis.call('ZREM', waiting, owner)
   redis.call('HSET', key, owner, 1, marker, owner)
   redis.call('PEXPIRE', key, lease)
   return {1, 1}
@@ -76,4 +62,4 @@ if redis.call('HEXISTS', key, owner) == 1 then
   return {1, count}
 end
 
-return wait_turn(redis.call('PTTL', key))
+return wait_turn(waiting, owner, ARGV[4], redis.call('PTTL', key))

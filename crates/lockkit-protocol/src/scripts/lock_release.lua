@@ -26,8 +26,6 @@
 -- anyone's again.
 local key, handoff, waiting = KEYS[1], KEYS[2], KEYS[3]
 local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
--- The handoff window in ms (lockkit_protocol::lock::HANDOFF_WINDOW).
-local HANDOFF_WINDOW_MS = 10
 
 local owner = redis.call('HGET', key, marker)
 if not owner then
@@ -40,23 +38,5 @@ if count > 0 then
 end
 -- The owner's last hold; in an exclusive lock no other owner can be in the hash.
 redis.call('DEL', key)
--- Every client wakes one of its waiters; the client of the longest waiting owner wakes that one.
-local first = redis.call('ZRANGE', waiting, 0, 0)[1]
-local message = 'one'
-if first then
-  message = 'p:' .. first
-end
-local woken
-if sharded == '1' then
-  woken = redis.pcall('SPUBLISH', channel, message)
-else
-  woken = redis.pcall('PUBLISH', channel, message)
-end
-if first then
-  -- The head leaves the set: it gets the reservation, or nobody is subscribed and it is gone.
-  redis.call('ZREM', waiting, first)
-  if type(woken) == 'number' and woken > 0 then
-    redis.call('SET', handoff, first, 'PX', HANDOFF_WINDOW_MS)
-  end
-end
+announce_release(handoff, waiting, channel, sharded)
 return {1, 0}
