@@ -285,12 +285,11 @@ async fn acquire_and_release_run_in_spans() {
         .unwrap();
     guard.unlock().await.unwrap();
 
-    let tagged = format!("{{{name}}}");
     let spans = spans();
     let of = |span: &str| {
         spans
             .iter()
-            .filter(|(n, fields)| n == span && fields.get("name") == Some(&tagged))
+            .filter(|(n, fields)| n == span && fields.get("name") == Some(&name))
             .map(|(_, fields)| fields.clone())
             .collect::<Vec<_>>()
     };

@@ -14,7 +14,9 @@ use tracing::Instrument;
 
 use crate::client::ClientInner;
 use crate::error::Error;
-use crate::metrics::{self, describe_channel};
+use lockkit_protocol::keys::Kind;
+
+use crate::metrics;
 
 /// The result of one try.
 pub(crate) enum Outcome<T> {
@@ -30,6 +32,8 @@ pub(crate) trait Attempt {
     type Output;
     /// The channel on which releases of the object are announced.
     fn channel(&self) -> &str;
+    /// The object's kind and name (for the `lockkit.acquire` span and the metrics).
+    fn object(&self) -> (Kind, &str);
     /// This waiter's id, for objects whose release messages name the next waiter (fair lock).
     fn waiter_tag(&self) -> Option<&str> {
         None
@@ -48,58 +52,60 @@ pub(crate) async fn acquire<A>(
 where
     A: Attempt + Sync,
 {
-    client.check_open()?;
-    let kind = metrics::kind_label(client.settings.namespace.prefix(), attempt.channel());
-    let started = metrics::Stopwatch::start();
-    let result = acquire_loop(client, attempt, wait, kind)
-        .instrument(acquire_span(client, attempt, wait))
-        .await
-        .map_err(|err| {
-            // Whatever broke while the client was shutting down, the reason is the shutdown.
-            if client.is_shut_down() {
-                Error::Shutdown
-            } else {
-                err
-            }
-        });
-    record(kind, &started, &result);
-    result
+    let kind = attempt.object().0.segment();
+    instrumented(
+        client,
+        attempt,
+        wait,
+        acquire_loop(client, attempt, wait, kind),
+    )
+    .await
 }
 
-/// The `lockkit.acquire` span (debug level): the object's kind and (tagged) name, the wait; the
-/// lease and mode are recorded when a hold is granted ([`crate::hold::HoldGuard::granted`]).
-fn acquire_span<A: Attempt>(
+/// Runs one acquire call's loop: refused once the client is shut down, inside the
+/// `lockkit.acquire` span (debug level: the object's kind and name, the wait; the lease and mode
+/// are recorded when a hold is granted, [`crate::hold::HoldGuard::granted`]), with an error seen
+/// while the client shuts down reported as [`Error::Shutdown`], and its outcome counted in the
+/// metrics.
+async fn instrumented<A, F>(
     client: &ClientInner,
     attempt: &A,
     wait: Option<Duration>,
-) -> tracing::Span {
+    waiting: F,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt,
+    F: Future<Output = Result<Option<A::Output>, Error>>,
+{
+    client.check_open()?;
+    let (kind, name) = attempt.object();
+    let started = metrics::Stopwatch::start();
     let span = tracing::debug_span!(
         ACQUIRE_SPAN,
-        kind = tracing::field::Empty,
-        name = tracing::field::Empty,
+        kind = kind.segment(),
+        name,
         wait = ?wait,
         lease = tracing::field::Empty,
         watchdog = tracing::field::Empty,
     );
-    if !span.is_disabled() {
-        let (kind, name) = describe_channel(client.settings.namespace.prefix(), attempt.channel());
-        span.record("kind", kind);
-        span.record("name", name);
+    let result = waiting.instrument(span).await.map_err(|err| {
+        // Whatever broke while the client was shutting down, the reason is the shutdown.
+        if client.is_shut_down() {
+            Error::Shutdown
+        } else {
+            err
+        }
+    });
+    match &result {
+        Ok(Some(_)) => metrics::acquired(kind.segment(), &started),
+        Ok(None) => metrics::timed_out(kind.segment()),
+        Err(_) => {}
     }
-    span
+    result
 }
 
 /// The name of the span around an acquire call.
 pub(crate) const ACQUIRE_SPAN: &str = "lockkit.acquire";
-
-/// Counts an acquire call's outcome in the metrics (nothing without the `metrics` feature).
-fn record<T>(kind: &'static str, started: &metrics::Stopwatch, result: &Result<Option<T>, Error>) {
-    match result {
-        Ok(Some(_)) => metrics::acquired(kind, started),
-        Ok(None) => metrics::timed_out(kind),
-        Err(_) => {}
-    }
-}
 
 async fn acquire_loop<A>(
     client: &ClientInner,
@@ -167,14 +173,13 @@ pub(crate) async fn acquire_polling<A>(
 where
     A: Attempt + Sync,
 {
-    client.check_open()?;
-    let kind = metrics::kind_label(client.settings.namespace.prefix(), attempt.channel());
-    let started = metrics::Stopwatch::start();
-    let result = poll_loop(client, attempt, wait, backoff)
-        .instrument(acquire_span(client, attempt, wait))
-        .await;
-    record(kind, &started, &result);
-    result
+    instrumented(
+        client,
+        attempt,
+        wait,
+        poll_loop(client, attempt, wait, backoff),
+    )
+    .await
 }
 
 async fn poll_loop<A>(
@@ -189,11 +194,9 @@ where
     let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
     let mut pause = backoff.first;
     loop {
-        let retry_in = match attempt.attempt().await {
-            Ok(Outcome::Acquired(out)) => return Ok(Some(out)),
-            Ok(Outcome::Busy { retry_in }) => retry_in,
-            Err(_) if client.is_shut_down() => return Err(Error::Shutdown),
-            Err(err) => return Err(err),
+        let retry_in = match attempt.attempt().await? {
+            Outcome::Acquired(out) => return Ok(Some(out)),
+            Outcome::Busy { retry_in } => retry_in,
         };
         let now = Instant::now();
         if wait == Some(Duration::ZERO) || deadline.is_some_and(|deadline| now >= deadline) {

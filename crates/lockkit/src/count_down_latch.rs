@@ -237,6 +237,10 @@ impl Attempt for ZeroAttempt<'_> {
         &self.keys.channel
     }
 
+    fn object(&self) -> (Kind, &str) {
+        (self.object.kind, &self.object.name)
+    }
+
     async fn attempt(&self) -> Result<Outcome<()>, Error> {
         Ok(if read_count(self.object, self.keys).await? == 0 {
             Outcome::Acquired(())

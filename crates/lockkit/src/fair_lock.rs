@@ -308,6 +308,10 @@ impl Attempt for FairAttempt<'_> {
         &self.keys.channel
     }
 
+    fn object(&self) -> (Kind, &str) {
+        (Kind::FairLock, self.name)
+    }
+
     fn waiter_tag(&self) -> Option<&str> {
         Some(&self.waiter)
     }

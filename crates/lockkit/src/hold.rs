@@ -186,8 +186,7 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
     let span = tracing::debug_span!(
         "lockkit.release",
         kind = hold.kind.kind.segment(),
-        // As the `lockkit.acquire` span names it: with its hash tag, as in its keys.
-        name = %lockkit_protocol::keys::tagged_name(&hold.name),
+        name = &*hold.name,
     );
     release_marker(
         exec,

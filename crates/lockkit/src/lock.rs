@@ -265,6 +265,10 @@ impl Attempt for LockAttempt<'_> {
         &self.keys.channel
     }
 
+    fn object(&self) -> (Kind, &str) {
+        (self.flavor.kind, self.name)
+    }
+
     /// A release reserves the lock for the owner that has waited longest and names it: that
     /// owner's client wakes that very waiter.
     fn waiter_tag(&self) -> Option<&str> {

@@ -16,27 +16,6 @@
 //! Without the feature every function here is an empty inline function and the types are empty:
 //! nothing is measured and nothing is stored.
 
-use lockkit_protocol::keys::Kind;
-
-/// The kind segment and the tagged name of an object, read off its release channel
-/// (`<prefix>:<segment>:<tagged name>:released`). Unknown shapes give `("unknown", channel)`.
-pub(crate) fn describe_channel<'a>(prefix: &str, channel: &'a str) -> (&'static str, &'a str) {
-    let parsed = channel
-        .strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix(':'))
-        .and_then(|rest| rest.split_once(':'))
-        .and_then(|(segment, rest)| {
-            let kind = Kind::ALL
-                .into_iter()
-                .find(|kind| kind.segment() == segment)?;
-            Some((
-                kind.segment(),
-                rest.strip_suffix(":released").unwrap_or(rest),
-            ))
-        });
-    parsed.unwrap_or(("unknown", channel))
-}
-
 #[cfg(feature = "metrics")]
 mod imp {
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,11 +23,6 @@ mod imp {
     use std::time::Duration;
 
     use tokio::time::Instant;
-
-    /// The `kind` label of an object, from its release channel.
-    pub(crate) fn kind_label(prefix: &str, channel: &str) -> &'static str {
-        super::describe_channel(prefix, channel).0
-    }
 
     /// When an acquire call started.
     pub(crate) struct Stopwatch(Instant);
@@ -139,12 +113,6 @@ mod imp {
 
 #[cfg(not(feature = "metrics"))]
 mod imp {
-    /// The `kind` label (not worked out without the `metrics` feature).
-    #[inline(always)]
-    pub(crate) fn kind_label(_prefix: &str, _channel: &str) -> &'static str {
-        ""
-    }
-
     /// When an acquire call started (nothing, without the `metrics` feature).
     pub(crate) struct Stopwatch;
 
@@ -195,20 +163,4 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{acquired, kind_label, renewed, timed_out, HoldClock, Stopwatch, Waiting};
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn channels_name_their_kind_and_object() {
-        let ns = lockkit_protocol::keys::Namespace::new("app:v1").unwrap();
-        let keys = ns.object(Kind::FencedLock, "order:42").unwrap();
-        assert_eq!(
-            describe_channel("app:v1", &keys.channel),
-            ("fenced", "{order:42}")
-        );
-        assert_eq!(describe_channel("other", &keys.channel).0, "unknown");
-    }
-}
+pub(crate) use imp::{acquired, renewed, timed_out, HoldClock, Stopwatch, Waiting};

@@ -319,6 +319,10 @@ impl Attempt for RwAttempt<'_> {
         &self.keys.channel
     }
 
+    fn object(&self) -> (Kind, &str) {
+        (Kind::ReadWriteLock, self.name)
+    }
+
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the

@@ -394,6 +394,10 @@ impl Attempt for PermitAttempt<'_> {
         &self.keys.channel
     }
 
+    fn object(&self) -> (Kind, &str) {
+        (self.object.kind, &self.object.name)
+    }
+
     async fn attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the

@@ -183,6 +183,10 @@ impl Attempt for SpinAttempt<'_> {
         &self.keys.channel
     }
 
+    fn object(&self) -> (Kind, &str) {
+        (Kind::SpinLock, self.name)
+    }
+
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let guard = HoldGuard::prepare(
             self.client,
