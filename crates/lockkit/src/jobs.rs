@@ -8,7 +8,7 @@ use fred::interfaces::KeysInterface;
 use fred::types::{Expiration, SetOptions};
 use lockkit_protocol::keys::Kind;
 
-use crate::client::{Client, MAX_LEASE};
+use crate::client::Client;
 use crate::error::{command_error, Error};
 use crate::hold::lease_millis;
 use crate::object::Object;
@@ -185,19 +185,13 @@ impl Client {
     }
 }
 
-/// Checks a once-per window: positive and at most [`MAX_LEASE`].
+/// Checks a once-per window as a lease is checked: positive and at most
+/// [`MAX_LEASE`](crate::MAX_LEASE).
 fn validate_window(window: Duration) -> Result<Duration, Error> {
-    if window.is_zero() {
-        return Err(Error::InvalidArgument(
-            "once_per: the window must be positive".into(),
-        ));
-    }
-    if window > MAX_LEASE {
-        return Err(Error::InvalidArgument(format!(
-            "once_per: the window {window:?} is longer than the maximum of {MAX_LEASE:?}"
-        )));
-    }
-    Ok(window.max(Duration::from_millis(1)))
+    crate::hold::validate_lease(window).map_err(|err| match err {
+        Error::InvalidArgument(why) => Error::InvalidArgument(format!("once_per window: {why}")),
+        other => other,
+    })
 }
 
 #[cfg(test)]
