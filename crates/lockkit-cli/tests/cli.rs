@@ -100,19 +100,13 @@ async fn inspect_shows_hold_counts_queued_waiters_and_the_fencing_counter() {
         let fair = other.fair_lock("queue:1");
         async move { fair.lock().await.map(|guard| guard.is_lost()) }
     });
-    let queued = within("the waiter to queue", async {
-        loop {
-            let found = owner
-                .inspect(Some(lockkit::protocol::keys::Kind::FairLock), "queue:1")
-                .await
-                .unwrap();
-            if found.first().is_some_and(|fair| !fair.waiters.is_empty()) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    // The waiter registers with its client's hub only after its first try queued it in Redis.
+    within("the waiter to queue", async {
+        while other.waiting_count() < 1 {
+            tokio::task::yield_now().await;
         }
-    });
-    queued.await;
+    })
+    .await;
     let found = json(&lockkit(&url, &["--json", "inspect", "--kind", "fair", "queue:1"]).await);
     let queue = object(&found, "fair");
     assert_eq!(queue["holders"][0]["holds"], 1);
