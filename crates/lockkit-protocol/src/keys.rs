@@ -385,20 +385,25 @@ pub fn untagged_name(tagged: &str) -> Option<String> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn distinct_names_never_share_a_key() {
-        // Every name of up to 6 characters over an alphabet of braces and two letters: 5,460
-        // names, among them every tricky shape (`{a}`, `{_x}}x`, `}{`, `{{}}`, ...).
-        let alphabet = ['{', '}', 'a', '_'];
+    /// Every name of 1 to `max_len` characters over `alphabet`.
+    fn names(alphabet: &[char], max_len: usize) -> Vec<String> {
         let mut names = vec![String::new()];
         let mut all = Vec::new();
-        for _ in 0..6 {
+        for _ in 0..max_len {
             names = names
                 .iter()
                 .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
                 .collect();
             all.extend(names.iter().cloned());
         }
+        all
+    }
+
+    #[test]
+    fn distinct_names_never_share_a_key() {
+        // Every name of up to 6 characters over an alphabet of braces and two letters: 5,460
+        // names, among them every tricky shape (`{a}`, `{_x}}x`, `}{`, `{{}}`, ...).
+        let all = names(&['{', '}', 'a', '_'], 6);
         let mut seen = std::collections::HashMap::new();
         for name in &all {
             let tagged = tagged_name(name).into_owned();
@@ -414,16 +419,7 @@ mod tests {
     fn no_key_of_one_object_is_a_key_of_another() {
         // Names over an alphabet that can spell suffixes (`{a}:queue`-like shapes need `:` and
         // letters): every key of every object of every kind, main and auxiliary, is distinct.
-        let alphabet = ['{', '}', 'a', ':'];
-        let mut names = vec![String::new()];
-        let mut all: Vec<String> = Vec::new();
-        for _ in 0..5 {
-            names = names
-                .iter()
-                .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
-                .collect();
-            all.extend(names.iter().cloned());
-        }
+        let mut all = names(&['{', '}', 'a', ':'], 5);
         // The shapes that collided when suffixes followed the name.
         for kind in Kind::ALL {
             for suffix in kind.aux_suffixes() {
@@ -500,18 +496,8 @@ mod tests {
     }
     #[test]
     fn parse_reads_back_every_key_of_every_name() {
-        let alphabet = ['{', '}', 'a', ':'];
-        let mut names = vec![String::new()];
-        let mut all: Vec<String> = ["order:42", "cart:{user42}", "{user42}:cart", "}x", "{a}"]
-            .map(String::from)
-            .to_vec();
-        for _ in 0..5 {
-            names = names
-                .iter()
-                .flat_map(|n| alphabet.iter().map(move |c| format!("{n}{c}")))
-                .collect();
-            all.extend(names.iter().cloned());
-        }
+        let mut all = names(&['{', '}', 'a', ':'], 5);
+        all.extend(["order:42", "cart:{user42}", "{user42}:cart", "}x", "{a}"].map(String::from));
         let ns = Namespace::new("app").unwrap();
         for name in &all {
             for kind in Kind::ALL {
