@@ -410,6 +410,13 @@ impl LockGuard {
         self.guard.hold().lost_signal()
     }
 
+    /// Runs `fut` inside this hold's scope: acquires of the same lock through the same client
+    /// made within `fut` re-enter this hold's owner. (Placeholder while the scope-based
+    /// ownership lands: today the owner is still the task.)
+    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
+        fut.await
+    }
+
     /// Releases this hold now.
     ///
     /// # Cancel safety
