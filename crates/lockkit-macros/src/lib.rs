@@ -487,7 +487,9 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
             // The original body, run to completion while the lock is held. The unreachable
             // `return` fixes the block's output type to the function's, so `?` inside it
             // converts errors as it would in the function itself.
-            let __lockkit_output: #ret = async move {
+            // The body runs inside the hold's scope: the same lock taken again anywhere inside
+            // it (a nested `#[locked]` call) re-enters.
+            let __lockkit_output: #ret = ::lockkit::LockGuard::scope(&__lockkit_guard, async move {
                 #[allow(
                     unknown_lints,
                     unreachable_code,
@@ -501,7 +503,7 @@ fn expand(args: Args, func: ItemFn) -> syn::Result<TokenStream2> {
                     return __lockkit_never;
                 }
                 #block
-            }
+            })
             .await;
             match ::lockkit::LockGuard::unlock(__lockkit_guard).await {
                 ::core::result::Result::Ok(()) => __lockkit_output,

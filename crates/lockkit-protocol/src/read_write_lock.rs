@@ -21,7 +21,7 @@
 //! | [`ACQUIRE`] | hash, expiries | owner, marker, lease ms, `r`/`w` | [`AcquireReply`] |
 //! | [`RELEASE`] | hash, expiries | marker, channel, sharded? | [`ReleaseReply`](crate::lock::ReleaseReply) |
 //! | [`RENEW`] | (hash, expiries)… | (marker, lease ms or 0)… | one `1`/`0` per hold: [`decode_renew`](crate::lock::decode_renew) |
-//! | [`STATUS`] | hash, expiries | owner | [`Status`] |
+//! | [`STATUS`] | hash, expiries | owners | [`Status`] |
 //! | [`FORCE_UNLOCK`] | hash, expiries | channel, sharded? | [`decode_force_unlock`] |
 //!
 //! Release messages: the end of a write phase (the writer's last write hold) publishes
@@ -108,14 +108,14 @@ impl AcquireReply {
     }
 }
 
-/// Reply of [`STATUS`]: the lock's mode and one owner's holds.
+/// Reply of [`STATUS`]: the lock's mode and the holds of the owners asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Status {
     /// `None` when the lock is free.
     pub mode: Option<Mode>,
-    /// The owner's read hold count.
+    /// The owners' read hold count, summed.
     pub read_holds: u32,
-    /// The owner's write hold count.
+    /// The owners' write hold count, summed.
     pub write_holds: u32,
     /// The lock's remaining TTL in milliseconds (the latest hold's expiry): `None` when free,
     /// `Some(u64::MAX)` when the key has no expiry (not written by lockkit).

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::ClientInner;
+use crate::core::ClientInner;
 use crate::error::Error;
 use lockkit_protocol::keys::Kind;
 
@@ -36,6 +36,11 @@ pub(crate) trait Attempt {
     fn object(&self) -> (Kind, &str);
     /// This waiter's id, for objects whose release messages name the next waiter (fair lock).
     fn waiter_tag(&self) -> Option<&str> {
+        None
+    }
+    /// The main key of an object whose holds have owners (the lock kinds), for the self-wait
+    /// warning: a task about to wait for a lock it took itself and has not released is told so.
+    fn owned_key(&self) -> Option<&str> {
         None
     }
     /// One try. Must be cancel-safe: dropping it mid-flight must give back whatever it took.
@@ -124,6 +129,7 @@ where
     if wait == Some(Duration::ZERO) {
         return Ok(None);
     }
+    warn_if_waiting_on_itself(client, attempt);
     let waiter = client
         .hub
         .register(attempt.channel(), attempt.waiter_tag())
@@ -151,6 +157,15 @@ where
             () = tokio::time::sleep_until(wake_at) => {}
             () = client.shutdown.cancelled() => return Err(Error::Shutdown),
         }
+    }
+}
+
+/// Logs the self-wait warning (once per acquire call: called before its first wait) when the
+/// calling task holds the object itself.
+fn warn_if_waiting_on_itself<A: Attempt>(client: &ClientInner, attempt: &A) {
+    if let Some(key) = attempt.owned_key() {
+        let (kind, name) = attempt.object();
+        client.taken.warn_if_waiting_on_itself(kind, key, name);
     }
 }
 
@@ -193,6 +208,7 @@ where
 {
     let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
     let mut pause = backoff.first;
+    let mut warned = false;
     loop {
         let retry_in = match attempt.attempt().await? {
             Outcome::Acquired(out) => return Ok(Some(out)),
@@ -201,6 +217,10 @@ where
         let now = Instant::now();
         if wait == Some(Duration::ZERO) || deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(None);
+        }
+        if !warned {
+            warned = true;
+            warn_if_waiting_on_itself(client, attempt);
         }
         // Full jitter in [pause/2, pause], so pollers spread out.
         let jittered = pause / 2 + pause.mul_f64(jitter() / 2.0);

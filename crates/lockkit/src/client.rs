@@ -1,6 +1,5 @@
 //! The client: one per process (a "pod"), shared by every lock it hands out.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +10,9 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "tls")]
 use crate::error::RedisError;
+pub(crate) use crate::core::ClientInner;
+pub use crate::core::{PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT};
+use crate::core::{Settings};
 use crate::error::{redis, Error};
 use crate::exec::Exec;
 use crate::lock::Lock;
@@ -28,13 +30,6 @@ use crate::{
 /// 1,000 locks) overflowed 32 and each overflow woke every waiter of the client; 1,024 slots cost
 /// about 100 KB per broadcast channel of the subscriber client.
 const SUBSCRIBER_QUEUE: usize = 1024;
-/// The default lease of watchdog-mode locks; renewed every third of it.
-pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
-/// The shortest watchdog timeout accepted.
-pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
-/// The longest lease (fixed or watchdog) accepted: 365 days.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
-
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_RENEW_BATCH: usize = 256;
@@ -72,78 +67,6 @@ impl std::fmt::Debug for Client {
             .field("id", &self.inner.id)
             .field("prefix", &self.inner.settings.namespace.prefix())
             .finish_non_exhaustive()
-    }
-}
-
-/// How release notifications travel between clients: which pub/sub flavour the waiter hub
-/// subscribes with and the release scripts publish with.
-///
-/// All clients of one deployment must use the same mode: a waiter subscribed with `SSUBSCRIBE`
-/// does not hear a `PUBLISH`, and the other way round. A missed notification costs a waiter at
-/// most the holder's remaining lease (it re-checks then), never a hang, but it turns event-driven
-/// waiting into waiting out leases.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum PubSubMode {
-    /// Sharded pub/sub on a Redis Cluster whose servers support it (Redis 7.0 and later, found
-    /// by probing `COMMAND INFO SSUBSCRIBE` when the client is built); classic pub/sub on a
-    /// single server, through Sentinel, and on older clusters. The default.
-    #[default]
-    Auto,
-    /// `SUBSCRIBE` / `PUBLISH`. On a cluster every message is broadcast to every node.
-    Classic,
-    /// `SSUBSCRIBE` / `SPUBLISH` (Redis 7.0 and later): on a cluster a message stays on the
-    /// shard that owns the object's slot. Building the client fails if the server does not know
-    /// `SSUBSCRIBE`.
-    Sharded,
-}
-
-/// Settings fixed when the client is built.
-#[derive(Debug, Clone)]
-pub(crate) struct Settings {
-    pub(crate) watchdog_timeout: Duration,
-    pub(crate) namespace: Namespace,
-    /// The resolved mode: [`PubSubMode::Classic`] or [`PubSubMode::Sharded`], never `Auto`.
-    pub(crate) pubsub: PubSubMode,
-    /// The replica acknowledgement policy; `None`: no `WAIT` after acquires.
-    pub(crate) replica_ack: Option<ReplicaPolicy>,
-}
-
-pub(crate) struct ClientInner {
-    pub(crate) id: String,
-    pub(crate) settings: Settings,
-    pub(crate) exec: Exec,
-    pub(crate) hub: WaiterHub,
-    pub(crate) watchdog: Watchdog,
-    /// Cancelled by [`Client::shutdown`].
-    pub(crate) shutdown: CancellationToken,
-    /// Cancelled when the last handle is gone: stops the hub.
-    closed: CancellationToken,
-    sequence: AtomicU64,
-}
-
-impl ClientInner {
-    /// A client-unique number for a new hold.
-    pub(crate) fn next_sequence(&self) -> u64 {
-        self.sequence.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub(crate) fn is_shut_down(&self) -> bool {
-        self.shutdown.is_cancelled()
-    }
-
-    pub(crate) fn check_open(&self) -> Result<(), Error> {
-        if self.is_shut_down() {
-            Err(Error::Shutdown)
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl Drop for ClientInner {
-    fn drop(&mut self) {
-        self.closed.cancel();
     }
 }
 
@@ -262,7 +185,7 @@ impl Client {
         }
         self.inner.shutdown.cancel();
         let mut errors = self.inner.watchdog.shutdown().await;
-        self.inner.closed.cancel();
+        self.inner.close();
         tracing::debug!(client = %self.inner.id, "client shut down");
         if errors.is_empty() {
             Ok(())
@@ -566,7 +489,7 @@ impl ClientBuilder {
         let sharded = pubsub == PubSubMode::Sharded;
         let exec = Exec::new(redis_client, sharded);
         let closed = CancellationToken::new();
-        let id = uuid::Uuid::new_v4().simple().to_string();
+        let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let watchdog = Watchdog::spawn(
             exec.clone(),
             WatchdogConfig {
@@ -578,9 +501,9 @@ impl ClientBuilder {
         let hub = WaiterHub::start(sub, sharded, closed.clone());
         tracing::debug!(client = %id, url = %redact(&url), ?pubsub, "lockkit client connected");
         Ok(Client {
-            inner: Arc::new(ClientInner {
+            inner: Arc::new(ClientInner::new(
                 id,
-                settings: Settings {
+                Settings {
                     watchdog_timeout: self.watchdog_timeout,
                     namespace,
                     pubsub,
@@ -589,10 +512,8 @@ impl ClientBuilder {
                 exec,
                 hub,
                 watchdog,
-                shutdown: CancellationToken::new(),
                 closed,
-                sequence: AtomicU64::new(0),
-            }),
+            )),
         })
     }
 }

@@ -12,7 +12,8 @@ use lockkit_protocol::keys::{Kind, ObjectKeys};
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::{Client, ClientInner, MAX_LEASE};
+use crate::client::Client;
+use crate::core::{ClientInner, MAX_LEASE};
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
@@ -219,7 +220,7 @@ impl FairLock {
             client: inner,
             name: &self.object.name,
             keys,
-            owner: owner::current(&inner.id),
+            owner: owner::for_acquire(inner, &keys.key),
             lease,
             lease_ms: lease_millis(lease).to_string(),
             watchdog,
@@ -252,9 +253,7 @@ impl FairLock {
     /// # Errors
     /// As [`is_held_by_current_task`](FairLock::is_held_by_current_task).
     pub async fn hold_count(&self) -> Result<u32, Error> {
-        self.object
-            .hash_count(&owner::current(&self.object.inner().id))
-            .await
+        self.object.hold_count().await
     }
 
     /// How long the current holder's lease still runs; `None` when the lock is free.
@@ -287,7 +286,7 @@ struct FairAttempt<'a> {
     client: &'a Arc<ClientInner>,
     name: &'a Arc<str>,
     keys: &'a Arc<ObjectKeys>,
-    owner: String,
+    owner: Arc<str>,
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
@@ -316,17 +315,22 @@ impl Attempt for FairAttempt<'_> {
         Some(&self.waiter)
     }
 
+    fn owned_key(&self) -> Option<&str> {
+        Some(&self.keys.key)
+    }
+
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the
         // script may have taken is given back.
-        let guard = HoldGuard::prepare(
+        let guard = HoldGuard::prepare_for(
             client,
             &FAIR_HOLDS,
             self.name,
             self.keys,
             self.lease,
             self.watchdog,
+            Some(&self.owner),
         );
         if !self.keepalive.is_zero() {
             self.queued.store(true, Ordering::Release);

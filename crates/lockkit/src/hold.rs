@@ -17,9 +17,10 @@ use parking_lot::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{ClientInner, MAX_LEASE};
+use crate::core::{ClientInner, MAX_LEASE};
 use crate::error::Error;
 use crate::exec::{Exec, Resend};
+use crate::owner::{self, Taker};
 
 /// Checks a fixed lease: positive and at most [`MAX_LEASE`]; sub-millisecond leases round up to
 /// one millisecond.
@@ -80,6 +81,9 @@ pub(crate) struct Hold {
     /// The object's keys, main key first (the kind's scripts' `KEYS`).
     pub(crate) keys: Arc<ObjectKeys>,
     pub(crate) marker: String,
+    /// The owner id the hold was taken as (the lock kinds with owners); `None` for permits and
+    /// spin-lock holds, which are known by their marker alone.
+    pub(crate) owner: Option<Arc<str>>,
     pub(crate) lease: Duration,
     /// Renewed by the watchdog (watchdog mode) or left to expire (fixed lease).
     pub(crate) watchdog: bool,
@@ -99,6 +103,7 @@ impl Hold {
         kind: &'static HoldKind,
         keys: Arc<ObjectKeys>,
         marker: String,
+        owner: Option<Arc<str>>,
         lease: Duration,
         watchdog: bool,
     ) -> Self {
@@ -108,6 +113,7 @@ impl Hold {
             kind,
             keys,
             marker,
+            owner,
             lease,
             watchdog,
             lost: CancellationToken::new(),
@@ -252,6 +258,8 @@ pub(crate) struct HoldGuard {
     client: Arc<ClientInner>,
     hold: Arc<Hold>,
     armed: bool,
+    /// The task that took the hold, once granted, for a lock kind (see [`owner::Taken`]).
+    taker: Option<Taker>,
 }
 
 impl HoldGuard {
@@ -266,6 +274,19 @@ impl HoldGuard {
         lease: Duration,
         watchdog: bool,
     ) -> Self {
+        Self::prepare_for(client, kind, name, keys, lease, watchdog, None)
+    }
+
+    /// As [`prepare`](HoldGuard::prepare), for a hold taken as `owner`.
+    pub(crate) fn prepare_for(
+        client: &Arc<ClientInner>,
+        kind: &'static HoldKind,
+        name: &Arc<str>,
+        keys: &Arc<ObjectKeys>,
+        lease: Duration,
+        watchdog: bool,
+        owner: Option<&Arc<str>>,
+    ) -> Self {
         let seq = client.next_sequence();
         let hold = Hold::new(
             seq,
@@ -273,6 +294,7 @@ impl HoldGuard {
             kind,
             Arc::clone(keys),
             hold_marker(&client.id, seq),
+            owner.cloned(),
             lease,
             watchdog,
         );
@@ -280,11 +302,17 @@ impl HoldGuard {
             client: Arc::clone(client),
             hold: Arc::new(hold),
             armed: true,
+            taker: None,
         }
     }
 
     pub(crate) fn hold(&self) -> &Arc<Hold> {
         &self.hold
+    }
+
+    /// The client the hold was taken through.
+    pub(crate) fn client(&self) -> &Arc<ClientInner> {
+        &self.client
     }
 
     /// The request took nothing: nothing to release.
@@ -293,9 +321,9 @@ impl HoldGuard {
     }
 
     /// The hold was granted: hand it to the watchdog. A grant that lands after the client was
-    /// shut down is given back at once.
-    pub(crate) fn granted(self, sent: Instant) -> Result<Self, Error> {
-        self.client.check_open()?;
+    /// shut down is given back at once (the guard, still armed, is dropped and its release goes
+    /// through the worker, which serves releases until the last handle is gone).
+    pub(crate) fn granted(mut self, sent: Instant) -> Result<Self, Error> {
         self.hold.confirmed_at(sent);
         self.hold.clock.granted();
         let span = tracing::Span::current();
@@ -306,7 +334,22 @@ impl HoldGuard {
             span.record("lease", tracing::field::debug(self.hold.lease));
             span.record("watchdog", self.hold.watchdog);
         }
-        self.client.watchdog.register(Arc::clone(&self.hold));
+        // Registration and shutdown exclude each other (one lock in the watchdog): either the
+        // hold is registered before the shutdown drains the registry, and the shutdown releases
+        // it, or the shutdown came first and the hold is given back here.
+        if !self.client.watchdog.register(Arc::clone(&self.hold)) {
+            return Err(Error::Shutdown);
+        }
+        if owner::is_lock_kind(self.hold.kind.kind) {
+            let taker = Taker::current();
+            self.client.taken.insert(
+                taker,
+                Arc::from(self.hold.key()),
+                self.hold.seq,
+                self.hold.owner.clone(),
+            );
+            self.taker = Some(taker);
+        }
         Ok(self)
     }
 
@@ -347,21 +390,36 @@ impl HoldGuard {
     ///
     /// Cancel safety: if the returned future is dropped before it completes, the release goes on
     /// in the background.
+    ///
+    /// A hold that has reported itself lost ([`Hold::is_lost`]) is released all the same (so the
+    /// lock frees early when Redis still has it), but the answer is [`Error::NotHeld`] every
+    /// time: the guard already told its holder the lease was gone, and a local deadline that
+    /// passed a few milliseconds before Redis expired the key must not turn that into `Ok`.
     pub(crate) async fn release(mut self) -> Result<(), Error> {
         if self.client.is_shut_down() {
             self.armed = false;
             return Err(Error::Shutdown);
         }
+        let lost = self.hold.is_lost();
         self.client.watchdog.unregister(self.hold.seq);
         let result = release(&self.client.exec, &self.hold).await;
         self.armed = false;
         self.hold.finish();
-        result
+        match result {
+            Ok(()) if lost => Err(Error::NotHeld {
+                name: self.hold.name.to_string(),
+            }),
+            result => result,
+        }
     }
 }
 
 impl Drop for HoldGuard {
     fn drop(&mut self) {
+        if let Some(taker) = self.taker.take() {
+            let key: Arc<str> = Arc::from(self.hold.key());
+            self.client.taken.remove(taker, &key, self.hold.seq);
+        }
         if self.armed {
             self.client
                 .watchdog

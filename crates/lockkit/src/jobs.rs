@@ -58,8 +58,10 @@ impl Client {
     /// `job` gets the hold's [`Lease`]: a job that must not go on once the lock is lost (Redis
     /// unreachable for longer than the watchdog timeout) can watch [`Lease::lost`].
     ///
-    /// The lock is reentrant per task: a job that calls `run_exclusive(name, ..)` for the same
-    /// name from its own task runs the inner job too. Panic or cancellation of the job releases
+    /// The job runs inside the hold's [scope](crate::LockGuard::scope): a `run_exclusive` of the
+    /// same name called from within the job re-enters and runs its inner job too. Two calls that
+    /// are not nested (two futures of one `join!`, two spawned tasks) exclude each other: one
+    /// runs, the other is skipped. Panic or cancellation of the job releases
     /// the lock in the background.
     ///
     /// # Errors

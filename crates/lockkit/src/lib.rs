@@ -91,6 +91,7 @@
 
 mod acquire;
 mod client;
+mod core;
 mod count_down_latch;
 mod error;
 mod exec;

@@ -10,7 +10,8 @@ use lockkit_protocol::script::Script;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
+use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
@@ -43,10 +44,34 @@ pub(crate) static PLAIN: Flavor = Flavor {
 /// until used.
 ///
 /// # Ownership and reentrancy
-/// A hold belongs to the **task** that took it (tokio's task id; outside any task, the thread) in
-/// this client. The same task locking again re-enters and must release as many times; any other
-/// task, in this client or another, waits. The returned [`LockGuard`] remembers its owner, so it
-/// can be moved to and unlocked from any task.
+/// Every plain acquire (`lock()`, `try_lock()`, `lock_with_lease()`) is an **owner of its own**:
+/// a second acquire waits until the first is released, even in the same task — two futures of
+/// one task (`join!`, `join_all`, `select!`) never hold the lock together, as with
+/// `tokio::sync::Mutex`. The returned [`LockGuard`] carries its owner, so it can be moved into
+/// another task (`tokio::spawn`) and unlocked there.
+///
+/// **Re-entry happens inside the holder's scope**: the body of [`with_lock`](Lock::with_lock) /
+/// [`try_with_lock`](Lock::try_with_lock), of a `#[locked]` function, of
+/// [`Client::run_exclusive`], or a future run with [`LockGuard::scope`]. An acquire of the same
+/// lock through the same client made anywhere inside that future re-enters: it is granted at
+/// once and counts one more hold, to be released on its own.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// let lock = client.lock("order:42");
+/// lock.with_lock(|_lease| async {
+///     // A helper that locks the same order again re-enters here.
+///     let inner = lock.lock().await?;
+///     assert_eq!(inner.hold_count(), 2);
+///     inner.unlock().await
+/// })
+/// .await??;
+/// # Ok(()) }
+/// ```
+///
+/// A task that waits for a lock it acquired itself and has not released logs a warning naming
+/// the lock: unless that guard was moved to a task that will release it, this is a
+/// self-deadlock.
 ///
 /// # Leases
 /// Every hold has a lease, so a crashed holder cannot keep the lock forever:
@@ -182,7 +207,7 @@ impl Lock {
             client: self.object.inner(),
             name: &self.object.name,
             keys,
-            owner: owner::current(&inner.id),
+            owner: owner::for_acquire(inner, &keys.key),
             lease,
             lease_ms: lease_millis(lease).to_string(),
             watchdog,
@@ -199,7 +224,9 @@ impl Lock {
         self.object.exists().await
     }
 
-    /// Whether the calling task holds the lock (through this client).
+    /// Whether the calling code holds the lock through this client: inside a holder's
+    /// [scope](LockGuard::scope), whether that holder still holds it; and whether a guard the
+    /// calling task acquired and has not released (wherever it was moved) still holds it.
     ///
     /// # Errors
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
@@ -207,14 +234,30 @@ impl Lock {
         Ok(self.hold_count().await? > 0)
     }
 
-    /// How many times the calling task holds the lock (0: not at all).
+    /// How many holds the calling code has on the lock through this client (0: none): inside a
+    /// holder's [scope](LockGuard::scope), the holder's count (its own hold plus the re-entries
+    /// made in the scope); plus the counts of the guards the calling task acquired and has not
+    /// released.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lockkit::Lock) -> Result<(), lockkit::Error> {
+    /// let guard = lock.lock().await?;
+    /// assert_eq!(lock.hold_count().await?, 1);
+    /// guard
+    ///     .scope(async {
+    ///         let inner = lock.lock().await?; // re-enters: same owner
+    ///         assert_eq!(lock.hold_count().await?, 2);
+    ///         inner.unlock().await
+    ///     })
+    ///     .await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`is_held_by_current_task`](Lock::is_held_by_current_task).
     pub async fn hold_count(&self) -> Result<u32, Error> {
-        self.object
-            .hash_count(&owner::current(&self.object.inner().id))
-            .await
+        self.object.hold_count().await
     }
 
     /// How long the current holder's lease still runs; `None` when the lock is free.
@@ -249,7 +292,7 @@ struct LockAttempt<'a> {
     client: &'a Arc<ClientInner>,
     name: &'a Arc<str>,
     keys: &'a Arc<ObjectKeys>,
-    owner: String,
+    owner: Arc<str>,
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
@@ -275,17 +318,22 @@ impl Attempt for LockAttempt<'_> {
         Some(&self.owner)
     }
 
+    fn owned_key(&self) -> Option<&str> {
+        Some(&self.keys.key)
+    }
+
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the
         // script may have taken is given back.
-        let guard = HoldGuard::prepare(
+        let guard = HoldGuard::prepare_for(
             client,
             &self.flavor.holds,
             self.name,
             self.keys,
             self.lease,
             self.watchdog,
+            Some(&self.owner),
         );
         let sent = Instant::now();
         let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
@@ -410,11 +458,40 @@ impl LockGuard {
         self.guard.hold().lost_signal()
     }
 
-    /// Runs `fut` inside this hold's scope: acquires of the same lock through the same client
-    /// made within `fut` re-enter this hold's owner. (Placeholder while the scope-based
-    /// ownership lands: today the owner is still the task.)
-    pub async fn scope<F: Future>(&self, fut: F) -> F::Output {
-        fut.await
+    /// Runs `fut` inside this hold's **scope**: every acquire of the same lock through the same
+    /// [`Client`] made while `fut` runs — `lock()`, `try_lock()`, `lock_with_lease()`, the
+    /// closure helpers, `#[locked]` functions, at any depth of the future tree — re-enters as
+    /// this hold's owner: it is granted at once, counts one more hold, and gets a guard of its
+    /// own to release. Outside the scope every acquire is an owner of its own and waits, as
+    /// with `tokio::sync::Mutex`.
+    ///
+    /// Futures spawned from inside the scope (`tokio::spawn`) are outside it. Scopes nest, also
+    /// across locks. For a [`ReadWriteLock`](crate::ReadWriteLock) hold, a write hold's scope
+    /// may take read holds (downgrade); a read hold's scope asking for the write lock gets
+    /// [`Error::Refused`] (an upgrade could never be granted while it waits on itself). A spin
+    /// lock is not reentrant: inside its scope the same lock waits as anywhere else.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// # async fn reserve(_lock: &lockkit::Lock) -> Result<(), lockkit::Error> { Ok(()) }
+    /// let lock = client.lock("order:42");
+    /// let guard = lock.lock().await?;
+    /// // `reserve` may take the same lock again (a nested helper): inside the scope it re-enters.
+    /// guard.scope(reserve(&lock)).await?;
+    /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        let hold = self.guard.hold();
+        // A spin-lock hold has no owner to re-enter as: its scope is a frame nothing matches
+        // (spin-lock acquires never look for one).
+        let owner = hold.owner.clone().unwrap_or_else(|| Arc::from(""));
+        owner::in_scope(
+            Arc::clone(&self.guard.client().id),
+            Arc::from(hold.key()),
+            owner,
+            fut,
+        )
     }
 
     /// Releases this hold now.

@@ -9,9 +9,11 @@ use lockkit_protocol::DecodeError;
 
 use lockkit_protocol::keys::{KeyError, Kind, ObjectKeys};
 
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
+use crate::core::ClientInner;
 use crate::error::{command_error, Error};
 use crate::exec::Resend;
+use crate::owner;
 
 /// The common part of every handle (`Lock`, `Semaphore`, ...). Cheap to clone.
 #[derive(Clone)]
@@ -66,17 +68,30 @@ impl Object {
         Ok(exists > 0)
     }
 
-    /// The integer in `field` of the main HASH (0 when absent): a hold count.
-    pub(crate) async fn hash_count(&self, field: &str) -> Result<u32, Error> {
+    /// The hold count of the calling context in the main HASH of a reentrant lock: the counts of
+    /// the enclosing scope's owner and of the owners of holds the calling task took and has not
+    /// released, added up (see [`crate::owner::current_owners`]). No owner: 0, without a round
+    /// trip.
+    pub(crate) async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
-        let count: Option<i64> = self
+        let owners = owner::current_owners(self.inner(), &keys.key);
+        if owners.is_empty() {
+            return Ok(0);
+        }
+        let fields: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
+        let counts: Vec<Option<i64>> = self
             .inner()
             .exec
             .redis()
-            .hget(keys.key.as_str(), field)
+            .hmget(keys.key.as_str(), fields)
             .await
             .map_err(command_error("hold_count", &keys.key, self.kind))?;
-        Ok(count.map_or(0, |count| u32::try_from(count).unwrap_or(0)))
+        let total = counts
+            .into_iter()
+            .flatten()
+            .map(|count| u32::try_from(count).unwrap_or(0))
+            .fold(0u32, u32::saturating_add);
+        Ok(total)
     }
 
     /// The main key's remaining TTL: `None` when it does not exist, `Some(Duration::MAX)` when it

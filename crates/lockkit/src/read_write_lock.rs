@@ -10,7 +10,8 @@ use lockkit_protocol::read_write_lock::{
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::{Client, ClientInner};
+use crate::client::Client;
+use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
@@ -34,17 +35,22 @@ pub(crate) static RW_LOCK_HOLDS: HoldKind = HoldKind {
 /// # Rules
 /// - A **read** hold is granted unless another owner holds a write hold.
 /// - A **write** hold is granted when nobody else holds the lock in either mode.
-/// - Both are **reentrant** per owner (the task, in this client, as for [`Lock`](crate::Lock)):
-///   each hold is one [`LockGuard`] and is released on its own; [`LockGuard::hold_count`] is the
-///   owner's count *in that mode*.
-/// - **Downgrade** is allowed: the writer may also take read holds, and releasing its write holds
-///   leaves the read holds, so it keeps reading what it wrote while other readers come in.
-/// - **Upgrade** is refused: a write request by an owner that holds only read holds fails at once
-///   with [`Error::Refused`], whether from [`write_lock`](ReadWriteLock::write_lock) or
-///   [`try_write_lock`](ReadWriteLock::try_write_lock). Waiting could never succeed (the owner's
-///   own read holds block it, the classic self-deadlock), and two readers upgrading at once would
-///   deadlock each other. Release the read holds, then take the write lock, and re-check what you
-///   read.
+/// - Ownership is as for [`Lock`](crate::Lock): every plain acquire is an owner of its own, and
+///   re-entry happens inside a holder's [scope](LockGuard::scope). Both modes are **reentrant**
+///   there: each hold is one [`LockGuard`] and is released on its own;
+///   [`LockGuard::hold_count`] is the owner's count *in that mode*.
+/// - **Downgrade** is allowed: inside a write hold's scope the writer may also take read holds,
+///   and releasing its write holds leaves the read holds, so it keeps reading what it wrote while
+///   other readers come in.
+/// - **Upgrade** is refused: inside a read hold's scope, a write request (the owner holds only
+///   read holds) fails at once with [`Error::Refused`], whether from
+///   [`write_lock`](ReadWriteLock::write_lock) or [`try_write_lock`](ReadWriteLock::try_write_lock).
+///   Waiting could never succeed (the owner's own read holds block it, the classic
+///   self-deadlock), and two readers upgrading at once would deadlock each other. Release the
+///   read holds, then take the write lock, and re-check what you read.
+/// - Outside a scope, a task that holds a read guard and asks for the write lock is just another
+///   owner: the request waits for every reader to leave (a zero-wait try returns `None`), and the
+///   self-wait warning is logged, since the task's own read guard blocks it.
 /// - Readers are not held back by waiting writers: under a steady stream of overlapping readers a
 ///   writer waits until they all happen to be gone.
 ///
@@ -164,8 +170,9 @@ impl ReadWriteLock {
     /// As [`read_lock`](ReadWriteLock::read_lock).
     ///
     /// # Errors
-    /// [`Error::Refused`] at once when the calling task holds read holds of this lock and no write
-    /// hold (a reader cannot upgrade: it would wait for itself forever); otherwise as
+    /// [`Error::Refused`] at once when called inside a read hold's [scope](LockGuard::scope)
+    /// whose owner holds no write hold (a reader cannot upgrade: it would wait for itself
+    /// forever); otherwise as
     /// [`read_lock`](ReadWriteLock::read_lock).
     pub async fn write_lock(&self) -> Result<LockGuard, Error> {
         self.wait_for(Mode::Write, None).await
@@ -188,7 +195,7 @@ impl ReadWriteLock {
     /// `wait` and `lease` as in [`try_read_lock`](ReadWriteLock::try_read_lock). Returns
     /// `Ok(None)` when the write hold was not granted within `wait`.
     ///
-    /// An upgrade (the calling task holds only read holds) is an error, not `Ok(None)`: no wait
+    /// An upgrade (inside a read hold's scope) is an error, not `Ok(None)`: no wait
     /// could ever end in success, and treating it as "busy" would hide the bug.
     ///
     /// # Cancel safety
@@ -226,7 +233,7 @@ impl ReadWriteLock {
             client: inner,
             name: &self.object.name,
             keys,
-            owner: owner::current(&inner.id),
+            owner: owner::for_acquire(inner, &keys.key),
             mode,
             lease,
             lease_ms: lease_millis(lease).to_string(),
@@ -251,7 +258,9 @@ impl ReadWriteLock {
         Ok(self.status().await?.mode == Some(Mode::Write))
     }
 
-    /// How many read holds the calling task has (through this client); 0 when none.
+    /// How many read holds the calling code has through this client (the enclosing scope's
+    /// owner's, plus those of guards the calling task acquired and has not released, as
+    /// [`Lock::hold_count`](crate::Lock::hold_count)); 0 when none.
     ///
     /// # Errors
     /// As [`is_locked`](ReadWriteLock::is_locked).
@@ -259,7 +268,8 @@ impl ReadWriteLock {
         Ok(self.status().await?.read_holds)
     }
 
-    /// How many write holds the calling task has (through this client); 0 when none.
+    /// How many write holds the calling code has through this client (counted as
+    /// [`read_hold_count`](ReadWriteLock::read_hold_count)); 0 when none.
     ///
     /// # Errors
     /// As [`is_locked`](ReadWriteLock::is_locked).
@@ -271,13 +281,15 @@ impl ReadWriteLock {
         let keys = self.keys()?;
         let inner = self.object.inner();
         let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+        let owners = owner::current_owners(inner, &keys.key);
+        let owner_refs: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
         let reply = inner
             .exec
             .ints(
                 &STATUS,
                 Kind::ReadWriteLock,
                 &key_refs,
-                &[&owner::current(&inner.id)],
+                &owner_refs,
                 Resend::Allowed,
             )
             .await?;
@@ -305,7 +317,7 @@ struct RwAttempt<'a> {
     client: &'a Arc<ClientInner>,
     name: &'a Arc<str>,
     keys: &'a Arc<ObjectKeys>,
-    owner: String,
+    owner: Arc<str>,
     mode: Mode,
     lease: Duration,
     lease_ms: String,
@@ -323,17 +335,22 @@ impl Attempt for RwAttempt<'_> {
         (Kind::ReadWriteLock, self.name)
     }
 
+    fn owned_key(&self) -> Option<&str> {
+        Some(&self.keys.key)
+    }
+
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the
         // script may have taken is given back.
-        let guard = HoldGuard::prepare(
+        let guard = HoldGuard::prepare_for(
             client,
             &RW_LOCK_HOLDS,
             self.name,
             self.keys,
             self.lease,
             self.watchdog,
+            Some(&self.owner),
         );
         let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
         let sent = Instant::now();
@@ -370,8 +387,9 @@ impl Attempt for RwAttempt<'_> {
                     kind: Kind::ReadWriteLock.describe(),
                     name: self.name.to_string(),
                     reason: format!(
-                        "the calling task holds {read_holds} read hold(s) and no write hold; a \
-                         reader cannot upgrade to a write hold (release the read holds first)"
+                        "this read hold's scope holds {read_holds} read hold(s) and no write \
+                         hold; a reader cannot upgrade to a write hold (release the read holds \
+                         first)"
                     ),
                 })
             }

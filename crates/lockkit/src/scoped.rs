@@ -85,7 +85,7 @@ impl Lease {
     }
 }
 
-/// Runs `f` under `guard`, then unlocks it.
+/// Runs `f` under `guard`, inside the guard's [scope](LockGuard::scope), then unlocks it.
 ///
 /// If `f`'s future panics or is dropped, `guard` is dropped with it and released in the
 /// background (the guard's own drop behaviour).
@@ -95,7 +95,8 @@ where
     Fut: Future<Output = T>,
 {
     let lease = Lease::of(&guard);
-    let out = f(lease.clone()).await;
+    // The body runs in the holder's scope: acquires of this lock inside it re-enter.
+    let out = guard.scope(f(lease.clone())).await;
     // Read before unlocking: a released hold reports itself lost.
     let lost = lease.is_lost();
     let released = guard.unlock().await;
@@ -122,6 +123,12 @@ macro_rules! closure_helpers {
             ///
             /// `f` gets a [`Lease`]: check [`Lease::is_lost`] or race [`Lease::lost`] to stop a
             /// long section whose lease is gone.
+            ///
+            /// `f`'s future runs inside the hold's [scope](LockGuard::scope): an acquire of the
+            /// same lock through the same client anywhere inside it (a nested `with_lock`, a
+            /// plain `lock()` or `try_lock()`, a `#[locked]` function) re-enters. Two
+            /// `with_lock` calls that are not nested (two futures of one `join!`) exclude each
+            /// other.
             ///
             /// If the future panics, or the future returned by `with_lock` is dropped (cancelled),
             /// the lock is released in the background, as when a guard is dropped.

@@ -187,6 +187,10 @@ impl Attempt for SpinAttempt<'_> {
         (Kind::SpinLock, self.name)
     }
 
+    fn owned_key(&self) -> Option<&str> {
+        Some(&self.keys.key)
+    }
+
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         let guard = HoldGuard::prepare(
             self.client,

@@ -37,7 +37,16 @@ use tokio::time::Instant;
 use crate::exec::{Exec, Resend};
 use crate::hold::{release, Hold};
 
-type Registry = Arc<Mutex<HashMap<u64, Arc<Hold>>>>;
+type Registry = Arc<Mutex<Holds>>;
+
+/// The holds being renewed or checked, by sequence number. `closed` is set, under the same lock,
+/// when the shutdown drains them: a hold granted after that is refused rather than registered
+/// into a registry nobody will release.
+#[derive(Default)]
+struct Holds {
+    by_seq: HashMap<u64, Arc<Hold>>,
+    closed: bool,
+}
 
 enum Command {
     Release(Arc<Hold>),
@@ -75,14 +84,21 @@ impl Watchdog {
         Self { tx, registry }
     }
 
-    /// Starts renewing (or checking) `hold`.
-    pub(crate) fn register(&self, hold: Arc<Hold>) {
-        self.registry.lock().insert(hold.seq, hold);
+    /// Starts renewing (or checking) `hold`; `false` (and nothing registered) once the shutdown
+    /// has taken the registry's holds.
+    #[must_use]
+    pub(crate) fn register(&self, hold: Arc<Hold>) -> bool {
+        let mut holds = self.registry.lock();
+        if holds.closed {
+            return false;
+        }
+        holds.by_seq.insert(hold.seq, hold);
+        true
     }
 
     /// Stops renewing the hold `seq`.
     pub(crate) fn unregister(&self, seq: u64) {
-        self.registry.lock().remove(&seq);
+        self.registry.lock().by_seq.remove(&seq);
     }
 
     /// Stops renewing `hold` and gives it back in the background.
@@ -98,7 +114,7 @@ impl Watchdog {
 
     /// The number of holds being renewed or checked.
     pub(crate) fn holds(&self) -> usize {
-        self.registry.lock().len()
+        self.registry.lock().by_seq.len()
     }
 
     /// Stops renewing and releases every registered hold; returns the errors of releases that
@@ -200,7 +216,7 @@ impl Worker {
             tracing::debug!("previous renewal round still running; skipping this tick");
             return;
         }
-        let holds: Vec<Arc<Hold>> = self.registry.lock().values().cloned().collect();
+        let holds: Vec<Arc<Hold>> = self.registry.lock().by_seq.values().cloned().collect();
         if holds.is_empty() {
             return;
         }
@@ -214,7 +230,11 @@ impl Worker {
         if let Some(round) = self.round.take() {
             round.abort();
         }
-        let holds: Vec<Arc<Hold>> = self.registry.lock().drain().map(|(_, h)| h).collect();
+        let holds: Vec<Arc<Hold>> = {
+            let mut registry = self.registry.lock();
+            registry.closed = true;
+            registry.by_seq.drain().map(|(_, h)| h).collect()
+        };
         let exec = &self.exec;
         let results = join_all(holds.iter().map(|hold| async move {
             let result = release(exec, hold).await;
@@ -299,7 +319,7 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
             let registry = registry.lock();
             let mut renewed = 0;
             for (hold, present) in batch.iter().zip(present) {
-                if !registry.contains_key(&hold.seq) {
+                if !registry.by_seq.contains_key(&hold.seq) {
                     continue; // released while the round was in flight
                 }
                 if !present {

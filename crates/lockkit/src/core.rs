@@ -1,0 +1,133 @@
+//! The client's core: the state shared by every handle, guard and background task of one client,
+//! and the settings and limits fixed when it is built.
+//!
+//! Dependencies point one way: the primitives (`lock.rs`, `semaphore.rs`, ...) and the shared
+//! mechanisms (`acquire.rs`, `hold.rs`, `watchdog.rs`, `waiters.rs`, `owner.rs`) depend on this
+//! core; the [`Client`](crate::Client) facade (`client.rs`) builds the core and hands out the
+//! primitives. Nothing here names a primitive or the facade.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use lockkit_protocol::keys::Namespace;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::exec::Exec;
+use crate::owner::Taken;
+use crate::replica::ReplicaPolicy;
+use crate::waiters::WaiterHub;
+use crate::watchdog::Watchdog;
+
+/// The default lease of watchdog-mode locks; renewed every third of it.
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// The shortest watchdog timeout accepted.
+pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
+/// The longest lease (fixed or watchdog) accepted: 365 days.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+
+/// How release notifications travel between clients: which pub/sub flavour the waiter hub
+/// subscribes with and the release scripts publish with.
+///
+/// All clients of one deployment must use the same mode: a waiter subscribed with `SSUBSCRIBE`
+/// does not hear a `PUBLISH`, and the other way round. A missed notification costs a waiter at
+/// most the holder's remaining lease (it re-checks then), never a hang, but it turns event-driven
+/// waiting into waiting out leases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PubSubMode {
+    /// Sharded pub/sub on a Redis Cluster whose servers support it (Redis 7.0 and later, found
+    /// by probing `COMMAND INFO SSUBSCRIBE` when the client is built); classic pub/sub on a
+    /// single server, through Sentinel, and on older clusters. The default.
+    #[default]
+    Auto,
+    /// `SUBSCRIBE` / `PUBLISH`. On a cluster every message is broadcast to every node.
+    Classic,
+    /// `SSUBSCRIBE` / `SPUBLISH` (Redis 7.0 and later): on a cluster a message stays on the
+    /// shard that owns the object's slot. Building the client fails if the server does not know
+    /// `SSUBSCRIBE`.
+    Sharded,
+}
+
+/// Settings fixed when the client is built.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub(crate) watchdog_timeout: Duration,
+    pub(crate) namespace: Namespace,
+    /// The resolved mode: [`PubSubMode::Classic`] or [`PubSubMode::Sharded`], never `Auto`.
+    pub(crate) pubsub: PubSubMode,
+    /// The replica acknowledgement policy; `None`: no `WAIT` after acquires.
+    pub(crate) replica_ack: Option<ReplicaPolicy>,
+}
+
+/// The state every handle, guard and background task of one client shares. Primitives depend on
+/// this core; the [`Client`](crate::Client) facade builds it and hands out the primitives.
+pub(crate) struct ClientInner {
+    /// The client's random id, the first part of every owner id and hold marker.
+    pub(crate) id: Arc<str>,
+    pub(crate) settings: Settings,
+    pub(crate) exec: Exec,
+    pub(crate) hub: WaiterHub,
+    pub(crate) watchdog: Watchdog,
+    /// Cancelled by [`Client::shutdown`](crate::Client::shutdown).
+    pub(crate) shutdown: CancellationToken,
+    /// Cancelled when the last handle is gone (or at shutdown): stops the hub.
+    closed: CancellationToken,
+    sequence: AtomicU64,
+    /// The lock holds each task took and has not released (self-wait warning, hold counts).
+    pub(crate) taken: Taken,
+}
+
+impl ClientInner {
+    pub(crate) fn new(
+        id: Arc<str>,
+        settings: Settings,
+        exec: Exec,
+        hub: WaiterHub,
+        watchdog: Watchdog,
+        closed: CancellationToken,
+    ) -> Self {
+        Self {
+            id,
+            settings,
+            exec,
+            hub,
+            watchdog,
+            shutdown: CancellationToken::new(),
+            closed,
+            sequence: AtomicU64::new(0),
+            taken: Taken::default(),
+        }
+    }
+
+    /// Marks the client closed: the hub stops (the command connection closes with the watchdog).
+    pub(crate) fn close(&self) {
+        self.closed.cancel();
+    }
+
+    /// A client-unique number for a new hold.
+    pub(crate) fn next_sequence(&self) -> u64 {
+        self.sequence.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        self.shutdown.is_cancelled()
+    }
+
+    pub(crate) fn check_open(&self) -> Result<(), Error> {
+        if self.is_shut_down() {
+            Err(Error::Shutdown)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for ClientInner {
+    fn drop(&mut self) {
+        self.closed.cancel();
+    }
+}
+

@@ -1,0 +1,517 @@
+//! Ownership: every plain acquire is an owner of its own; re-entry happens only inside a holder's
+//! scope. Each test is ordinary user code that the first ownership model (the tokio task as
+//! owner) let two critical sections into at once: `join_all` over a batch with duplicate keys,
+//! `join!`, a dispatcher that moves its guards into spawned workers, a `#[tokio::main]`-style
+//! body outside any task.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::KeysInterface;
+use futures::future::join_all;
+use lockkit::{Error, JobOutcome};
+use lockkit_suite::{client, raw, redis, unique, within};
+use std::sync::Mutex;
+
+const HANG: Duration = Duration::from_secs(60);
+
+/// Counts who is inside a critical section, and the most that ever were at once.
+#[derive(Default)]
+struct Section {
+    inside: AtomicUsize,
+    most: AtomicUsize,
+}
+
+impl Section {
+    fn enter(&self) {
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most.fetch_max(now, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.inside.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn most(&self) -> usize {
+        self.most.load(Ordering::SeqCst)
+    }
+}
+
+/// The oversold-stock critical section: read a counter in Redis, then write it back plus one (a
+/// read-modify-write that is only correct under mutual exclusion), counting who is inside.
+async fn read_modify_write(store: &fred::clients::Client, key: &str, section: &Section) {
+    section.enter();
+    let value: Option<i64> = store.get(key).await.unwrap();
+    let _: () = store
+        .set(key, value.unwrap_or(0) + 1, None, None, false)
+        .await
+        .unwrap();
+    section.leave();
+}
+
+#[tokio::test]
+async fn join_all_over_a_batch_with_duplicate_keys_never_lets_two_in() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let store = raw(&redis.url()).await;
+    let prefix = unique("batch");
+    // A batch handler's input: orders 1 and 2 appear three times each.
+    let orders = [1, 2, 1, 3, 2, 1, 2];
+    let sections: Vec<Arc<Section>> = (0..4).map(|_| Arc::default()).collect();
+    let process = |order: usize| {
+        let lock = client.lock(format!("{prefix}:order:{order}"));
+        let store = store.clone();
+        let section = Arc::clone(&sections[order]);
+        let counter = format!("{prefix}:count:{order}");
+        async move {
+            let guard = lock.lock().await?;
+            read_modify_write(&store, &counter, &section).await;
+            guard.unlock().await
+        }
+    };
+    let results = within(HANG, "the batch", join_all(orders.map(process))).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    for order in [1, 2, 3] {
+        let expected = orders.iter().filter(|o| **o == order).count();
+        assert_eq!(
+            sections[order].most(),
+            1,
+            "order {order}: two sections of one task were inside at once"
+        );
+        let count: i64 = store
+            .get(format!("{prefix}:count:{order}"))
+            .await
+            .unwrap();
+        assert_eq!(count, expected as i64, "order {order}: lost updates");
+    }
+}
+
+#[tokio::test]
+async fn join_of_two_plain_locks_in_one_task_waits() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let lock = client.lock(unique("join"));
+    let section = Section::default();
+    let done = AtomicUsize::new(0);
+    // Both futures alike: enter, stay inside until the other one is known to wait, has finished,
+    // or has come in too (the bug), then leave.
+    let critical = || async {
+        let guard = lock.lock().await.unwrap();
+        section.enter();
+        within(HANG, "the other future to wait, finish or enter", async {
+            while client.waiting_count() == 0
+                && done.load(Ordering::SeqCst) == 0
+                && section.inside.load(Ordering::SeqCst) < 2
+            {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        section.leave();
+        guard.unlock().await.unwrap();
+        done.fetch_add(1, Ordering::SeqCst);
+    };
+    let (one, two) = (critical(), critical());
+    within(HANG, "join!", async { tokio::join!(one, two) }).await;
+    assert_eq!(section.most(), 1, "both futures of one task were inside");
+}
+
+#[tokio::test]
+async fn join_of_two_run_exclusive_of_one_name_runs_one_job() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("job");
+    let section = Section::default();
+    let returned = AtomicUsize::new(0);
+    let job = |_| async {
+        section.enter();
+        // Stay inside until the other call has returned (skipped) or come in (the bug).
+        within(HANG, "the other job call", async {
+            while returned.load(Ordering::SeqCst) == 0 && section.inside.load(Ordering::SeqCst) < 2
+            {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        section.leave();
+    };
+    let call = || async {
+        let outcome = client.run_exclusive(&name, job).await.unwrap();
+        returned.fetch_add(1, Ordering::SeqCst);
+        outcome
+    };
+    let (a, b) = within(HANG, "join!", async { tokio::join!(call(), call()) }).await;
+    assert_eq!(section.most(), 1, "both jobs ran at once");
+    assert_eq!(
+        [a.ran(), b.ran()].iter().filter(|ran| **ran).count(),
+        1,
+        "one job runs, the other is skipped: {a:?} {b:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_dispatcher_that_moves_guards_into_workers_runs_one_worker_at_a_time() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let store = raw(&redis.url()).await;
+    let name = unique("dispatch");
+    let counter = format!("{name}:count");
+    let lock = client.lock(&name);
+    let section = Arc::new(Section::default());
+    let mut workers = Vec::new();
+    for _ in 0..4 {
+        let guard = within(HANG, "the dispatcher's lock()", lock.lock())
+            .await
+            .unwrap();
+        let (store, section, counter, client) = (
+            store.clone(),
+            Arc::clone(&section),
+            counter.clone(),
+            client.clone(),
+        );
+        workers.push(tokio::spawn(async move {
+            section.enter();
+            // Work until the dispatcher waits for the next turn (or has come in: the bug).
+            within(HANG, "the dispatcher to wait or enter", async {
+                while client.waiting_count() == 0 && section.inside.load(Ordering::SeqCst) < 2 {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await;
+            read_modify_write(&store, &counter, &Section::default()).await;
+            section.leave();
+            guard.unlock().await
+        }));
+    }
+    // The dispatcher's next turn: the last worker's release lets it in.
+    let last = within(HANG, "the dispatcher's last lock()", lock.lock())
+        .await
+        .unwrap();
+    for worker in workers {
+        within(HANG, "a worker", worker).await.unwrap().unwrap();
+    }
+    last.unlock().await.unwrap();
+    assert_eq!(section.most(), 1, "two workers were inside at once");
+    let count: i64 = store.get(&counter).await.unwrap();
+    assert_eq!(count, 4, "lost updates");
+}
+
+#[test]
+fn outside_any_task_two_joined_futures_exclude_each_other() {
+    // The body of `#[tokio::main]` runs in `block_on`, outside any task: the first model made the
+    // thread the owner there.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        assert!(tokio::task::try_id().is_none(), "block_on runs outside a task");
+        let redis = redis().await;
+        let client = client(&redis.url()).await;
+        let lock = client.lock(unique("main-body"));
+        let first = lock.try_lock(Duration::ZERO, None).await.unwrap().unwrap();
+        let second = lock.try_lock(Duration::ZERO, None).await.unwrap();
+        assert!(second.is_none(), "a second plain acquire on the thread must not re-enter");
+        first.unlock().await.unwrap();
+    });
+}
+
+#[tokio::test]
+async fn nested_with_lock_reenters_and_still_excludes_other_clients() {
+    let redis = redis().await;
+    let (a, b) = (client(&redis.url()).await, client(&redis.url()).await);
+    let name = unique("nested");
+    let lock = a.lock(&name);
+    let other = b.lock(&name);
+    let counts = lock
+        .with_lock(|_| async {
+            let outer = lock.hold_count().await.unwrap();
+            let inner = lock
+                .with_lock(|_| async {
+                    let count = lock.hold_count().await.unwrap();
+                    let excluded = other.try_lock(Duration::ZERO, None).await.unwrap().is_none();
+                    (count, excluded)
+                })
+                .await
+                .unwrap();
+            // A plain try_lock in the body re-enters too.
+            let plain = lock
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .expect("a plain try_lock inside the scope re-enters");
+            let plain_count = plain.hold_count();
+            plain.unlock().await.unwrap();
+            let still_excluded = other.try_lock(Duration::ZERO, None).await.unwrap().is_none();
+            (outer, inner, plain_count, still_excluded)
+        })
+        .await
+        .unwrap();
+    assert_eq!(counts, (1, (2, true), 2, true));
+    let after = other.try_lock(Duration::ZERO, None).await.unwrap();
+    assert!(after.is_some(), "free once the outermost hold is released");
+}
+
+#[tokio::test]
+async fn guard_scope_reenters_for_every_reentrant_kind() {
+    let redis = redis().await;
+    let (a, b) = (client(&redis.url()).await, client(&redis.url()).await);
+    let name = unique("scope-kinds");
+
+    let fenced = a.fenced_lock(&name);
+    let guard = fenced.lock().await.unwrap();
+    let inner = guard
+        .scope(fenced.try_lock(Duration::ZERO, None))
+        .await
+        .unwrap()
+        .expect("a fenced lock re-enters in its scope");
+    assert_eq!(inner.hold_count(), 2);
+    assert!(inner.fencing_token() > guard.fencing_token());
+    assert!(b
+        .fenced_lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    inner.unlock().await.unwrap();
+    guard.unlock().await.unwrap();
+
+    let fair = a.fair_lock(&name);
+    let guard = fair.lock().await.unwrap();
+    assert!(
+        fair.try_lock(Duration::ZERO, None).await.unwrap().is_none(),
+        "outside the scope a second fair acquire waits"
+    );
+    let inner = guard
+        .scope(fair.try_lock(Duration::ZERO, None))
+        .await
+        .unwrap()
+        .expect("a fair lock re-enters in its scope");
+    assert_eq!(inner.hold_count(), 2);
+    inner.unlock().await.unwrap();
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_future_spawned_from_inside_a_scope_is_outside_it() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let lock = client.lock(unique("spawned"));
+    let guard = lock.lock().await.unwrap();
+    let spawned = guard
+        .scope(async {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.try_lock(Duration::ZERO, None).await })
+                .await
+                .unwrap()
+        })
+        .await
+        .unwrap();
+    assert!(spawned.is_none(), "a spawned task must not re-enter");
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn read_write_lock_scopes_allow_downgrade_refuse_upgrade_and_plain_writes_wait() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let rw = client.read_write_lock(unique("rw-scope"));
+
+    // Outside a scope, a task holding a plain read asks for the write lock: just another owner.
+    let read = rw.read_lock().await.unwrap();
+    let write = rw.try_write_lock(Duration::ZERO, None).await.unwrap();
+    assert!(write.is_none(), "a plain write request waits for the reader");
+    // Inside the read hold's scope, asking for the write lock is an upgrade: refused.
+    let upgrade = read
+        .scope(rw.try_write_lock(Duration::from_secs(5), None))
+        .await;
+    assert!(matches!(upgrade, Err(Error::Refused { .. })), "{upgrade:?}");
+    read.unlock().await.unwrap();
+
+    // Inside a write hold's scope, read holds are granted (downgrade).
+    let write = rw.write_lock().await.unwrap();
+    let read = write
+        .scope(rw.try_read_lock(Duration::ZERO, None))
+        .await
+        .unwrap()
+        .expect("the writer reads inside its scope");
+    assert!(
+        rw.try_read_lock(Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none(),
+        "outside the scope a reader waits for the writer"
+    );
+    write.unlock().await.unwrap();
+    read.unlock().await.unwrap();
+}
+
+/// The owner a macro-locked function runs as, so nested calls can be checked.
+#[lockkit::locked(client = client, key = "{name}")]
+async fn outer_locked(
+    client: &lockkit::Client,
+    name: &str,
+    counts: &Mutex<Vec<u32>>,
+) -> Result<(), Error> {
+    counts.lock().unwrap().push(client.lock(name).hold_count().await?);
+    inner_locked(client, name, counts).await
+}
+
+#[lockkit::locked(client = client, key = "{name}", wait = "5s")]
+async fn inner_locked(
+    client: &lockkit::Client,
+    name: &str,
+    counts: &Mutex<Vec<u32>>,
+) -> Result<(), Error> {
+    counts.lock().unwrap().push(client.lock(name).hold_count().await?);
+    Ok(())
+}
+
+#[tokio::test]
+async fn nested_locked_functions_reenter() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("macro-nested");
+    let counts = Mutex::new(Vec::new());
+    within(HANG, "nested #[locked]", outer_locked(&client, &name, &counts))
+        .await
+        .unwrap();
+    assert_eq!(*counts.lock().unwrap(), vec![1, 2]);
+    assert!(!client.lock(&name).is_locked().await.unwrap());
+}
+
+#[tokio::test]
+async fn hold_count_outside_a_scope_counts_the_tasks_own_guards() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let lock = client.lock(unique("count"));
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+    let guard = lock.lock().await.unwrap();
+    assert!(lock.is_held_by_current_task().await.unwrap());
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+    let elsewhere = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.hold_count().await })
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(elsewhere, 0, "another task took no guard");
+    guard.unlock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn job_outcome_inside_its_own_job_reenters() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("job-nested");
+    let inner = client
+        .run_exclusive(&name, |_| async {
+            client.run_exclusive(&name, |_| async { 7 }).await.unwrap()
+        })
+        .await
+        .unwrap();
+    assert_eq!(inner, JobOutcome::Ran(JobOutcome::Ran(7)));
+}
+
+/// Records the WARN events of the thread it is the default subscriber of.
+#[derive(Clone, Default)]
+struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Warnings {
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+struct FieldText(String);
+
+impl tracing::field::Visit for FieldText {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!("{}={value:?} ", field.name()));
+    }
+}
+
+impl tracing::Subscriber for Warnings {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() <= tracing::Level::WARN
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut text = FieldText(String::new());
+        event.record(&mut text);
+        self.0.lock().unwrap().push(text.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+fn self_wait_warnings(warnings: &[String], name: &str) -> usize {
+    warnings
+        .iter()
+        .filter(|text| text.contains(name) && text.contains("acquired itself"))
+        .count()
+}
+
+#[tokio::test]
+async fn a_task_waiting_for_a_lock_it_holds_itself_is_warned_once_and_still_waits() {
+    let warnings = Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("self-wait");
+    let lock = client.lock(&name);
+    let guard = lock.lock().await.unwrap();
+
+    // Another task waiting for it is not a self-wait.
+    let other = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.try_lock(Duration::from_millis(200), None).await })
+    };
+    assert!(other.await.unwrap().unwrap().is_none());
+    assert_eq!(self_wait_warnings(&warnings.take(), &name), 0);
+
+    // The holder's own task: it still waits (the guard could be out in a worker), warned once.
+    let again = lock
+        .try_lock(Duration::from_millis(300), None)
+        .await
+        .unwrap();
+    assert!(again.is_none(), "a plain acquire in the holder's task waits");
+    let seen = warnings.take();
+    assert_eq!(self_wait_warnings(&seen, &name), 1, "{seen:?}");
+    assert!(
+        seen.iter().any(|text| text.contains("scope")),
+        "the warning names the fix: {seen:?}"
+    );
+
+    // Released: no warning any more.
+    guard.unlock().await.unwrap();
+    let guard = lock.lock().await.unwrap();
+    assert_eq!(self_wait_warnings(&warnings.take(), &name), 0);
+    guard.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_spin_lock_waiting_for_itself_is_warned_too() {
+    let warnings = Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("spin-self-wait");
+    let lock = client.spin_lock(&name);
+    let guard = lock.lock().await.unwrap();
+    let again = lock
+        .try_lock(Duration::from_millis(300), None)
+        .await
+        .unwrap();
+    assert!(again.is_none());
+    let seen = warnings.take();
+    assert_eq!(self_wait_warnings(&seen, &name), 1, "{seen:?}");
+    guard.unlock().await.unwrap();
+}
