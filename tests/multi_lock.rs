@@ -116,3 +116,156 @@ async fn a_bad_member_name_fails_without_holding_the_others() {
     ));
     assert!(!client.lock(&good).is_locked().await.unwrap());
 }
+
+/// How a test asks the multi-lock to wait.
+#[derive(Clone, Copy, Debug)]
+enum Waits {
+    /// `try_lock` with a bound.
+    Bounded,
+    /// `lock()`: no bound, watchdog mode.
+    Unbounded,
+    /// `lock_with_lease`: no bound, fixed lease.
+    UnboundedWithLease,
+}
+
+/// Waits until an owner of `client` is in the waiting set of the lock `name` (read through
+/// `Client::inspect` from `watcher`): the multi-lock is waiting for that lock now.
+async fn until_waiting_for(watcher: &lockkit::Client, client: &lockkit::Client, name: &str) {
+    within(HANG, &format!("the multi-lock to wait for {name}"), async {
+        loop {
+            let found = watcher
+                .inspect(Some(lockkit::protocol::keys::Kind::Lock), name)
+                .await
+                .unwrap();
+            if found
+                .iter()
+                .any(|object| object.waiters.iter().any(|w| w.starts_with(client.id())))
+            {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// Issue 11, item 3, the a/b/c sequence. X holds `b`; the multi-lock over `a, b, c` takes `a`,
+/// finds `b` busy, gives `a` back and waits for `b`. Y takes `a`. X releases `b`: the multi-lock
+/// gets `b`, finds `a` busy and waits for `a`. Y, holding `a`, now asks for `b`. A multi-lock
+/// that kept `b` while it waits for `a` (hold-and-wait) deadlocks with Y; one that gives back
+/// everything before every wait lets Y in at once. Y's wait is bounded, so the old behaviour
+/// fails the test (Y gets `None`) instead of hanging it.
+async fn never_sits_on_a_subset_while_waiting(waits: Waits) {
+    let redis = spawned().await;
+    let url = redis.url();
+    let (m, x, y, watcher) = (
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+    );
+    let base = unique("hold-and-wait");
+    let [a, b, c] = ["a", "b", "c"].map(|suffix| format!("{base}:{suffix}"));
+    let b_by_x = x.lock(&b).lock().await.unwrap();
+
+    let multi = m.multi_lock([m.lock(&c), m.lock(&b), m.lock(&a)]);
+    let task = tokio::spawn(async move {
+        match waits {
+            Waits::Bounded => multi
+                .try_lock(HANG, None)
+                .await
+                .map(|guard| guard.expect("all three within the wait")),
+            Waits::Unbounded => multi.lock().await,
+            Waits::UnboundedWithLease => multi.lock_with_lease(HANG).await,
+        }
+    });
+    until_waiting_for(&watcher, &m, &b).await;
+    assert!(
+        !watcher.lock(&a).is_locked().await.unwrap(),
+        "{waits:?}: a is given back while waiting for b"
+    );
+    let a_by_y = y
+        .lock(&a)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("a is free");
+
+    b_by_x.unlock().await.unwrap();
+    // The multi-lock got b, found a busy, and now waits for a.
+    until_waiting_for(&watcher, &m, &a).await;
+
+    // Y holds a and wants b: the multi-lock must not be sitting on b.
+    let b_by_y = y
+        .lock(&b)
+        .try_lock(Duration::from_secs(15), None)
+        .await
+        .unwrap();
+    assert!(
+        b_by_y.is_some(),
+        "{waits:?}: the multi-lock kept b while waiting for a (hold-and-wait)"
+    );
+    assert!(!task.is_finished(), "{waits:?}: a is still held by Y");
+
+    // Once Y gives both back, the multi-lock gets all three.
+    a_by_y.unlock().await.unwrap();
+    if let Some(guard) = b_by_y {
+        guard.unlock().await.unwrap();
+    }
+    let guard = within(HANG, "the multi-lock after Y", task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(guard.guards().len(), 3);
+    guard.unlock().await.unwrap();
+    for name in [&a, &b, &c] {
+        assert!(!watcher.lock(name).is_locked().await.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn a_bounded_wait_never_holds_a_subset() {
+    never_sits_on_a_subset_while_waiting(Waits::Bounded).await;
+}
+
+#[tokio::test]
+async fn an_unbounded_wait_never_holds_a_subset() {
+    never_sits_on_a_subset_while_waiting(Waits::Unbounded).await;
+}
+
+#[tokio::test]
+async fn an_unbounded_wait_with_a_lease_never_holds_a_subset() {
+    never_sits_on_a_subset_while_waiting(Waits::UnboundedWithLease).await;
+}
+
+/// A round that fails (here: `a` was overwritten with a string, so its acquire script answers
+/// WRONGTYPE) after the multi-lock got the lock it waited for (`b`) returns the error holding
+/// nothing: `b` is given back before the error is returned, not left to a background release.
+#[tokio::test]
+async fn an_error_after_a_wait_returns_holding_nothing() {
+    use fred::interfaces::KeysInterface;
+    let redis = spawned().await;
+    let url = redis.url();
+    let (m, x, watcher) = (client(&url).await, client(&url).await, client(&url).await);
+    let base = unique("multi-error");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{base}:{suffix}"));
+    let b_by_x = x.lock(&b).lock().await.unwrap();
+    let multi = m.multi_lock([m.lock(&a), m.lock(&b)]);
+    let task = tokio::spawn(async move { multi.try_lock(HANG, None).await });
+    until_waiting_for(&watcher, &m, &b).await;
+    let _: () = lockkit_suite::raw(&url)
+        .await
+        .set(lockkit_suite::lock_key(&a), "not a lock", None, None, false)
+        .await
+        .unwrap();
+    b_by_x.unlock().await.unwrap();
+    let result = within(HANG, "the multi-lock's failing round", task)
+        .await
+        .unwrap();
+    assert!(matches!(result, Err(Error::WrongType { .. })), "{result:?}");
+    assert!(
+        !watcher.lock(&b).is_locked().await.unwrap(),
+        "b, taken after the wait, is given back before the error is returned"
+    );
+    assert_eq!(m.held_count(), 0);
+}

@@ -482,6 +482,8 @@ fn to_json(object: &Inspection) -> Value {
         "permits": object.permits,
         "used_permits": object.used_permits,
         "count": object.count,
+        "evictions": object.evictions,
+        "warnings": object.warnings,
     })
 }
 
@@ -525,6 +527,9 @@ fn summary(object: &Inspection) -> String {
     }
     if let Some(count) = object.count {
         line.push_str(&format!(", count {count}"));
+    }
+    for warning in &object.warnings {
+        line.push_str(&format!("; warning: {warning}"));
     }
     line
 }
@@ -586,6 +591,12 @@ fn table(object: &Inspection) -> String {
                 format!("{}. {waiter}", index + 1),
             );
         }
+    }
+    if let Some(evictions) = object.evictions {
+        row("evictions", evictions.to_string());
+    }
+    for (index, warning) in object.warnings.iter().enumerate() {
+        row(if index == 0 { "warnings" } else { "" }, warning.clone());
     }
     out
 }

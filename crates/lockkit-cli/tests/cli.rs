@@ -446,3 +446,70 @@ async fn inspect_reads_semaphores_read_write_locks_latches_spin_locks_and_once_m
     assert!(mark.starts_with(client.id()), "{nightly}");
     assert!(nightly["ttl_ms"].as_u64().unwrap() > 0, "{nightly}");
 }
+
+/// A semaphore on a server whose `maxmemory-policy` may evict one of its keys, after one such
+/// eviction was repaired: `inspect` prints the warnings and the repair count, as text and JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_flags_a_semaphore_at_risk_of_eviction_and_its_repairs() {
+    let redis = server().await;
+    assert_eq!(
+        redis
+            .command(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"])
+            .await
+            .unwrap(),
+        lockkit_testkit::RespValue::Simple("OK".into())
+    );
+    let url = redis.url();
+    let client = client(&url).await;
+    let semaphore = client.semaphore("exports");
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    let _held = semaphore
+        .try_acquire(2, Duration::ZERO, Some(Duration::from_secs(120)))
+        .await
+        .unwrap()
+        .expect("two free permits");
+    // Simulate the eviction of the leases key; the next acquire repairs the semaphore.
+    let leases = lockkit::protocol::keys::Namespace::default()
+        .object(lockkit::protocol::keys::Kind::Semaphore, "exports")
+        .unwrap()
+        .keys[1]
+        .clone();
+    assert_eq!(
+        redis.command(&["DEL", &leases]).await.unwrap(),
+        lockkit_testkit::RespValue::Int(1)
+    );
+    let _permit = semaphore
+        .try_acquire(1, Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("the stranded permits came back");
+
+    let output = lockkit(
+        &url,
+        &["--json", "inspect", "--kind", "semaphore", "exports"],
+    )
+    .await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    let found = json(&output);
+    let exports = object(&found, "semaphore");
+    assert_eq!(exports["evictions"], 1, "{exports}");
+    let warnings: Vec<&str> = exports["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        warnings.iter().any(|w| w.contains("allkeys-lru")),
+        "{exports}"
+    );
+
+    let output = lockkit(&url, &["inspect", "--kind", "semaphore", "exports"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("evictions      1"), "{text}");
+    assert!(
+        text.contains("warnings") && text.contains("maxmemory-policy is allkeys-lru"),
+        "{text}"
+    );
+}

@@ -5,13 +5,19 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `<prefix>:semaphore:{name}` | HASH | `permits` = total; `used` = permits of live holds; `#<hold>` = permits of that hold |
+//! | `<prefix>:semaphore:{name}` | HASH | `permits` = total; `used` = permits of live holds; `#<hold>` = permits of that hold; `evicted` = repairs after an eviction |
 //! | `<prefix>:semaphore.leases:{name}` | ZSET | member `#<hold>`, score = end of its lease in server ms |
 //!
 //! A hold (a [`hold_marker`](crate::lock::hold_marker), unique per acquire request) is live while
 //! its score is in the future. Every script first gives back the permits of holds whose lease has
 //! ended and announces them, so a crashed holder's permits come back on their own. Release messages
 //! say how many permits came back (`n:<k>`, see [`wake`](crate::wake)).
+//!
+//! Neither key has a TTL, so only a maxmemory policy of `allkeys-*` can evict one of them. Every
+//! script but the watchdog's renewal (which reports a hold whose keys are gone as lost) first
+//! checks that the two keys still go together: leases gone while permits are counted as used, or leases left without a total.
+//! It then drops the orphaned holds (their permits come back), and counts the repair in the
+//! `evicted` field.
 //!
 //! Every script is `semaphore_lib.lua` (the helpers: server time, purge, announce) followed by the
 //! operation's own file.

@@ -43,6 +43,12 @@ pub(crate) trait Attempt {
     fn owned_key(&self) -> Option<&str> {
         None
     }
+    /// How much of the object this waiter needs (a semaphore's permits; 1 by default). A waiter
+    /// that is woken and refused hands its wake-up to a local waiter that needs less
+    /// ([`crate::waiters::Waiter::refused`]).
+    fn need(&self) -> u64 {
+        1
+    }
     /// One try. Must be cancel-safe: dropping it mid-flight must give back whatever it took.
     fn attempt(&self) -> impl Future<Output = Result<Outcome<Self::Output>, Error>> + Send;
 }
@@ -132,14 +138,20 @@ where
     warn_if_waiting_on_itself(client, attempt);
     let waiter = client
         .hub
-        .register(attempt.channel(), attempt.waiter_tag())
+        .register(attempt.channel(), attempt.waiter_tag(), attempt.need())
         .await?;
     let _waiting = metrics::Waiting::new(kind);
+    // Whether the try about to be made follows a wake-up by a release.
+    let mut woken = false;
     loop {
         let retry_in = match attempt.attempt().await? {
             Outcome::Acquired(out) => return Ok(Some(out)),
             Outcome::Busy { retry_in } => retry_in,
         };
+        if woken {
+            // What came back was not enough for this waiter: maybe for one that needs less.
+            waiter.refused();
+        }
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(None);
@@ -152,11 +164,11 @@ where
         if let Some(deadline) = deadline {
             wake_at = wake_at.min(deadline);
         }
-        tokio::select! {
-            () = waiter.woken() => {}
-            () = tokio::time::sleep_until(wake_at) => {}
+        woken = tokio::select! {
+            () = waiter.woken() => true,
+            () = tokio::time::sleep_until(wake_at) => false,
             () = client.shutdown.cancelled() => return Err(Error::Shutdown),
-        }
+        };
     }
 }
 

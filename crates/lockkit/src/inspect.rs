@@ -44,6 +44,15 @@ pub struct Inspection {
     pub used_permits: Option<u64>,
     /// A count-down latch's count.
     pub count: Option<u64>,
+    /// A semaphore's count of repairs after an eviction: how many times a script found one of
+    /// its two keys evicted (by a `maxmemory-policy` of `allkeys-*`) and dropped the holds that
+    /// were left without it. `None` when that never happened. See `docs/topologies.md`.
+    pub evictions: Option<u64>,
+    /// Problems noticed while reading the object, in words for people (the CLI prints them).
+    /// For a semaphore: the server's `maxmemory-policy` may evict one of its keys (an
+    /// `allkeys-*` policy); one of its keys is missing now (an eviction the next script will
+    /// repair); it was repaired after an eviction before. Empty when nothing was noticed.
+    pub warnings: Vec<String>,
 }
 
 /// One holder of an object, in an [`Inspection`].
@@ -258,6 +267,8 @@ async fn read(
         permits: None,
         used_permits: None,
         count: None,
+        evictions: None,
+        warnings: Vec::new(),
     };
     let number = |value: Option<&String>| value.and_then(|value| value.parse::<u64>().ok());
     match kind {
@@ -359,6 +370,8 @@ async fn read(
             let now = now_ms(redis, key).await?;
             inspection.permits = number(fields.get("permits"));
             inspection.used_permits = Some(number(fields.get("used")).unwrap_or(0));
+            inspection.evictions = number(fields.get("evicted"));
+            inspection.warnings = semaphore_warnings(redis, kind, key, &inspection, &ends).await;
             // Live holds only: an ended lease is given back by the next script that runs.
             inspection.holders = ends
                 .iter()
@@ -375,6 +388,62 @@ async fn read(
         _ => {}
     }
     Ok(inspection)
+}
+
+/// What is wrong, or at risk, with a semaphore read into `inspection` (`ends`: its leases).
+async fn semaphore_warnings(
+    redis: &RedisClient,
+    kind: Kind,
+    key: &str,
+    inspection: &Inspection,
+    ends: &[(String, f64)],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some(policy) = maxmemory_policy(redis, key)
+        .await
+        .filter(|policy| policy.starts_with("allkeys-"))
+    {
+        warnings.push(format!(
+            "maxmemory-policy is {policy}: Redis may evict one of this {}'s two keys (neither              expires) and lose permits; use noeviction or a volatile-* policy              (docs/topologies.md)",
+            kind.describe()
+        ));
+    }
+    let used = inspection.used_permits.unwrap_or(0);
+    if inspection.permits.is_some() && used > 0 && ends.is_empty() {
+        warnings.push(format!(
+            "{used} permits are counted as used but the leases key is missing (evicted?): the              next operation on it drops those holds and gives their permits back"
+        ));
+    }
+    if inspection.permits.is_none() && !ends.is_empty() {
+        warnings.push(
+            "holds are leased but the total is missing (main key evicted?): the next operation              on it drops those holds; the total must be set again"
+                .to_owned(),
+        );
+    }
+    if let Some(evictions) = inspection.evictions {
+        warnings.push(format!(
+            "one of its keys was found evicted {evictions} time(s); the holds left without it              were dropped"
+        ));
+    }
+    warnings
+}
+
+/// The `maxmemory-policy` of `key`'s node; `None` when it cannot be read (`CONFIG` renamed or
+/// refused by an ACL, as on many managed services).
+async fn maxmemory_policy(redis: &RedisClient, key: &str) -> Option<String> {
+    let reply: Result<HashMap<String, String>, _> = redis
+        .custom(
+            CustomCommand::new_static("CONFIG", ClusterHash::Custom(key_slot(key)), false),
+            vec!["GET", "maxmemory-policy"],
+        )
+        .await;
+    match reply {
+        Ok(mut config) => config.remove("maxmemory-policy"),
+        Err(err) => {
+            tracing::debug!("inspect: cannot read maxmemory-policy: {err}");
+            None
+        }
+    }
 }
 
 /// `text` with the glob characters of Redis' `MATCH` escaped.

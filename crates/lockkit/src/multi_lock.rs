@@ -18,7 +18,10 @@ use crate::lock::{Lock, LockGuard};
 ///
 /// Acquiring: try every lock without waiting; if one is busy, give back what was taken, wait
 /// (event-driven, as [`Lock`]) for the busy one within what is left of `wait`, keep it, and try
-/// the others again. The returned [`MultiLockGuard`] releases all of them.
+/// the others again. If another lock is busy in that round, everything is given back again (the
+/// lock waited for included) before the next wait: a multi-lock **never holds some of its locks
+/// while it waits**, so it cannot deadlock with a plain holder of one of them who wants another.
+/// The returned [`MultiLockGuard`] releases all of them.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -105,7 +108,9 @@ impl MultiLock {
             ));
         }
         let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
-        // A lock waited for in the previous round, already held: (index, guard).
+        // The lock waited for in the previous round, already held: (index, guard). It is put
+        // back into `held` at its place in the order, or given back with `held` when an earlier
+        // lock is busy: nothing is held across a wait (no hold-and-wait).
         let mut carried: Option<(usize, LockGuard)> = None;
         loop {
             let mut held: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
@@ -122,6 +127,7 @@ impl MultiLock {
                         break;
                     }
                     Err(err) => {
+                        held.extend(carried.take().map(|(_, guard)| guard));
                         release_all(held).await;
                         return Err(err);
                     }
@@ -130,7 +136,9 @@ impl MultiLock {
             let Some((busy, lock)) = busy else {
                 return Ok(Some(MultiLockGuard { guards: held }));
             };
-            // Never sit on a subset while waiting.
+            // Never sit on a subset while waiting: the carried lock too, when the busy one comes
+            // before it in the order.
+            held.extend(carried.take().map(|(_, guard)| guard));
             release_all(held).await;
             let remaining = match deadline {
                 None => None,

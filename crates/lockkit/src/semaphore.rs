@@ -57,7 +57,9 @@ pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
 /// # Waiting
 /// A task that finds too few permits free subscribes to the semaphore's channel and sleeps until
 /// permits come back (a release of `k` permits wakes `k` waiters of each client), or at most until
-/// the earliest holder's lease would end. It never polls.
+/// the earliest holder's lease would end. It never polls. A woken waiter that finds too few
+/// permits for itself hands the wake-up on to a waiter of its client that asks for fewer, so a
+/// freed permit is not wasted on a waiter that cannot use it.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -396,6 +398,10 @@ impl Attempt for PermitAttempt<'_> {
 
     fn object(&self) -> (Kind, &str) {
         (self.object.kind, &self.object.name)
+    }
+
+    fn need(&self) -> u64 {
+        self.permits
     }
 
     async fn attempt(&self) -> Result<Outcome<HoldGuard>, Error> {

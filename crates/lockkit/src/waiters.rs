@@ -16,7 +16,22 @@
 //! channel, the longest-registered one not already woken (no thundering herd); `k` of them when
 //! `k` permits came back; all of them when every waiter must re-check; or the one waiter named by
 //! id (fair lock). A woken waiter that goes away without consuming its
-//! wake-up passes it on. When messages may have been lost (the broadcast channel lagged, or the
+//! wake-up passes it on.
+//!
+//! Waiters of one channel may need different amounts of the object (a semaphore waiter asks for
+//! `k` permits). A wake-up goes to the longest-registered waiter whatever it needs, so it may
+//! reach one that needs more than came back while a waiter behind it needs less:
+//!
+//! 1. two permits are held; a waiter for 2 registers, then a waiter for 1;
+//! 2. one permit is released and announced (`n:1`): the waiter for 2 is woken, tries, and is
+//!    refused;
+//! 3. without more, the waiter for 1 sleeps until its deadline or the holders' leases end.
+//!
+//! So a woken waiter that is refused hands the wake-up on ([`Waiter::refused`]) to the
+//! longest-registered waiter of the channel that is not already woken and **needs less** than it
+//! does. The chain ends, since every hand-over goes to a smaller need. Waiters that all need the
+//! same (every lock, where a refusal means the object was taken) never hand a wake-up on, so a
+//! release still wakes one waiter per client, not a herd. When messages may have been lost (the broadcast channel lagged, or the
 //! subscriber connection was re-established) every waiter is woken to re-check; after a
 //! reconnect, once the hub has subscribed again to every channel it tracks.
 //!
@@ -98,6 +113,9 @@ struct Slot {
     /// The waiter's id, for messages that name the next waiter (fair lock) or the preferred one
     /// (lock).
     tag: Option<String>,
+    /// How much of the object the waiter needs (a semaphore's permits; 1 for a lock): a refused
+    /// waiter hands its wake-up to one that needs less.
+    need: u64,
 }
 
 impl Slot {
@@ -114,6 +132,22 @@ impl Entry {
             .waiters
             .iter()
             .find(|slot| !slot.woken.load(Ordering::Acquire))
+        {
+            Some(slot) => {
+                slot.wake();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Wakes the longest-registered waiter not already woken that needs less than `need`;
+    /// returns whether there was one.
+    fn wake_one_needing_less(&self, need: u64) -> bool {
+        match self
+            .waiters
+            .iter()
+            .find(|slot| slot.need < need && !slot.woken.load(Ordering::Acquire))
         {
             Some(slot) => {
                 slot.wake();
@@ -183,10 +217,17 @@ impl WaiterHub {
     }
 
     /// Registers interest in `channel` and returns once the subscription is confirmed. `tag`
-    /// names the waiter for messages that wake one waiter by id.
-    pub(crate) async fn register(&self, channel: &str, tag: Option<&str>) -> Result<Waiter, Error> {
+    /// names the waiter for messages that wake one waiter by id; `need` is how much of the object
+    /// it needs (see [`Waiter::refused`]).
+    pub(crate) async fn register(
+        &self,
+        channel: &str,
+        tag: Option<&str>,
+        need: u64,
+    ) -> Result<Waiter, Error> {
         let slot = Arc::new(Slot {
             tag: tag.map(str::to_owned),
+            need,
             ..Slot::default()
         });
         let subscribed = {
@@ -263,6 +304,22 @@ impl Waiter {
     pub(crate) async fn woken(&self) {
         self.slot.notify.notified().await;
         self.slot.woken.store(false, Ordering::Release);
+    }
+
+    /// This waiter was woken by a release, tried, and was refused: hands the wake-up on to the
+    /// longest-registered waiter of the channel that needs less and is not already woken (see
+    /// the module documentation). Does nothing when there is none.
+    pub(crate) fn refused(&self) {
+        let channels = self.hub.channels.lock();
+        if let Some(entry) = channels.get(&self.channel) {
+            if entry.wake_one_needing_less(self.slot.need) {
+                tracing::debug!(
+                    channel = %self.channel,
+                    need = self.slot.need,
+                    "woken but refused; handed the wake-up to a waiter that needs less"
+                );
+            }
+        }
     }
 }
 
@@ -533,7 +590,7 @@ mod tests {
     /// been dispatched, and we can count who it woke.
     async fn publish_then_sync(client: &Client, channel: &str, marker: &str) {
         let hub = &client.inner.hub;
-        let sync = hub.register(marker, None).await.unwrap();
+        let sync = hub.register(marker, None, 1).await.unwrap();
         let redis = client.inner.exec.redis();
         let _: i64 = redis.publish(channel, "released").await.unwrap();
         let _: i64 = redis.publish(marker, "released").await.unwrap();
@@ -548,7 +605,7 @@ mod tests {
         let marker = format!("{channel}:marker");
         let mut waiters = Vec::new();
         for _ in 0..3 {
-            waiters.push(client.inner.hub.register(&channel, None).await.unwrap());
+            waiters.push(client.inner.hub.register(&channel, None, 1).await.unwrap());
         }
         assert_eq!(woken(&waiters), 0);
 
@@ -567,5 +624,34 @@ mod tests {
 
         drop(waiters);
         assert_eq!(client.waiting_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refused_waiter_hands_its_wake_up_only_to_one_that_needs_less() {
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let channel = format!("test:need:{}", client.id());
+        let marker = format!("{channel}:marker");
+        let hub = &client.inner.hub;
+        let waiters = vec![
+            hub.register(&channel, None, 2).await.unwrap(),
+            hub.register(&channel, None, 1).await.unwrap(),
+            hub.register(&channel, None, 1).await.unwrap(),
+        ];
+
+        publish_then_sync(&client, &channel, &marker).await;
+        assert!(waiters[0].slot.woken.load(Ordering::Acquire));
+        assert_eq!(woken(&waiters), 1);
+        waiters[0].woken().await;
+
+        // Refused with 2 needed: the first waiter that needs less inherits the wake-up.
+        waiters[0].refused();
+        assert!(waiters[1].slot.woken.load(Ordering::Acquire));
+        assert_eq!(woken(&waiters), 1);
+        waiters[1].woken().await;
+
+        // Refused with 1 needed: a waiter that needs as much would be refused too.
+        waiters[1].refused();
+        assert_eq!(woken(&waiters), 0, "no hand-over between equal needs");
     }
 }

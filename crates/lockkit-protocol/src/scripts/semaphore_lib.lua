@@ -4,7 +4,8 @@
 -- Data of one semaphore:
 -- KEYS[1]  main HASH: field `permits` = the total number of permits (absent: never set);
 --          field `used` = the permits held by live holds; field #<hold> (a hold marker, always
---          starting with '#') = the number of permits that hold took
+--          starting with '#') = the number of permits that hold took; field `evicted` = how many
+--          times a script found one of the two keys evicted and repaired it (absent: never)
 -- KEYS[2]  leases ZSET: member = hold marker, score = end of that hold's lease, in server
 --          milliseconds (redis.call('TIME'), never a client clock)
 --
@@ -25,11 +26,43 @@ local function give_back(main, n)
   end
 end
 
--- Gives back the permits of every hold whose lease ended by `now`; returns how many came back.
+-- Notices that Redis evicted one of the two keys (neither has a TTL, so a maxmemory policy
+-- `allkeys-*` may evict either: see docs/topologies.md) and repairs what can be repaired; returns
+-- the permits that came back. Cheap in the normal case: two HGETs, plus one TYPE while permits
+-- are in use. Uses only commands of the minimal ACL (docs/security.md).
+-- - The leases ZSET is gone while `used` counts permits: no hold could ever end, and those
+--   permits would be lost for good. Every hold is dropped (its holder's renewal or release finds
+--   it gone, so the guard reports the loss) and its permits come back: the main HASH is
+--   rewritten with the total alone.
+-- - The total (`permits`) is gone while the leases ZSET remains: the main HASH was evicted, with
+--   the permits each hold took. The holds are dropped (as above); the total must be set again.
+-- Each repair adds 1 to the main HASH's `evicted` field, which Client::inspect reports.
+local function repair_eviction(main, leases)
+  local total = redis.call('HGET', main, 'permits')
+  if total then
+    local used = tonumber(redis.call('HGET', main, 'used')) or 0
+    if used <= 0 or redis.call('TYPE', leases)['ok'] ~= 'none' then
+      return 0
+    end
+    local evicted = tonumber(redis.call('HGET', main, 'evicted')) or 0
+    redis.call('DEL', main)
+    redis.call('HSET', main, 'permits', total, 'used', 0, 'evicted', evicted + 1)
+    return used
+  end
+  if redis.call('TYPE', leases)['ok'] == 'zset' then
+    redis.call('DEL', leases)
+    redis.call('HINCRBY', main, 'evicted', 1)
+  end
+  return 0
+end
+
+-- Gives back the permits of every hold whose lease ended by `now` (and of every hold an eviction
+-- orphaned, see `repair_eviction`); returns how many came back.
 local function purge(main, leases, now)
+  local repaired = repair_eviction(main, leases)
   local ended = redis.call('ZRANGEBYSCORE', leases, '-inf', now)
   if #ended == 0 then
-    return 0
+    return repaired
   end
   local back = 0
   for _, marker in ipairs(ended) do
@@ -38,7 +71,7 @@ local function purge(main, leases, now)
   end
   redis.call('ZREMRANGEBYSCORE', leases, '-inf', now)
   give_back(main, back)
-  return back
+  return repaired + back
 end
 
 -- The permits free now (0 while holders keep more than a reduced total).
