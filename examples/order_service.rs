@@ -1,6 +1,7 @@
 //! The seed's order service: stock is decremented under a **fenced** lock, and the storage
-//! refuses any write whose fencing token is not newer than the last one it accepted —
-//! `UPDATE stock SET qty = :qty, last_fence = :fence WHERE id = 42 AND last_fence < :fence`.
+//! refuses any write whose fencing token is older than the last one it accepted —
+//! `UPDATE stock SET qty = :qty, last_fence = :fence WHERE id = 42 AND last_fence <= :fence`
+//! (`<=`: the holder may write more than once under one acquisition, with the same token).
 //!
 //! The scenario: worker A takes the lock with a short lease, reads the stock, then "pauses" (a GC
 //! pause, a stalled VM) past its lease. Worker B takes the lock, sells one item and writes. When A
@@ -29,7 +30,7 @@ usage: order_service [--url URL]
 /// The storage's conditional write: the record keeps the token of the last accepted write.
 const FENCED_UPDATE: &str = r"
 local last = tonumber(redis.call('HGET', KEYS[1], 'last_fence') or '0')
-if tonumber(ARGV[2]) <= last then return 0 end
+if tonumber(ARGV[2]) < last then return 0 end
 redis.call('HSET', KEYS[1], 'qty', ARGV[1], 'last_fence', ARGV[2])
 return 1";
 

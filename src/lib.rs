@@ -165,3 +165,51 @@ pub async fn until_waiting(client: &lockkit::Client, waiters: usize) {
     })
     .await;
 }
+
+/// One `EVAL` of `script` over an object's `keys`, as a command of a pipelined exchange
+/// ([`lockkit_testkit::send_commands`]): for tests that drive the protocol's scripts directly, in
+/// a `MULTI` where no time passes between them.
+///
+/// # Panics
+/// For more than nine keys.
+pub fn eval<'a>(script: &'a str, keys: &'a [String], args: &[&'a str]) -> Vec<&'a str> {
+    let numkeys = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9"][keys.len()];
+    let mut command = vec!["EVAL", script, numkeys];
+    command.extend(keys.iter().map(String::as_str));
+    command.extend_from_slice(args);
+    command
+}
+
+/// The integers of one script reply.
+///
+/// # Panics
+/// When the reply is not an array of integers.
+pub fn ints(reply: &lockkit_testkit::RespValue) -> Vec<i64> {
+    match reply.as_array() {
+        Some(items) => items
+            .iter()
+            .map(|v| {
+                v.as_int()
+                    .unwrap_or_else(|| panic!("not an integer: {v:?}"))
+            })
+            .collect(),
+        None => panic!("not a script reply: {reply:?}"),
+    }
+}
+
+/// A `TIME` reply (from [`lockkit_testkit::send_commands`]) in milliseconds: the server's clock,
+/// for tests that wait for a server-side deadline to pass.
+///
+/// # Panics
+/// When the reply is not a `TIME` reply.
+pub fn server_ms(reply: &lockkit_testkit::RespValue) -> u64 {
+    let part = |i: usize| {
+        reply
+            .as_array()
+            .and_then(|time| time.get(i))
+            .and_then(|part| part.as_str())
+            .and_then(|part| part.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("not a TIME reply: {reply:?}"))
+    };
+    part(0) * 1000 + part(1) / 1000
+}

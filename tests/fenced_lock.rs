@@ -69,10 +69,10 @@ async fn tokens_keep_growing_after_redis_loses_its_data() {
 #[tokio::test]
 async fn a_stale_holders_write_is_rejected_by_the_token_check() {
     use fred::interfaces::LuaInterface;
-    // UPDATE record SET value = :value, last_fence = :fence WHERE last_fence < :fence
+    // UPDATE record SET value = :value, last_fence = :fence WHERE last_fence <= :fence
     const FENCED_WRITE: &str = r"
         local last = tonumber(redis.call('HGET', KEYS[1], 'last_fence') or '0')
-        if tonumber(ARGV[2]) <= last then return 0 end
+        if tonumber(ARGV[2]) < last then return 0 end
         redis.call('HSET', KEYS[1], 'value', ARGV[1], 'last_fence', ARGV[2])
         return 1";
     let redis = spawned().await;

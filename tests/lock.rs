@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use fred::interfaces::HashesInterface;
 use lockkit::Error;
-use lockkit_suite::{client, lock_key, raw, redis, unique, until_waiting, within};
+use lockkit_suite::{client, eval, ints, lock_key, raw, redis, unique, until_waiting, within};
 
 const HANG: Duration = Duration::from_secs(30);
 
@@ -267,25 +267,6 @@ async fn shutdown_wakes_waiting_tasks_with_an_error() {
     assert!(matches!(result, Err(Error::Shutdown)), "{result:?}");
 }
 
-/// One EVAL of `script` over the lock's keys, as a command of a pipelined exchange.
-fn eval<'a>(script: &'a str, keys: &'a [String], args: &[&'a str]) -> Vec<&'a str> {
-    let numkeys = ["0", "1", "2", "3", "4"][keys.len()];
-    let mut command = vec!["EVAL", script, numkeys];
-    command.extend(keys.iter().map(String::as_str));
-    command.extend_from_slice(args);
-    command
-}
-
-/// The integers of one script reply.
-fn ints(reply: &lockkit_testkit::RespValue) -> Vec<i64> {
-    reply
-        .as_array()
-        .expect("a script reply")
-        .iter()
-        .map(|v| v.as_int().expect("an integer"))
-        .collect()
-}
-
 /// The handoff reservation, checked inside Redis for the lock and the fenced lock: the release
 /// and the acquires run in one `MULTI`, so no time passes between them and the outcome does not
 /// depend on the machine's speed.
@@ -316,15 +297,17 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
             keys.aux("waiting").expect("a waiting key"),
         );
         let lease = "30000";
+        // Waiters keep their entry alive for a minute (the keep-alive), far longer than the test.
+        let wait = "60000";
 
         // Nobody waits: the owner that releases may take the lock back at once.
         let replies = send_commands(
             server.addr(),
             &[
-                eval(acquire, k, &["A", "#A:1", lease, "1"]),
+                eval(acquire, k, &["A", "#A:1", lease, wait]),
                 vec!["MULTI"],
                 eval(release, k, &["#A:1", &keys.channel, "0"]),
-                eval(acquire, k, &["A", "#A:2", lease, "1"]),
+                eval(acquire, k, &["A", "#A:2", lease, wait]),
                 vec!["EXEC"],
                 eval(release, k, &["#A:2", &keys.channel, "0"]),
             ],
@@ -345,17 +328,17 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
         let replies = send_commands(
             server.addr(),
             &[
-                eval(acquire, k, &["A", "#A:3", lease, "1"]),
-                // D tries once and does not wait (`try_lock(ZERO)`): it must not join the set.
+                eval(acquire, k, &["A", "#A:3", lease, wait]),
+                // D tries once and does not wait (`try_lock(ZERO)`, keep-alive 0): it must not join the set.
                 eval(acquire, k, &["D", "#D:1", lease, "0"]),
-                eval(acquire, k, &["B", "#B:1", lease, "1"]),
-                eval(acquire, k, &["C", "#C:1", lease, "1"]),
-                eval(acquire, k, &["B", "#B:2", lease, "1"]),
+                eval(acquire, k, &["B", "#B:1", lease, wait]),
+                eval(acquire, k, &["C", "#C:1", lease, wait]),
+                eval(acquire, k, &["B", "#B:2", lease, wait]),
                 vec!["MULTI"],
                 eval(release, k, &["#A:3", &keys.channel, "0"]),
-                eval(acquire, k, &["A", "#A:4", lease, "1"]),
-                eval(acquire, k, &["C", "#C:2", lease, "1"]),
-                eval(acquire, k, &["B", "#B:3", lease, "1"]),
+                eval(acquire, k, &["A", "#A:4", lease, wait]),
+                eval(acquire, k, &["C", "#C:2", lease, wait]),
+                eval(acquire, k, &["B", "#B:3", lease, wait]),
                 vec!["EXISTS", handoff],
                 vec!["ZRANGE", waiting, "0", "-1"],
                 vec!["EXEC"],

@@ -515,3 +515,28 @@ async fn a_spin_lock_waiting_for_itself_is_warned_too() {
     assert_eq!(self_wait_warnings(&seen, &name), 1, "{seen:?}");
     guard.unlock().await.unwrap();
 }
+
+#[tokio::test]
+async fn hold_count_counts_only_live_holds() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let lock = client.lock(unique("count-live"));
+    let guard = lock.lock().await.unwrap();
+    let inner = guard
+        .scope(lock.try_lock(Duration::ZERO, Some(Duration::from_millis(200))))
+        .await
+        .unwrap()
+        .expect("re-entry in the scope");
+    assert_eq!(guard.scope(lock.hold_count()).await.unwrap(), 2);
+    inner.lost().await;
+    // The guard's deadline is conservative (it runs from when the acquire was sent); Redis ends
+    // the hold a round trip later. No event marks a server-side expiry: give it far more.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        guard.scope(lock.hold_count()).await.unwrap(),
+        1,
+        "a hold whose lease ended is not counted"
+    );
+    assert!(matches!(inner.unlock().await, Err(Error::NotHeld { .. })));
+    guard.unlock().await.unwrap();
+}

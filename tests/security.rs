@@ -49,6 +49,7 @@ const MINIMAL_ACL: &[&str] = &[
     "+hsetnx",
     "+hdel",
     "+hexists",
+    "+hgetall",
     "+hincrby",
     "+zadd",
     "+zrem",

@@ -92,57 +92,62 @@ async fn each_release_lets_one_waiter_in_until_all_are_served() {
 }
 
 /// A release names the owner that has waited longest (`p:<owner>`), and that owner's client wakes
-/// that very waiter, even when the client registered another waiter before it. Here A waited
-/// first, stopped waiting (its place in Redis stays), then waited again behind B: the release
-/// wakes A, not B. (Waking B would get it refused: the lock is reserved for A.)
+/// that very waiter, even when the client registered another waiter before it. Here A waits
+/// first and B second, in the client and in Redis; then B's place in Redis's waiting set is moved
+/// ahead of A's. The release reserves the lock for B and wakes B, not A, who registered first in
+/// the client. (Waking A would get it refused: the lock is reserved for B.)
 #[tokio::test]
 async fn a_release_wakes_the_waiter_it_reserved_the_lock_for() {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+
     let redis = redis().await;
     let holder = client(&redis.url()).await;
     let waiting = client(&redis.url()).await;
     let name = unique("prefer");
     let guard = holder.lock(&name).lock().await.unwrap();
     let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let (again_tx, again_rx) = tokio::sync::oneshot::channel::<()>();
 
-    let lock = waiting.lock(&name);
-    let order = order_tx.clone();
-    let a = tokio::spawn(async move {
-        // First wait, given up on request: A leaves the client's waiters, not Redis's set.
-        tokio::select! {
-            _ = lock.lock() => panic!("A got the lock while it was held"),
-            _ = stop_rx => {}
-        }
-        again_rx.await.unwrap();
-        let guard = lock.lock().await.unwrap();
-        order.send("A").unwrap();
-        guard.unlock().await.unwrap();
-    });
-    until_waiting(&waiting, 1).await;
+    let mut tasks = Vec::new();
+    for (waiter, registered) in [("A", 1), ("B", 2)] {
+        let lock = waiting.lock(&name);
+        let order = order_tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.unwrap();
+            order.send(waiter).unwrap();
+            guard.unlock().await.unwrap();
+        }));
+        // Registered in the client only after its first attempt joined Redis's waiting set.
+        until_waiting(&waiting, registered).await;
+    }
 
-    let lock = waiting.lock(&name);
-    let order = order_tx.clone();
-    let b = tokio::spawn(async move {
-        let guard = lock.lock().await.unwrap();
-        order.send("B").unwrap();
-        guard.unlock().await.unwrap();
-    });
-    until_waiting(&waiting, 2).await;
-    stop_tx.send(()).unwrap();
-    within(HANG, "A to stop waiting", async {
-        while waiting.waiting_count() > 1 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-    again_tx.send(()).unwrap();
-    until_waiting(&waiting, 2).await;
+    // B (the later entry) moves ahead of A in Redis.
+    let raw = lockkit_suite::raw(&redis.url()).await;
+    let set = lockkit::protocol::keys::Namespace::default()
+        .lock(&name)
+        .unwrap()
+        .aux("waiting")
+        .expect("a waiting set")
+        .to_owned();
+    let command = |name| CustomCommand::new_static(name, ClusterHash::FirstKey, false);
+    let members: Vec<String> = raw
+        .custom(command("ZRANGE"), vec![set.as_str(), "0", "-1"])
+        .await
+        .unwrap();
+    assert_eq!(members.len(), 2, "{members:?}");
+    let _: i64 = raw
+        .custom(
+            command("ZADD"),
+            vec![set.as_str(), "0", members[1].as_str()],
+        )
+        .await
+        .unwrap();
 
     guard.unlock().await.unwrap();
     let first = within(HANG, "the first handoff", order_rx.recv()).await;
     let second = within(HANG, "the second handoff", order_rx.recv()).await;
-    assert_eq!((first, second), (Some("A"), Some("B")));
-    within(HANG, "A", a).await.unwrap();
-    within(HANG, "B", b).await.unwrap();
+    assert_eq!((first, second), (Some("B"), Some("A")));
+    for task in tasks {
+        within(HANG, "a waiter", task).await.unwrap();
+    }
 }

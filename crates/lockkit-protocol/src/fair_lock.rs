@@ -5,7 +5,7 @@
 //!
 //! | key | type | content |
 //! |-----|------|---------|
-//! | `<prefix>:fair:{name}` | HASH | `<owner id>` → hold count, `#<hold id>` → owner (as the reentrant lock); TTL = the lease |
+//! | `<prefix>:fair:{name}` | HASH | `<owner id>` → hold count, `#<hold id>` → `<expiry> <owner>` (as the reentrant lock: every hold has its own lease); expires with the latest live hold |
 //! | `<prefix>:fair.queue:{name}` | LIST | waiter ids in request order; the head is next in line |
 //! | `<prefix>:fair.timeouts:{name}` | ZSET | waiter id → deadline, in server milliseconds (`TIME`) |
 //!
@@ -20,27 +20,17 @@
 //! wakes; `one` when nobody is queued.
 //!
 //! Release and renewal follow the conventions every hold kind shares: release replies are decoded
-//! by [`ReleaseReply`](crate::lock::ReleaseReply), renewal replies by
-//! [`decode_renew`](crate::lock::decode_renew).
+//! by [`ReleaseReply`](crate::lock::ReleaseReply); holds are renewed by the reentrant lock's
+//! [`RENEW`](crate::lock::RENEW) (three keys per hold), whose replies
+//! [`decode_renew`](crate::lock::decode_renew) decodes.
 
-use crate::script::Script;
+use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// Take one hold, or join (or stay in) the queue.
-pub static ACQUIRE: Script = Script::new(
-    "fair_lock_acquire",
-    include_str!("scripts/fair_lock_acquire.lua"),
-);
+pub static ACQUIRE: Script = with_prelude!("hold_lib", "fair_lock_acquire");
 /// Give back one hold; when the lock is freed, name the next waiter.
-pub static RELEASE: Script = Script::new(
-    "fair_lock_release",
-    include_str!("scripts/fair_lock_release.lua"),
-);
-/// Extend or check many holds at once (the watchdog's batch; three keys per hold).
-pub static RENEW: Script = Script::new(
-    "fair_lock_renew",
-    include_str!("scripts/fair_lock_renew.lua"),
-);
+pub static RELEASE: Script = with_prelude!("hold_lib", "fair_lock_release");
 /// Delete a fair lock whoever holds it; the queue is kept and its head woken.
 pub static FORCE_UNLOCK: Script = Script::new(
     "fair_lock_force_unlock",
@@ -171,8 +161,8 @@ mod tests {
 
     #[test]
     fn every_script_documents_its_contract() {
-        for script in [&ACQUIRE, &RELEASE, &RENEW, &FORCE_UNLOCK, &CANCEL] {
-            let src = script.source();
+        for script in [&ACQUIRE, &RELEASE, &FORCE_UNLOCK, &CANCEL] {
+            let src = crate::lock::strip_preludes(script.source());
             assert!(
                 src.starts_with(&format!("-- {}:", script.name())),
                 "{}",

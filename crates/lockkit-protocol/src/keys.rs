@@ -146,12 +146,12 @@ impl Kind {
     /// The suffixes of the kind's keys after the main one, in the order its scripts take them.
     pub fn aux_suffixes(self) -> &'static [&'static str] {
         match self {
-            Kind::FencedLock => &["token", "handoff", "waiting"],
+            Kind::FencedLock => &["token", "handoff", "waiting", "timeouts"],
             Kind::FairLock => &["queue", "timeouts"],
             Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases"],
             Kind::ReadWriteLock => &["expiries"],
             Kind::CountDownLatch => &["requests"],
-            Kind::Lock => &["handoff", "waiting"],
+            Kind::Lock => &["handoff", "waiting", "timeouts"],
             Kind::SpinLock | Kind::OnceMark => &[],
         }
     }

@@ -1,33 +1,50 @@
-//! The reentrant lock: a HASH per lock with per-owner hold counts and one marker per hold.
+//! The reentrant lock: a HASH per lock with per-owner hold counts and one marker per hold, each
+//! hold with a lease of its own.
 //!
-//! Layout of the lock key (see `scripts/lock_acquire.lua`):
+//! Layout of the lock key (see `scripts/hold_lib.lua`):
 //!
-//! | field              | value                     |
-//! |--------------------|---------------------------|
-//! | `<owner id>`       | that owner's hold count   |
-//! | `#<hold id>`       | the owner of that hold    |
+//! | field              | value                                                      |
+//! |--------------------|------------------------------------------------------------|
+//! | `<owner id>`       | that owner's hold count                                    |
+//! | `#<hold id>`       | `<expiry> <owner id>`: the hold's own expiry, its owner     |
 //!
-//! The key's TTL is the lease. An owner id is `<client id>:<task>`; a hold id is
-//! `<client id>:<sequence>`, unique per acquire request. The marker makes every script idempotent
-//! per request: an acquire re-sent after a dropped connection finds its marker and does not count
-//! twice, a release takes away exactly the hold it names, and a renewal never revives a released
-//! hold.
+//! The expiry is in server milliseconds (`TIME`, never a client clock). A hold is live while its
+//! expiry is in the future; every script that reads the hash first ends the holds whose lease ran
+//! out (each gives back one count of its owner), and the key expires with the latest live hold
+//! (`PEXPIREAT`), so the lock is held exactly while one of its holds is, and no hold outlives its
+//! own lease: a short re-entry inside a long hold, or a long one inside a short hold, ends on
+//! time. Renewal moves only the renewed hold's expiry.
 //!
-//! Two more keys serve handoffs under contention: `<prefix>:lock.waiting:{name}`, a ZSET of the
-//! owners that found the lock taken and wait, by when they first did, and
+//! An owner id is opaque to the scripts (never parsed); a hold id is `<client id>:<sequence>`,
+//! unique per acquire request. The marker makes every script idempotent per request: an acquire
+//! re-sent after a dropped connection finds its marker and does not count twice, a release takes
+//! away exactly the hold it names, and a renewal never revives a released hold.
+//!
+//! Three more keys serve handoffs under contention (`scripts/handoff_lib.lua`):
+//! `<prefix>:lock.waiting:{name}`, a ZSET of the owners that found the lock taken and wait, by
+//! when they first did; `<prefix>:lock.timeouts:{name}`, a ZSET of the same owners' keep-alive
+//! deadlines, pushed on by each of their retries ([`WAITER_KEEPALIVE`]); and
 //! `<prefix>:lock.handoff:{name}`, the waiter a release reserved the free lock for, for
-//! [`HANDOFF_WINDOW`]. Both are absent while nobody waits, so an uncontended acquire still costs
-//! three commands.
+//! [`HANDOFF_WINDOW`]. A waiter that gives up leaves at once ([`CANCEL`]), one whose client died
+//! is dropped when its deadline passes, and a release reserves the lock only for an owner that
+//! still waits. The three are absent while nobody waits, so an uncontended acquire costs four
+//! commands (`EXISTS`, `TIME`, `HSET`, `PEXPIREAT`).
 
 use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// Take one hold.
-pub static ACQUIRE: Script = with_prelude!("handoff_lib", "lock_acquire");
+pub static ACQUIRE: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_acquire");
 /// Give back one hold.
-pub static RELEASE: Script = with_prelude!("handoff_lib", "lock_release");
-/// Extend or check many holds at once (the watchdog's batch).
-pub static RENEW: Script = Script::new("lock_renew", include_str!("scripts/lock_renew.lua"));
+pub static RELEASE: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_release");
+/// Extend or check many holds at once (the watchdog's batch), for every kind whose main key is a
+/// lock HASH: lock, fenced lock and fair lock.
+pub static RENEW: Script = with_prelude!("hold_lib", "lock_renew");
+/// Take an owner that stopped waiting out of the waiting set, and hand on its reservation (lock
+/// and fenced lock).
+pub static CANCEL: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_cancel");
+/// The live hold count of some owners (lock, fenced lock and fair lock).
+pub static HOLD_COUNT: Script = with_prelude!("hold_lib", "lock_hold_count");
 /// Delete a lock whoever holds it.
 pub static FORCE_UNLOCK: Script = Script::new(
     "lock_force_unlock",
@@ -44,6 +61,11 @@ pub static FORCE_UNLOCK: Script = Script::new(
 /// window (it gave up, or its client died) loses its place and the lock is anyone's again.
 pub const HANDOFF_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
 
+/// How long a waiter of a lock or fenced lock stays in the waiting set without retrying (its
+/// keep-alive): a waiter retries at least every third of it, and one that stops (its client died)
+/// is dropped once it has passed, so a release never reserves the lock for it.
+pub const WAITER_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The marker field of a hold, from its hold id.
 ///
 /// ```
@@ -56,6 +78,41 @@ pub fn hold_marker(client_id: &str, sequence: u64) -> String {
 /// Whether a field of a lock hash is a hold marker (as opposed to an owner's count).
 pub fn is_marker_field(field: &str) -> bool {
     field.starts_with('#')
+}
+
+/// One hold read back from a lock hash: the value of a hold marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HoldEntry {
+    /// When the hold's own lease ends, in server milliseconds (Unix time).
+    pub expiry_ms: u64,
+    /// The owner the hold counts for.
+    pub owner: String,
+}
+
+impl HoldEntry {
+    /// Reads a field and its value back: `Some` for a hold marker (`#…` → `<expiry> <owner>`),
+    /// `None` for any other field (an owner's count, a fenced lock's token).
+    ///
+    /// ```
+    /// use lockkit_protocol::lock::HoldEntry;
+    /// let hold = HoldEntry::parse("#c1:7", "1700000000000 c1:3").unwrap();
+    /// assert_eq!((hold.expiry_ms, hold.owner.as_str()), (1_700_000_000_000, "c1:3"));
+    /// assert_eq!(HoldEntry::parse("c1:3", "1"), None);
+    /// assert_eq!(HoldEntry::parse("#c1:7:token", "42"), None);
+    /// ```
+    pub fn parse(field: &str, value: &str) -> Option<Self> {
+        if !is_marker_field(field) {
+            return None;
+        }
+        let (expiry, owner) = value.split_once(' ')?;
+        if expiry.is_empty() || !expiry.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Self {
+            expiry_ms: expiry.parse().ok()?,
+            owner: owner.to_owned(),
+        })
+    }
 }
 
 /// Reply of [`ACQUIRE`].
@@ -135,6 +192,23 @@ pub fn decode_renew(reply: &[i64], holds: usize) -> Result<Vec<bool>, DecodeErro
     Ok(reply.iter().map(|v| *v == 1).collect())
 }
 
+/// Decodes [`CANCEL`]'s reply: whether the owner was still waiting (or reserved for).
+pub fn decode_cancel(reply: &[i64]) -> Result<bool, DecodeError> {
+    match *reply {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(DecodeError::new(CANCEL.name(), reply)),
+    }
+}
+
+/// Decodes [`HOLD_COUNT`]'s reply: the owners' live holds.
+pub fn decode_hold_count(reply: &[i64]) -> Result<u32, DecodeError> {
+    match *reply {
+        [count] if count >= 0 => Ok(u32::try_from(count).unwrap_or(u32::MAX)),
+        _ => Err(DecodeError::new(HOLD_COUNT.name(), reply)),
+    }
+}
+
 /// Decodes [`FORCE_UNLOCK`]'s reply: whether the lock existed.
 pub fn decode_force_unlock(reply: &[i64]) -> Result<bool, DecodeError> {
     match *reply {
@@ -142,6 +216,19 @@ pub fn decode_force_unlock(reply: &[i64]) -> Result<bool, DecodeError> {
         [0] => Ok(false),
         _ => Err(DecodeError::new(FORCE_UNLOCK.name(), reply)),
     }
+}
+
+/// `source` without the helper files a script may start with (tests).
+#[cfg(test)]
+pub(crate) fn strip_preludes(source: &str) -> &str {
+    let mut src = source;
+    for lib in [
+        include_str!("scripts/hold_lib.lua"),
+        include_str!("scripts/handoff_lib.lua"),
+    ] {
+        src = src.strip_prefix(lib).unwrap_or(src);
+    }
+    src
 }
 
 #[cfg(test)]
@@ -198,6 +285,28 @@ mod tests {
         assert_eq!(decode_force_unlock(&[1]), Ok(true));
         assert_eq!(decode_force_unlock(&[0]), Ok(false));
         assert!(decode_force_unlock(&[]).is_err());
+        assert_eq!(decode_cancel(&[1]), Ok(true));
+        assert_eq!(decode_cancel(&[0]), Ok(false));
+        assert!(decode_cancel(&[2]).is_err());
+    }
+
+    #[test]
+    fn hold_entries_are_read_back() {
+        assert_eq!(
+            HoldEntry::parse("#c:1", "12 an owner with spaces"),
+            Some(HoldEntry {
+                expiry_ms: 12,
+                owner: "an owner with spaces".into()
+            })
+        );
+        for (field, value) in [
+            ("#c:1", "c:task-1"),
+            ("#c:1", " x"),
+            ("#c:1", "1x y"),
+            ("o", "1 x"),
+        ] {
+            assert_eq!(HoldEntry::parse(field, value), None, "{field} {value}");
+        }
     }
 
     #[test]
@@ -215,10 +324,9 @@ mod tests {
 
     #[test]
     fn every_script_documents_its_contract() {
-        let lib = include_str!("scripts/handoff_lib.lua");
-        for script in [&ACQUIRE, &RELEASE, &RENEW, &FORCE_UNLOCK] {
-            // The acquire and the release start with the handoff helpers, written once.
-            let src = script.source().strip_prefix(lib).unwrap_or(script.source());
+        for script in [&ACQUIRE, &RELEASE, &RENEW, &CANCEL, &FORCE_UNLOCK] {
+            // Most start with the hold and handoff helpers, written once.
+            let src = strip_preludes(script.source());
             assert!(
                 src.starts_with(&format!("-- {}:", script.name())),
                 "{}",

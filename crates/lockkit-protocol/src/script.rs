@@ -47,15 +47,20 @@ impl Script {
     }
 }
 
-/// A script assembled at compile time from a shared prelude (`scripts/<prelude>.lua`: helper
-/// functions written once) followed by the operation's own file (`scripts/<name>.lua`, which
-/// starts with its KEYS/ARGV/Reply header).
+/// A script assembled at compile time from shared preludes (`scripts/<prelude>.lua`: helper
+/// functions written once, in the order given: a later prelude may use an earlier one's helpers)
+/// followed by the operation's own file (`scripts/<name>.lua`, which starts with its
+/// KEYS/ARGV/Reply header). `with_prelude!("lib", "name")` or
+/// `with_prelude!(["lib_a", "lib_b"], "name")`.
 macro_rules! with_prelude {
     ($prelude:literal, $name:literal) => {
+        $crate::script::with_prelude!([$prelude], $name)
+    };
+    ([$($prelude:literal),+], $name:literal) => {
         $crate::script::Script::new(
             $name,
             concat!(
-                include_str!(concat!("scripts/", $prelude, ".lua")),
+                $(include_str!(concat!("scripts/", $prelude, ".lua")),)+
                 include_str!(concat!("scripts/", $name, ".lua"))
             ),
         )

@@ -18,6 +18,9 @@ use crate::{RespValue, TestCertificates, TestkitError};
 const PORT_ATTEMPTS: usize = 5;
 /// How often a restart on the same port is tried when the port is taken.
 const RESTART_ATTEMPTS: usize = 5;
+/// What a server persists in its directory: the RDB snapshot (`SAVE`) and the
+/// AOF directory (Redis 7, `--appendonly yes`).
+const PERSISTENCE_FILES: [&str; 2] = ["dump.rdb", "appendonlydir"];
 /// How many lines of each log file go into an error.
 const LOG_TAIL_LINES: usize = 20;
 /// Upper bound of one readiness probe.
@@ -151,12 +154,19 @@ impl ServerOptions {
 }
 
 /// A `redis-server` child process listening on `127.0.0.1` on a port of its
-/// own, without persistence, in a temporary directory of its own.
+/// own, in a temporary directory of its own (its `--dir`).
+///
+/// The server saves nothing on its own (`--save ""`, `--appendonly no`), but a
+/// `SAVE` or `BGSAVE` sent to it writes `dump.rdb` into its directory, and a
+/// server started again on that directory loads it, as a real Redis that
+/// restarts from an older snapshot does:
+/// [`restart_from_disk`](RedisServer::restart_from_disk) restarts it that way,
+/// [`restart_empty`](RedisServer::restart_empty) with no data.
 ///
 /// On drop the process is killed with `SIGKILL` and reaped, and the
 /// directory is removed. [`kill`](RedisServer::kill) keeps the port number,
-/// so [`start_again`](RedisServer::start_again) brings an empty server back
-/// on the same address.
+/// so [`start_again`](RedisServer::start_again) brings the server back on the
+/// same address.
 #[derive(Debug)]
 pub struct RedisServer {
     port: u16,
@@ -262,8 +272,38 @@ impl RedisServer {
     }
 
     /// Kills the server with `SIGKILL`, starts a new one with no data on the
-    /// same port and waits until it answers.
+    /// same port and waits until it answers. What a `SAVE` wrote to the
+    /// server's directory is deleted first.
     pub async fn restart_empty(&mut self) -> Result<(), TestkitError> {
+        self.kill();
+        for file in PERSISTENCE_FILES {
+            let path = self.dir.path.join(file);
+            let removed = if path.is_dir() {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            };
+            match removed {
+                Ok(()) => tracing::debug!(path = %path.display(), "persisted data removed"),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => {
+                    return Err(TestkitError::io(
+                        format!("removing {}", path.display()),
+                        err,
+                    ))
+                }
+            }
+        }
+        self.start_again().await
+    }
+
+    /// Kills the server with `SIGKILL` (a crash: nothing is saved on the way
+    /// out), starts it again on the same port and directory, and waits until
+    /// it answers. The new server loads what was last persisted there: the
+    /// data as of the last `SAVE`/`BGSAVE` (or an AOF, with `--appendonly yes`
+    /// among the options), else nothing. Writes made after that are lost, as
+    /// when a real Redis restarts from an older snapshot.
+    pub async fn restart_from_disk(&mut self) -> Result<(), TestkitError> {
         self.kill();
         self.start_again().await
     }
@@ -278,9 +318,11 @@ impl RedisServer {
         }
     }
 
-    /// Starts an empty server on the same port after [`kill`](RedisServer::kill)
-    /// and waits until it answers. A server that is still running is killed
-    /// first.
+    /// Starts the server again on the same port and directory after
+    /// [`kill`](RedisServer::kill) and waits until it answers; it loads what
+    /// was persisted in the directory (see
+    /// [`restart_from_disk`](RedisServer::restart_from_disk)), if anything. A
+    /// server that is still running is killed first.
     pub async fn start_again(&mut self) -> Result<(), TestkitError> {
         self.kill();
         let mut attempt = 0;

@@ -64,6 +64,24 @@ async fn restart_empty_loses_data_and_keeps_the_port() {
 }
 
 #[tokio::test]
+async fn restart_from_disk_brings_back_the_last_save_and_restart_empty_does_not() {
+    let mut server = RedisServer::start().await.unwrap();
+    server.command(&["SET", "k", "saved"]).await.unwrap();
+    assert_eq!(server.command(&["SAVE"]).await.unwrap(), simple("OK"));
+    server
+        .command(&["SET", "k", "after the save"])
+        .await
+        .unwrap();
+
+    server.restart_from_disk().await.unwrap();
+    assert_eq!(server.command(&["GET", "k"]).await.unwrap(), bulk("saved"));
+
+    server.restart_empty().await.unwrap();
+    assert!(server.command(&["GET", "k"]).await.unwrap().is_nil());
+    assert!(!server.dir().join("dump.rdb").exists());
+}
+
+#[tokio::test]
 async fn kill_then_start_again() {
     let mut server = RedisServer::start().await.unwrap();
     let pid = server.pid().unwrap();

@@ -1,14 +1,14 @@
 //! [`FairLock`]: a reentrant lock granted in request order (FIFO) across clients.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_protocol::fair_lock::{
     decode_cancel, decode_force_unlock, waiter_id, AcquireReply, ACQUIRE, CANCEL, FORCE_UNLOCK,
-    RELEASE, RENEW,
+    RELEASE,
 };
 use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::RENEW;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
@@ -20,12 +20,20 @@ use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
 use crate::lock::LockGuard;
 use crate::object::Object;
 use crate::owner;
+use crate::queued::{Leave, Queued};
 
 /// How holds of a [`FairLock`] are released and renewed.
 static FAIR_HOLDS: HoldKind = HoldKind {
     kind: Kind::FairLock,
     release: &RELEASE,
     renew: &RENEW,
+};
+
+/// How a waiter that gives up leaves the queue (and passes its turn on).
+static FAIR_LEAVE: Leave = Leave {
+    script: &CANCEL,
+    keys: |keys| keys.keys.iter().map(String::as_str).collect(),
+    decode: decode_cancel,
 };
 
 /// A reentrant lock granted in request order (FIFO) across clients.
@@ -224,10 +232,16 @@ impl FairLock {
             lease,
             lease_ms: lease_millis(lease).to_string(),
             watchdog,
-            waiter: waiter_id(&inner.id, inner.next_sequence()),
+            waiter: Queued::new(
+                inner,
+                Kind::FairLock,
+                &self.object.name,
+                keys,
+                &FAIR_LEAVE,
+                waiter_id(&inner.id, inner.next_sequence()),
+            ),
             keepalive,
             keepalive_ms: lease_millis(keepalive).to_string(),
-            queued: AtomicBool::new(false),
         };
         acquire(inner, &attempt, wait).await
     }
@@ -290,14 +304,11 @@ struct FairAttempt<'a> {
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
-    waiter: String,
+    /// The waiter's place in the queue, left when the call gives up.
+    waiter: Queued<'a>,
     /// How long the queue entry lives without a retry; zero: try once, never queue.
     keepalive: Duration,
     keepalive_ms: String,
-    /// Whether the waiter may be in the queue: set before a script that may queue it is sent,
-    /// cleared when a grant (which takes it out) is seen. Dropping the attempt while set takes
-    /// it out of the queue.
-    queued: AtomicBool,
 }
 
 impl Attempt for FairAttempt<'_> {
@@ -312,7 +323,7 @@ impl Attempt for FairAttempt<'_> {
     }
 
     fn waiter_tag(&self) -> Option<&str> {
-        Some(&self.waiter)
+        Some(self.waiter.id())
     }
 
     fn owned_key(&self) -> Option<&str> {
@@ -333,7 +344,7 @@ impl Attempt for FairAttempt<'_> {
             Some(&self.owner),
         );
         if !self.keepalive.is_zero() {
-            self.queued.store(true, Ordering::Release);
+            self.waiter.joining();
         }
         let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
         let sent = Instant::now();
@@ -347,7 +358,7 @@ impl Attempt for FairAttempt<'_> {
                     &self.owner,
                     &guard.hold().marker,
                     &self.lease_ms,
-                    &self.waiter,
+                    self.waiter.id(),
                     &self.keepalive_ms,
                     &self.keys.channel,
                     client.exec.publish_flag(),
@@ -358,7 +369,7 @@ impl Attempt for FairAttempt<'_> {
         match AcquireReply::decode(&reply)? {
             AcquireReply::Acquired { hold_count } => {
                 // A grant takes the waiter out of the queue in the same script.
-                self.queued.store(false, Ordering::Release);
+                self.waiter.granted();
                 Ok(Outcome::Acquired(LockGuard::new(
                     guard.granted(sent)?.replicated().await?,
                     hold_count,
@@ -377,47 +388,6 @@ impl Attempt for FairAttempt<'_> {
                 })
             }
         }
-    }
-}
-
-impl Drop for FairAttempt<'_> {
-    fn drop(&mut self) {
-        if !*self.queued.get_mut() {
-            return;
-        }
-        // Gave up (timed out, cancelled, failed) while queued: leave the queue and pass the turn
-        // on, in the background. Without a runtime, the entry runs out after the keep-alive.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let client = Arc::clone(self.client);
-        let keys = Arc::clone(self.keys);
-        let waiter = std::mem::take(&mut self.waiter);
-        let name = Arc::clone(self.name);
-        runtime.spawn(async move {
-            let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-            let result = client
-                .exec
-                .ints(
-                    &CANCEL,
-                    Kind::FairLock,
-                    &key_refs,
-                    &[&waiter, &keys.channel, client.exec.publish_flag()],
-                    Resend::Allowed,
-                )
-                .await
-                .and_then(|reply| Ok(decode_cancel(&reply)?));
-            match result {
-                Ok(removed) => {
-                    tracing::debug!(%name, %waiter, removed, "left the fair lock's queue")
-                }
-                Err(err) => tracing::debug!(
-                    %name,
-                    %waiter,
-                    "could not leave the fair lock's queue; the entry runs out on its own: {err}"
-                ),
-            }
-        });
     }
 }
 

@@ -29,7 +29,8 @@ static FENCED: Flavor = Flavor {
 /// A lease-based lock cannot stop a holder that was paused past its lease (GC, `SIGSTOP`, a
 /// swapped-out VM) from waking up and writing as if it still held the lock. A fencing token lets
 /// the *storage* reject that stale writer: store the token of the last accepted write next to the
-/// data and accept a write only with a larger token (`UPDATE … WHERE last_fence < :fence`).
+/// data and accept a write only with a token at least as large (`UPDATE … WHERE last_fence <=
+/// :fence`: `<=`, since the holder may write more than once under one acquisition).
 ///
 /// Everything else is as [`Lock`](crate::Lock): same ownership, leases, watchdog and waiting.
 /// [`LockGuard::fencing_token`] returns the token.
@@ -39,15 +40,17 @@ static FENCED: Flavor = Flavor {
 /// let lock = client.fenced_lock("stock:42");
 /// let guard = lock.lock().await?;
 /// let fence = guard.fencing_token().unwrap_or_default();
-/// // UPDATE stock SET qty = qty - 1, last_fence = :fence WHERE id = 42 AND last_fence < :fence
+/// // UPDATE stock SET qty = qty - 1, last_fence = :fence WHERE id = 42 AND last_fence <= :fence
 /// # let _ = fence;
 /// guard.unlock().await?;
 /// # Ok(()) }
 /// ```
 ///
-/// Tokens come from a counter in Redis that never expires. If Redis loses its data (a restart
-/// without persistence), the counter starts again from the server clock in microseconds, so
-/// tokens keep growing as long as the server clock does.
+/// Tokens come from a counter in Redis that never expires; every acquisition mints
+/// `max(counter, server clock in µs) + 1`. So tokens never repeat even when the counter goes back
+/// or is lost: Redis restarted from an older RDB/AOF snapshot or without persistence, or failed
+/// over to a replica that had not seen the last increments. The assumption left: the server
+/// clock does not step back further than such a restore rolled the counter back.
 #[derive(Clone, Debug)]
 pub struct FencedLock {
     lock: Lock,

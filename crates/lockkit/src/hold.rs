@@ -187,6 +187,11 @@ impl Hold {
 }
 
 /// Gives back `hold` in Redis.
+///
+/// A hold already known lost ([`Hold::is_lost`]: its lease ran out by the local, conservative
+/// clock, or renewal found it gone) is still given back, so that the lock frees at once if Redis
+/// has not ended it yet, but the answer is [`Error::NotHeld`] every time: the critical section
+/// may have outlived the lease, whichever side of the race the release landed on.
 pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
     use tracing::Instrument;
     let span = tracing::debug_span!(
@@ -194,6 +199,7 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
         kind = hold.kind.kind.segment(),
         name = &*hold.name,
     );
+    let lost_before = hold.is_lost();
     release_marker(
         exec,
         hold.kind,
@@ -203,7 +209,13 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
         || hold.is_lost(),
     )
     .instrument(span)
-    .await
+    .await?;
+    if lost_before {
+        return Err(Error::NotHeld {
+            name: hold.name.to_string(),
+        });
+    }
+    Ok(())
 }
 
 /// Gives back the hold named by `marker` of an object of `kind` (also for holds known only by

@@ -9,6 +9,7 @@ use fred::prelude::Client as RedisClient;
 use fred::types::{ClusterHash, CustomCommand};
 use futures::{StreamExt, TryStreamExt};
 use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::HoldEntry;
 use lockkit_protocol::slot::key_slot;
 
 use crate::client::Client;
@@ -32,7 +33,9 @@ pub struct Inspection {
     /// Who holds the object, and how many times (or how many permits).
     pub holders: Vec<Holder>,
     /// The owners waiting for the object: a fair lock's queue in grant order, a lock's or fenced
-    /// lock's waiting set, longest waiting first. Empty for the other kinds.
+    /// lock's waiting set, longest waiting first; only waiters whose keep-alive has not run out
+    /// (a waiter that gave up leaves at once, one whose client died once its keep-alive passed).
+    /// Empty for the other kinds.
     pub waiters: Vec<String>,
     /// A fenced lock's fencing counter: the last token minted.
     pub fencing_token: Option<u64>,
@@ -63,11 +66,13 @@ pub struct Holder {
     /// permit-expirable semaphore's permit id); for a once-per-window mark, the mark of the call
     /// that ran the job (`<client id>:<sequence>`), held until the window ends.
     pub owner: String,
-    /// The owner's hold count; for a semaphore hold, the permits it took.
+    /// The owner's hold count (for a lock, fenced lock or fair lock: its holds whose own lease has
+    /// not run out); for a semaphore hold, the permits it took.
     pub holds: u64,
     /// For a read-write lock: `"read"` or `"write"`.
     pub access: Option<String>,
-    /// What is left of the hold's lease (`None`: no expiry).
+    /// What is left of the hold's lease (`None`: no expiry); for an owner with several holds of
+    /// a lock, fenced lock or fair lock, of the latest one's.
     pub lease: Option<Duration>,
 }
 
@@ -240,6 +245,36 @@ fn left(end_ms: f64, now_ms: u64) -> Option<Duration> {
     }
 }
 
+/// The holders of a lock hash at server time `now`: one per owner with a live hold, with its
+/// number of live holds and what is left of the latest one's lease. Holds whose own lease ran out
+/// are not counted (the next script ends them).
+fn lock_holders(fields: &HashMap<String, String>, now: u64) -> Vec<Holder> {
+    let mut holders: Vec<Holder> = Vec::new();
+    for (field, value) in fields {
+        let Some(hold) = HoldEntry::parse(field, value) else {
+            continue;
+        };
+        if hold.expiry_ms <= now {
+            continue;
+        }
+        let lease = Duration::from_millis(hold.expiry_ms - now);
+        match holders.iter_mut().find(|holder| holder.owner == hold.owner) {
+            Some(holder) => {
+                holder.holds += 1;
+                holder.lease = holder.lease.max(Some(lease));
+            }
+            None => holders.push(Holder {
+                owner: hold.owner,
+                holds: 1,
+                access: None,
+                lease: Some(lease),
+            }),
+        }
+    }
+    holders.sort_by(|a, b| a.owner.cmp(&b.owner));
+    holders
+}
+
 /// Reads one object known to exist.
 async fn read(
     redis: &RedisClient,
@@ -293,28 +328,27 @@ async fn read(
                 .hgetall(key)
                 .await
                 .map_err(command_error("inspect", key, kind))?;
-            let mut holders: Vec<Holder> = fields
-                .iter()
-                .filter(|(field, _)| !field.starts_with('#'))
-                .map(|(owner, count)| Holder {
-                    owner: owner.clone(),
-                    holds: number(Some(count)).unwrap_or(0),
-                    access: None,
-                    lease: ttl,
-                })
+            let now = now_ms(redis, key).await?;
+            inspection.holders = lock_holders(&fields, now);
+            // Live waiters only: an entry whose keep-alive deadline passed belongs to a waiter
+            // that is gone (the next script drops it).
+            let deadlines: HashMap<String, f64> = scored(redis, kind, &aux("timeouts"))
+                .await?
+                .into_iter()
                 .collect();
-            holders.sort_by(|a, b| a.owner.cmp(&b.owner));
-            inspection.holders = holders;
-            inspection.waiters = if kind == Kind::FairLock {
+            let waiting = if kind == Kind::FairLock {
                 custom(redis, kind, "LRANGE", &aux("queue"), &["0", "-1"]).await?
             } else {
-                let waiting = aux("waiting");
-                scored(redis, kind, &waiting)
+                scored(redis, kind, &aux("waiting"))
                     .await?
                     .into_iter()
                     .map(|(owner, _)| owner)
                     .collect()
             };
+            inspection.waiters = waiting
+                .into_iter()
+                .filter(|waiter| deadlines.get(waiter).is_some_and(|end| *end > now as f64))
+                .collect();
             if kind == Kind::FencedLock {
                 let token_key = aux("token");
                 let token: Option<String> = redis

@@ -106,6 +106,7 @@ mod multi_lock;
 mod object;
 mod owner;
 mod permit_expirable_semaphore;
+mod queued;
 mod read_write_lock;
 mod replica;
 mod scoped;

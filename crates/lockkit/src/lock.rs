@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_protocol::keys::{Kind, ObjectKeys};
-use lockkit_protocol::lock::{AcquireReply, ACQUIRE, RELEASE, RENEW};
+use lockkit_protocol::lock::{
+    decode_cancel, AcquireReply, ACQUIRE, CANCEL, RELEASE, RENEW, WAITER_KEEPALIVE,
+};
 use lockkit_protocol::script::Script;
 use tokio::time::Instant;
 
@@ -17,6 +19,7 @@ use crate::exec::Resend;
 use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
 use crate::object::Object;
 use crate::owner;
+use crate::queued::{Leave, Queued};
 
 /// What distinguishes the reentrant hash locks that share this file's machinery: their kind
 /// (key segment), acquire script and hold kind. Their data layout and replies are the same.
@@ -26,6 +29,17 @@ pub(crate) struct Flavor {
     pub(crate) acquire: &'static Script,
     pub(crate) holds: HoldKind,
 }
+
+/// How a waiter of a lock or fenced lock that gives up leaves the waiting set (and hands on a
+/// reservation it was given).
+static LOCK_LEAVE: Leave = Leave {
+    script: &CANCEL,
+    keys: |keys| {
+        let aux = |suffix| keys.aux(suffix).unwrap_or_default();
+        vec![&keys.key, aux("handoff"), aux("waiting"), aux("timeouts")]
+    },
+    decode: decode_cancel,
+};
 
 /// The plain reentrant lock.
 pub(crate) static PLAIN: Flavor = Flavor {
@@ -74,7 +88,9 @@ pub(crate) static PLAIN: Flavor = Flavor {
 /// self-deadlock.
 ///
 /// # Leases
-/// Every hold has a lease, so a crashed holder cannot keep the lock forever:
+/// Every hold has a lease of its own, so a crashed holder cannot keep the lock forever, and no
+/// hold outlives its own lease (a re-entry with a short fixed lease ends on time inside a long
+/// watchdog hold, and the other way round); the lock is held while at least one hold is live:
 /// - **watchdog mode** (`lease: None`, [`lock`](Lock::lock)): the lease is the client's watchdog
 ///   timeout (30 s by default), renewed every third of it for as long as the guard lives;
 /// - **fixed lease** (`Some(lease)`, [`lock_with_lease`](Lock::lock_with_lease)): the hold
@@ -84,8 +100,14 @@ pub(crate) static PLAIN: Flavor = Flavor {
 /// [`LockGuard::is_lost`], [`LockGuard::lost`].
 ///
 /// # Waiting
-/// A task that finds the lock taken subscribes to the lock's release channel and sleeps until a
-/// release wakes it, or at most until the holder's lease would end. It never polls.
+/// A task that finds the lock taken joins the lock's waiting set in Redis, subscribes to the
+/// lock's release channel and sleeps until a release wakes it, or at most until the holder's
+/// lease would end; while it waits it retries every third of
+/// [`WAITER_KEEPALIVE`](lockkit_protocol::lock::WAITER_KEEPALIVE) to show it is still there. A
+/// release reserves the free lock for a few milliseconds for the owner that has waited longest, so
+/// waiters are not starved by newcomers. A waiter that gives up (its `wait` ran out, its future
+/// was dropped, the client shut down) leaves the set at once and hands on a reservation it was
+/// given; one whose process died is dropped once its keep-alive has passed.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -202,16 +224,33 @@ impl Lock {
         let keys = self.keys()?;
         let inner = self.object.inner();
         let (lease, watchdog) = lease_mode(inner, lease)?;
+        // A single attempt (`try_lock(ZERO)`) never joins the waiting set: the lock must not be
+        // reserved for a caller that is gone.
+        let keepalive = if wait == Some(Duration::ZERO) {
+            Duration::ZERO
+        } else {
+            WAITER_KEEPALIVE
+        };
+        let owner = owner::for_acquire(inner, &keys.key);
         let attempt = LockAttempt {
             flavor: self.flavor,
             client: self.object.inner(),
             name: &self.object.name,
             keys,
-            owner: owner::for_acquire(inner, &keys.key),
+            queued: Queued::new(
+                inner,
+                self.flavor.kind,
+                &self.object.name,
+                keys,
+                &LOCK_LEAVE,
+                owner.to_string(),
+            ),
+            owner,
             lease,
             lease_ms: lease_millis(lease).to_string(),
             watchdog,
-            waits: wait != Some(Duration::ZERO),
+            keepalive,
+            keepalive_ms: lease_millis(keepalive).to_string(),
         };
         acquire(inner, &attempt, wait).await
     }
@@ -293,12 +332,15 @@ struct LockAttempt<'a> {
     name: &'a Arc<str>,
     keys: &'a Arc<ObjectKeys>,
     owner: Arc<str>,
+    /// The owner's entry in the lock's waiting set, left when the call gives up.
+    queued: Queued<'a>,
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
-    /// Whether this acquire waits when the lock is taken: only then does a busy attempt join the
-    /// lock's waiting set (a `try_lock(ZERO)` that fails must not be handed the lock later).
-    waits: bool,
+    /// How long the waiting-set entry lives without a retry; zero: try once, never join (a
+    /// `try_lock(ZERO)` that fails must not be handed the lock later).
+    keepalive: Duration,
+    keepalive_ms: String,
 }
 
 impl Attempt for LockAttempt<'_> {
@@ -335,6 +377,9 @@ impl Attempt for LockAttempt<'_> {
             self.watchdog,
             Some(&self.owner),
         );
+        if !self.keepalive.is_zero() {
+            self.queued.joining();
+        }
         let sent = Instant::now();
         let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
         let reply = client
@@ -347,21 +392,30 @@ impl Attempt for LockAttempt<'_> {
                     &self.owner,
                     &guard.hold().marker,
                     &self.lease_ms,
-                    if self.waits { "1" } else { "0" },
+                    &self.keepalive_ms,
                 ],
                 Resend::Allowed,
             )
             .await?;
         match AcquireReply::decode(&reply)? {
-            AcquireReply::Acquired { hold_count, token } => Ok(Outcome::Acquired(LockGuard::new(
-                guard.granted(sent)?.replicated().await?,
-                hold_count,
-                token,
-            ))),
+            AcquireReply::Acquired { hold_count, token } => {
+                // Taking the lock takes the owner out of the waiting set in the same script.
+                self.queued.granted();
+                Ok(Outcome::Acquired(LockGuard::new(
+                    guard.granted(sent)?.replicated().await?,
+                    hold_count,
+                    token,
+                )))
+            }
             AcquireReply::Busy { pttl_ms } => {
                 guard.disarm();
+                // A waiter retries (and so keeps its entry alive) well before the keep-alive
+                // runs out, even when no message comes and the holder's lease is long.
+                let refresh = self.keepalive / 3;
                 Ok(Outcome::Busy {
-                    retry_in: pttl_ms.map(Duration::from_millis),
+                    retry_in: Some(
+                        pttl_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
+                    ),
                 })
             }
         }

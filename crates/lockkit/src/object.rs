@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::interfaces::{HashesInterface, KeysInterface};
+use fred::interfaces::KeysInterface;
 use lockkit_protocol::script::Script;
 use lockkit_protocol::DecodeError;
 
@@ -68,30 +68,29 @@ impl Object {
         Ok(exists > 0)
     }
 
-    /// The hold count of the calling context in the main HASH of a reentrant lock: the counts of
-    /// the enclosing scope's owner and of the owners of holds the calling task took and has not
-    /// released, added up (see [`crate::owner::current_owners`]). No owner: 0, without a round
-    /// trip.
+    /// The hold count of the calling context in the main HASH of a reentrant lock: the live holds
+    /// of the enclosing scope's owner and of the owners of holds the calling task took and has
+    /// not released, added up (see [`crate::owner::current_owners`]). No owner: 0, without a
+    /// round trip.
     pub(crate) async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
         let owners = owner::current_owners(self.inner(), &keys.key);
         if owners.is_empty() {
             return Ok(0);
         }
-        let fields: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
-        let counts: Vec<Option<i64>> = self
+        let owner_refs: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
+        let reply = self
             .inner()
             .exec
-            .redis()
-            .hmget(keys.key.as_str(), fields)
-            .await
-            .map_err(command_error("hold_count", &keys.key, self.kind))?;
-        let total = counts
-            .into_iter()
-            .flatten()
-            .map(|count| u32::try_from(count).unwrap_or(0))
-            .fold(0u32, u32::saturating_add);
-        Ok(total)
+            .ints(
+                &lockkit_protocol::lock::HOLD_COUNT,
+                self.kind,
+                &[keys.key.as_str()],
+                &owner_refs,
+                Resend::Allowed,
+            )
+            .await?;
+        Ok(lockkit_protocol::lock::decode_hold_count(&reply)?)
     }
 
     /// The main key's remaining TTL: `None` when it does not exist, `Some(Duration::MAX)` when it

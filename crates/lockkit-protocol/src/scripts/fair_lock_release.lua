@@ -9,16 +9,17 @@
 -- Reply    {1, 0}           released; the lock is now free and `w:<id of the next waiter>` (or
 --                           `one` when nobody is queued) was published
 --          {2, hold_count}  released; the same owner still holds hold_count holds
---          {0, 0}           the hold was not there: its lease ran out, the lock was force-unlocked,
---                           or this very hold was released already
+--          {0, 0}           the hold was not there: its own lease ran out, the lock was
+--                           force-unlocked, or this very hold was released already
 --
 -- Stale waiters at the head (deadline passed) are dropped first, so the message names a live one.
--- The owner is read from the marker, so only the hold that was taken can be given back.
+-- The owner is read from the marker, so only the hold that was taken can be given back. Holds
+-- whose own lease ran out are ended first (hold_lib.lua); the key then expires with the latest
+-- hold left, so it shrinks when the longest hold is given back.
 local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
 
-local time = redis.call('TIME')
-local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now = now_ms()
 local head = redis.call('LINDEX', queue, 0)
 while head do
   local deadline = redis.call('ZSCORE', timeouts, head)
@@ -30,16 +31,10 @@ while head do
   head = redis.call('LINDEX', queue, 0)
 end
 
-local owner = redis.call('HGET', key, marker)
-if not owner then
-  return {0, 0}
+local held = give_back(key, now, marker)
+if held then
+  return held
 end
-local count = redis.call('HINCRBY', key, owner, -1)
-if count > 0 then
-  redis.call('HDEL', key, marker)
-  return {2, count}
-end
-redis.call('DEL', key)
 local message = 'one'
 if head then
   message = 'w:' .. head

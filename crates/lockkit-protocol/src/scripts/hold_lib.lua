@@ -1,0 +1,133 @@
+-- hold_lib: per-hold leases of the reentrant hash locks (lock, fenced lock, fair lock), put in
+-- front of their acquire, release and renew scripts at compile time (see lock.rs).
+--
+-- The lock HASH:
+--   <owner>          that owner's hold count (the owner id is opaque: never parsed)
+--   #<hold>          one outstanding hold (the hold marker): `<expiry> <owner>`, the hold's own
+--                    expiry in server milliseconds (from TIME, never a client clock), a space,
+--                    and the owner it counts for
+--   #<hold>:token    a fenced lock's hold: its fencing token (a number, no space)
+-- A hold is live while its expiry is in the future. The key expires with the latest live hold
+-- (PEXPIREAT), so it exists exactly while one is left; every script that reads the hash first
+-- ends the holds whose lease has run out (`settle`), each giving back one count of its owner.
+
+-- The server's clock in milliseconds. Expiries are only ever compared with this clock.
+local function now_ms()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- The value of a hold marker: its expiry and its owner.
+local function hold_value(expiry, owner)
+  return string.format('%d', expiry) .. ' ' .. owner
+end
+
+-- The expiry (a number) and owner of a field's value if the field is a hold marker; else nil.
+local function parse_hold(field, value)
+  if string.sub(field, 1, 1) ~= '#' then
+    return nil
+  end
+  local expiry, owner = string.match(value, '^(%d+) (.*)$')
+  if not expiry then
+    return nil
+  end
+  return tonumber(expiry), owner
+end
+
+-- The expiry and owner of the live hold `marker` at `now`; nil when there is no such live hold.
+local function live_hold(key, marker, now)
+  local value = redis.call('HGET', key, marker)
+  if not value then
+    return nil
+  end
+  local expiry, owner = parse_hold(marker, value)
+  if not expiry or expiry <= now then
+    return nil
+  end
+  return expiry, owner
+end
+
+-- Ends every hold of `key` whose lease ran out by `now`, and the hold `gone` (a marker being
+-- released; nil for none): each loses its fields and gives back one count of its owner. Then,
+-- if a hold ended, the key expires with the latest hold left; it is deleted when none is left.
+-- Nothing is written when nothing ended (a renewal that finds its hold live sets no expiry).
+-- Returns the latest expiry left (nil: the key is gone) and, when `gone` was a live hold, its
+-- owner (nil: it was not there, or its lease had run out).
+local function settle(key, now, gone)
+  local fields = redis.call('HGETALL', key)
+  local latest, released, ended = nil, nil, false
+  for i = 1, #fields, 2 do
+    local field = fields[i]
+    local expiry, owner = parse_hold(field, fields[i + 1])
+    if expiry then
+      if expiry > now and field == gone then
+        released = owner
+      end
+      if expiry <= now or field == gone then
+        ended = true
+        redis.call('HDEL', key, field, field .. ':token')
+        if redis.call('HINCRBY', key, owner, -1) <= 0 then
+          redis.call('HDEL', key, owner)
+        end
+      elseif not latest or expiry > latest then
+        latest = expiry
+      end
+    end
+  end
+  if not latest then
+    redis.call('DEL', key)
+  elseif ended then
+    redis.call('PEXPIREAT', key, latest)
+  end
+  return latest, released
+end
+
+-- Gives back the hold `marker` at `now` (settle). Returns the release reply when the lock stays
+-- held ({2, the owner's count left}) or the hold was not there ({0, 0}); nil when the lock is now
+-- free, for the caller to announce.
+local function give_back(key, now, marker)
+  local latest, owner = settle(key, now, marker)
+  if not owner then
+    return {0, 0}
+  end
+  if latest then
+    return {2, tonumber(redis.call('HGET', key, owner))}
+  end
+  return nil
+end
+
+-- Records the hold `marker` of `owner` with its own `expiry` (one more count for the owner unless
+-- `counted`: a re-sent request whose first run counted it), and makes the key live at least as
+-- long. `latest` is the latest expiry of the other live holds (nil: none). Returns the owner's
+-- hold count.
+local function take(key, owner, marker, expiry, latest, counted)
+  local count
+  if counted then
+    count = tonumber(redis.call('HGET', key, owner) or 0)
+  else
+    count = redis.call('HINCRBY', key, owner, 1)
+  end
+  redis.call('HSET', key, marker, hold_value(expiry, owner))
+  if not latest or expiry > latest then
+    redis.call('PEXPIREAT', key, expiry)
+  end
+  return count
+end
+
+-- Renews the live hold `marker` to `now + lease` (never shortening it); `lease` 0 only checks.
+-- Returns 1 when the hold is live (and so renewed), 0 when it is gone. Expired holds are ended
+-- first, so an expired hold is never revived; a released one has no marker left to find.
+local function renew_hold(key, marker, lease, now)
+  if redis.call('TYPE', key)['ok'] ~= 'hash' then
+    return 0
+  end
+  local latest = settle(key, now, nil)
+  local expiry, owner = live_hold(key, marker, now)
+  if not expiry then
+    return 0
+  end
+  if lease > 0 and expiry < now + lease then
+    take(key, owner, marker, now + lease, latest, true)
+  end
+  return 1
+end

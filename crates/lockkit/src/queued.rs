@@ -1,0 +1,124 @@
+//! A waiter's entry in Redis, and leaving it when the wait ends.
+//!
+//! A waiter of a fair lock stands in its queue, a waiter of a lock or fenced lock in its waiting
+//! set; releases reserve the lock for (or name) those entries. So an entry must go the moment its
+//! wait ends without the lock — the wait timed out, the acquire future was dropped, the client
+//! shut down — or releases would keep the lock for a waiter that is no longer there. A
+//! [`Queued`] is part of one acquire call: set before an attempt that may join the entry is sent,
+//! cleared when a grant (which takes the entry out in the same script) is seen. Dropped while set,
+//! it runs the kind's cancel script in the background. Should that fail (Redis unreachable, no
+//! runtime), the entry's keep-alive deadline runs out on its own and the next script drops it.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::script::Script;
+use lockkit_protocol::DecodeError;
+
+use crate::client::ClientInner;
+use crate::exec::Resend;
+
+/// How a kind leaves its waiting structure: the cancel script, the keys it takes and its reply
+/// decoder. The script's ARGV are the entry's id, the release channel and the sharded flag; its
+/// reply says whether the entry was there.
+#[derive(Debug)]
+pub(crate) struct Leave {
+    pub(crate) script: &'static Script,
+    pub(crate) keys: fn(&ObjectKeys) -> Vec<&str>,
+    pub(crate) decode: fn(&[i64]) -> Result<bool, DecodeError>,
+}
+
+/// One acquire call's entry in the waiting structure of an object (see the module docs).
+pub(crate) struct Queued<'a> {
+    client: &'a Arc<ClientInner>,
+    kind: Kind,
+    name: &'a Arc<str>,
+    keys: &'a Arc<ObjectKeys>,
+    leave: &'static Leave,
+    /// The id the entry is filed under (a fair lock's waiter id, a lock's owner id).
+    id: String,
+    /// Whether the entry may be in Redis.
+    joined: AtomicBool,
+}
+
+impl<'a> Queued<'a> {
+    pub(crate) fn new(
+        client: &'a Arc<ClientInner>,
+        kind: Kind,
+        name: &'a Arc<str>,
+        keys: &'a Arc<ObjectKeys>,
+        leave: &'static Leave,
+        id: String,
+    ) -> Self {
+        Self {
+            client,
+            kind,
+            name,
+            keys,
+            leave,
+            id,
+            joined: AtomicBool::new(false),
+        }
+    }
+
+    /// The entry's id.
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// An attempt that may join the entry is about to be sent.
+    pub(crate) fn joining(&self) {
+        self.joined.store(true, Ordering::Release);
+    }
+
+    /// A grant was seen: the script that granted took the entry out.
+    pub(crate) fn granted(&self) {
+        self.joined.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        if !*self.joined.get_mut() {
+            return;
+        }
+        // Gave up (timed out, cancelled, failed, shut down) while waiting: leave in the
+        // background. Without a runtime, the entry runs out after its keep-alive.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let client = Arc::clone(self.client);
+        let keys = Arc::clone(self.keys);
+        let name = Arc::clone(self.name);
+        let (kind, leave, id) = (self.kind, self.leave, std::mem::take(&mut self.id));
+        runtime.spawn(async move {
+            let result = client
+                .exec
+                .ints(
+                    leave.script,
+                    kind,
+                    &(leave.keys)(&keys),
+                    &[&id, &keys.channel, client.exec.publish_flag()],
+                    Resend::Allowed,
+                )
+                .await
+                .and_then(|reply| Ok((leave.decode)(&reply)?));
+            match result {
+                Ok(removed) => tracing::debug!(
+                    kind = kind.segment(),
+                    %name,
+                    waiter = %id,
+                    removed,
+                    "a waiter that gave up left"
+                ),
+                Err(err) => tracing::debug!(
+                    kind = kind.segment(),
+                    %name,
+                    waiter = %id,
+                    "a waiter that gave up could not leave; its entry runs out on its own: {err}"
+                ),
+            }
+        });
+    }
+}

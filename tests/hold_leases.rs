@@ -1,0 +1,236 @@
+//! No hold outlives its own lease (issue 11, item 2), for every reentrant hash lock (lock, fenced
+//! lock, fair lock): a re-entry with a short fixed lease inside a watchdog hold, and a watchdog
+//! re-entry inside a short fixed hold, each end on time, checked from another client; a hold whose
+//! lease ended is gone (`NotHeld`), and renewal neither revives it nor keeps another hold alive.
+
+use std::time::Duration;
+
+use lockkit::{Client, Error, LockGuard};
+use lockkit_suite::{client, eval, ints, redis, server_ms, spawned, unique, within};
+
+const HANG: Duration = Duration::from_secs(60);
+/// How long the other client may wait for the lock: far longer than the short leases below (1 to
+/// 2 s), far shorter than the watchdog lease (30 s) that used to keep the lock.
+const OTHER_WAITS: Duration = Duration::from_secs(5);
+
+/// A handle on one of the reentrant hash locks.
+#[derive(Clone)]
+enum Handle {
+    Lock(lockkit::Lock),
+    Fenced(lockkit::FencedLock),
+    Fair(lockkit::FairLock),
+}
+
+impl Handle {
+    fn all(client: &Client, name: &str) -> [Handle; 3] {
+        [
+            Handle::Lock(client.lock(format!("{name}:lock"))),
+            Handle::Fenced(client.fenced_lock(format!("{name}:fenced"))),
+            Handle::Fair(client.fair_lock(format!("{name}:fair"))),
+        ]
+    }
+
+    /// The same lock through another client.
+    fn on(&self, client: &Client) -> Handle {
+        match self {
+            Handle::Lock(lock) => Handle::Lock(client.lock(lock.name())),
+            Handle::Fenced(lock) => Handle::Fenced(client.fenced_lock(lock.name())),
+            Handle::Fair(lock) => Handle::Fair(client.fair_lock(lock.name())),
+        }
+    }
+
+    fn name(&self) -> &str {
+        match self {
+            Handle::Lock(lock) => lock.name(),
+            Handle::Fenced(lock) => lock.name(),
+            Handle::Fair(lock) => lock.name(),
+        }
+    }
+
+    async fn try_lock(
+        &self,
+        wait: Duration,
+        lease: Option<Duration>,
+    ) -> Result<Option<LockGuard>, Error> {
+        match self {
+            Handle::Lock(lock) => lock.try_lock(wait, lease).await,
+            Handle::Fenced(lock) => lock.try_lock(wait, lease).await,
+            Handle::Fair(lock) => lock.try_lock(wait, lease).await,
+        }
+    }
+
+    /// Takes the lock at once (it is free), or fails the test.
+    async fn take(&self, lease: Option<Duration>) -> LockGuard {
+        let guard = within(HANG, "acquire", self.try_lock(Duration::ZERO, lease)).await;
+        guard.unwrap().expect("the lock is free")
+    }
+
+    /// Re-enters inside `outer`'s scope, or fails the test.
+    async fn reenter(&self, outer: &LockGuard, lease: Option<Duration>) -> LockGuard {
+        let inner = outer.scope(self.take(lease)).await;
+        assert_eq!(inner.hold_count(), 2, "{}: a re-entry", self.name());
+        inner
+    }
+}
+
+/// Outer hold in watchdog mode, inner re-entry with a fixed 1 s lease. Once the outer hold is
+/// given back, only the inner hold keeps the lock, for what is left of its own second: another
+/// client gets the lock then, not after the watchdog's 30 s. The inner guard's unlock finds its
+/// hold gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_reentry_inside_a_watchdog_hold_ends_with_its_own_lease() {
+    one_hold_outlives_the_other(None, Some(Duration::from_secs(1)), "short-inner").await;
+}
+
+/// Outer hold with a fixed 2 s lease, inner re-entry in watchdog mode. Once the inner hold is
+/// given back, the lock frees when the outer lease ends, not 30 s later; the outer guard's
+/// unlock then finds its hold gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watchdog_reentry_inside_a_short_hold_does_not_stretch_it() {
+    one_hold_outlives_the_other(Some(Duration::from_secs(2)), None, "short-outer").await;
+}
+
+/// For each kind: an outer hold with `outer` lease and a re-entry with `inner` lease; the one in
+/// watchdog mode (`None`) is given back first. The hold left has a short fixed lease: another
+/// client gets the lock once it ends, and its guard's unlock then finds it gone.
+async fn one_hold_outlives_the_other(outer: Option<Duration>, inner: Option<Duration>, name: &str) {
+    let redis = redis().await;
+    let (holder, other) = (client(&redis.url()).await, client(&redis.url()).await);
+    for lock in Handle::all(&holder, &unique(name)) {
+        let outer_guard = lock.take(outer).await;
+        let inner_guard = lock.reenter(&outer_guard, inner).await;
+        let (released, left) = if outer.is_none() {
+            (outer_guard, inner_guard)
+        } else {
+            (inner_guard, outer_guard)
+        };
+        released.unlock().await.unwrap();
+
+        let next = within(
+            HANG,
+            "the other client",
+            lock.on(&other).try_lock(OTHER_WAITS, None),
+        )
+        .await
+        .unwrap();
+        let next = next.unwrap_or_else(|| {
+            panic!(
+                "{}: still held {OTHER_WAITS:?} after the watchdog hold was given back, although \
+                 the only hold left had a lease of {:?}",
+                lock.name(),
+                outer.or(inner)
+            )
+        });
+        let unlocked = left.unlock().await;
+        assert!(
+            matches!(unlocked, Err(Error::NotHeld { .. })),
+            "{}: the short hold's lease ended: {unlocked:?}",
+            lock.name()
+        );
+        next.unlock().await.unwrap();
+    }
+    holder.shutdown().await.unwrap();
+    other.shutdown().await.unwrap();
+}
+
+/// The scripts themselves, for each kind: renewal moves only the renewed hold's expiry, and never
+/// revives a hold whose own lease ended while another hold of the same owner keeps the lock; the
+/// release of that hold finds it gone, and giving back the last live hold frees the lock.
+#[tokio::test]
+async fn renewal_extends_only_the_named_hold_and_never_revives_an_expired_one() {
+    use lockkit::protocol::keys::{Kind, Namespace};
+    use lockkit::protocol::lock::HoldEntry;
+    use lockkit::protocol::{fair_lock, fenced_lock, lock};
+
+    let server = spawned().await;
+    let addr = server.addr();
+    for (kind, acquire, release) in [
+        (Kind::Lock, &lock::ACQUIRE, &lock::RELEASE),
+        (
+            Kind::FencedLock,
+            &fenced_lock::ACQUIRE,
+            &fenced_lock::RELEASE,
+        ),
+        (Kind::FairLock, &fair_lock::ACQUIRE, &fair_lock::RELEASE),
+    ] {
+        let keys = Namespace::default().object(kind, &unique("renew")).unwrap();
+        let (k, channel) = (&keys.keys, keys.channel.as_str());
+        let (acquire, release, renew) = (acquire.source(), release.source(), lock::RENEW.source());
+        // The acquire's ARGV after owner, marker and lease: try once, never wait.
+        let once: &[&str] = if kind == Kind::FairLock {
+            &["A:w1", "0", channel, "0"]
+        } else {
+            &["0"]
+        };
+        let take = |marker: &'static str, lease: &'static str| {
+            let mut args = vec!["A", marker, lease];
+            args.extend_from_slice(once);
+            eval(acquire, k, &args)
+        };
+
+        // Two holds of 2 s; renewing the second to a minute leaves the first's expiry alone.
+        let replies = run(
+            addr,
+            &[
+                take("#A:1", "2000"),
+                take("#A:2", "2000"),
+                eval(renew, k, &["#A:2", "60000"]),
+                vec!["HGET", &keys.key, "#A:1"],
+                vec!["HGET", &keys.key, "#A:2"],
+            ],
+        )
+        .await;
+        assert_eq!(ints(&replies[2]), [1], "{kind:?}: renewed");
+        let expiry = |reply: &lockkit_testkit::RespValue, marker: &str| {
+            HoldEntry::parse(marker, reply.as_str().expect("a marker value"))
+                .unwrap_or_else(|| panic!("{kind:?}: {marker} holds its expiry: {reply:?}"))
+                .expiry_ms
+        };
+        let (first, second) = (expiry(&replies[3], "#A:1"), expiry(&replies[4], "#A:2"));
+        assert!(
+            second >= first + 50_000,
+            "{kind:?}: only the renewed hold moved: {first} / {second}"
+        );
+
+        // A third hold of 1 ms, whose lease ends while the renewed hold keeps the lock: the
+        // server's clock passes it.
+        let replies = run(addr, &[take("#A:3", "1"), vec!["TIME"]]).await;
+        let taken = server_ms(&replies[1]);
+        within(HANG, "the 1 ms lease to end", async {
+            while server_ms(&run(addr, &[vec!["TIME"]]).await[0]) <= taken + 1 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        let replies = run(
+            addr,
+            &[
+                eval(renew, k, &["#A:3", "60000"]),
+                eval(release, k, &["#A:3", channel, "0"]),
+                eval(release, k, &["#A:1", channel, "0"]),
+                eval(release, k, &["#A:2", channel, "0"]),
+                vec!["EXISTS", &keys.key],
+            ],
+        )
+        .await;
+        assert_eq!(
+            ints(&replies[0]),
+            [0],
+            "{kind:?}: an ended hold is not revived"
+        );
+        assert_eq!(ints(&replies[1]), [0, 0], "{kind:?}: nor released");
+        assert_eq!(ints(&replies[2]), [2, 1], "{kind:?}: one live hold left");
+        assert_eq!(ints(&replies[3]), [1, 0], "{kind:?}: the last one frees it");
+        assert_eq!(replies[4].as_int(), Some(0), "{kind:?}: nothing left");
+    }
+}
+
+/// Sends `commands` in one pipelined exchange; their replies.
+async fn run(
+    addr: std::net::SocketAddr,
+    commands: &[Vec<&str>],
+) -> Vec<lockkit_testkit::RespValue> {
+    lockkit_testkit::send_commands(addr, commands)
+        .await
+        .unwrap()
+}
