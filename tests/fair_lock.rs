@@ -433,8 +433,11 @@ async fn the_owner_reenters_past_the_queue_and_the_next_waiter_follows_its_last_
     let waiter = tokio::spawn(async move { waiting.lock().await });
     within(HANG, "waiter queued", queue_reaches(&raw, &name, 1)).await;
 
-    let second = lock.try_lock(Duration::ZERO, None).await.unwrap();
-    let second = second.expect("the owner re-enters although someone waits");
+    let second = first
+        .scope(lock.try_lock(Duration::ZERO, None))
+        .await
+        .unwrap();
+    let second = second.expect("the owner re-enters in its scope although someone waits");
     assert_eq!((first.hold_count(), second.hold_count()), (1, 2));
     assert_eq!(lock.hold_count().await.unwrap(), 2);
     assert!(lock.is_held_by_current_task().await.unwrap());

@@ -64,7 +64,7 @@ async fn a_release_retried_after_a_lost_reply_releases_once() {
     warm_up(&holder).await;
     let lock = holder.lock(&name);
     let first = lock.lock().await.unwrap();
-    let second = lock.lock().await.unwrap();
+    let second = first.scope(lock.lock()).await.unwrap();
     assert_eq!(second.hold_count(), 2);
 
     proxy.cut_after_request_containing(lock_key(&name));

@@ -38,7 +38,7 @@ async fn twenty_tasks_racing_try_lock_zero_exactly_one_wins() {
 }
 
 #[tokio::test]
-async fn the_same_task_reenters_and_must_release_as_often() {
+async fn a_holder_reenters_in_its_scope_and_must_release_as_often() {
     let redis = redis().await;
     let client = client(&redis.url()).await;
     let other = lockkit_suite::client(&redis.url()).await;
@@ -46,7 +46,11 @@ async fn the_same_task_reenters_and_must_release_as_often() {
     let lock = client.lock(&name);
 
     let first = lock.try_lock(Duration::ZERO, None).await.unwrap().unwrap();
-    let second = lock.try_lock(Duration::ZERO, None).await.unwrap().unwrap();
+    let second = first
+        .scope(lock.try_lock(Duration::ZERO, None))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((first.hold_count(), second.hold_count()), (1, 2));
     assert_eq!(lock.hold_count().await.unwrap(), 2);
     assert!(lock.is_held_by_current_task().await.unwrap());

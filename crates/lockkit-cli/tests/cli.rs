@@ -71,10 +71,10 @@ async fn inspect_shows_hold_counts_queued_waiters_and_the_fencing_counter() {
     let owner = client(&url).await;
     let other = client(&url).await;
 
-    // A Lock held twice by one task.
+    // A Lock held twice by one owner: a re-entry in the first hold's scope.
     let lock = owner.lock("order:42");
     let first = lock.lock().await.unwrap();
-    let second = lock.lock().await.unwrap();
+    let second = first.scope(lock.lock()).await.unwrap();
     let found = json(&lockkit(&url, &["--json", "inspect", "order:42"]).await);
     let held = object(&found, "lock");
     assert_eq!(held["name"], "order:42");

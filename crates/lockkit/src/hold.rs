@@ -140,9 +140,18 @@ impl Hold {
         *self.expires_at.lock()
     }
 
-    /// Whether the lease is known to be gone, or the hold was released.
+    /// Whether the lease is known to be gone, or the hold was released. Once `true`, it stays
+    /// `true`: a local deadline that passed marks the hold lost, even if a renewal sent earlier
+    /// comes back later.
     pub(crate) fn is_lost(&self) -> bool {
-        self.lost.is_cancelled() || Instant::now() >= self.expires_at()
+        if self.lost.is_cancelled() {
+            return true;
+        }
+        if Instant::now() >= self.expires_at() {
+            self.mark_lost("the lease ran out before it could be renewed");
+            return true;
+        }
+        false
     }
 
     /// Marks the hold lost and says so, once.

@@ -62,7 +62,9 @@ pub struct Inspection {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Holder {
-    /// The owner id (`<client id>:<task>`); for a spin lock or a semaphore, the hold's marker (a
+    /// The owner id, `<client id>:<sequence>`: one plain acquire and the re-entries made in its
+    /// scope (one client holds a lock at most once per such owner); for a spin lock or a
+    /// semaphore, the hold's marker (a
     /// permit-expirable semaphore's permit id); for a once-per-window mark, the mark of the call
     /// that ran the job (`<client id>:<sequence>`), held until the window ends.
     pub owner: String,

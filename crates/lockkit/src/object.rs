@@ -70,14 +70,11 @@ impl Object {
 
     /// The hold count of the calling context in the main HASH of a reentrant lock: the live holds
     /// of the enclosing scope's owner and of the owners of holds the calling task took and has
-    /// not released, added up (see [`crate::owner::current_owners`]). No owner: 0, without a
-    /// round trip.
+    /// not released, added up (see [`crate::owner::current_owners`]).
     pub(crate) async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
+        // Sent even without an owner to count: a key of another type is reported.
         let owners = owner::current_owners(self.inner(), &keys.key);
-        if owners.is_empty() {
-            return Ok(0);
-        }
         let owner_refs: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
         let reply = self
             .inner()
