@@ -23,7 +23,7 @@ async fn tokens_strictly_increase_across_clients_and_reentries() {
             tasks.push(tokio::spawn(async move {
                 for _ in 0..5 {
                     let outer = lock.lock().await.unwrap();
-                    let inner = lock.lock().await.unwrap(); // re-entry
+                    let inner = outer.scope(lock.lock()).await.unwrap(); // re-entry
                     assert_eq!(inner.hold_count(), 2);
                     let mut seen = seen.lock().await;
                     seen.push(outer.fencing_token().unwrap());

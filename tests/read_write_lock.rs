@@ -190,7 +190,7 @@ async fn read_holds_reenter_per_owner() {
     let lock = client.read_write_lock(&name);
 
     let first = lock.read_lock().await.unwrap();
-    let second = lock.read_lock().await.unwrap();
+    let second = first.scope(lock.read_lock()).await.unwrap();
     assert_eq!((first.hold_count(), second.hold_count()), (1, 2));
     assert_eq!(lock.read_hold_count().await.unwrap(), 2);
     assert_eq!(lock.write_hold_count().await.unwrap(), 0);
@@ -235,8 +235,8 @@ async fn write_holds_reenter_and_exclude_everyone_else() {
     let lock = client.read_write_lock(&name);
 
     let first = lock.write_lock().await.unwrap();
-    let second = lock
-        .try_write_lock(Duration::ZERO, Some(LONG_LEASE))
+    let second = first
+        .scope(lock.try_write_lock(Duration::ZERO, Some(LONG_LEASE)))
         .await
         .unwrap()
         .unwrap();
@@ -300,11 +300,11 @@ async fn a_writer_downgrades_and_the_release_lets_waiting_readers_in() {
     }
     until_waiting(&readers, 2).await;
 
-    let read = lock
-        .try_read_lock(Duration::ZERO, None)
+    let read = write
+        .scope(lock.try_read_lock(Duration::ZERO, None))
         .await
         .unwrap()
-        .expect("the writer may read");
+        .expect("the writer may read in its scope");
     assert_eq!(
         (
             lock.read_hold_count().await.unwrap(),
@@ -404,17 +404,28 @@ async fn a_reader_cannot_upgrade_and_the_refusal_takes_nothing() {
         .unwrap();
 
     // An unbounded wait would hang forever if the refusal did not come at once.
-    let reason = refused(within(HANG, "write_lock by a reader", lock.write_lock()).await);
+    // (Inside the read hold's scope: outside it, a write request is another owner's and waits.)
+    let reason = refused(
+        within(
+            HANG,
+            "write_lock by a reader",
+            read.scope(lock.write_lock()),
+        )
+        .await,
+    );
     assert!(reason.contains("upgrade"), "{reason}");
     refused(
         within(
             HANG,
             "try_write_lock by a reader",
-            lock.try_write_lock(FOREVER, None),
+            read.scope(lock.try_write_lock(FOREVER, None)),
         )
         .await,
     );
-    refused(lock.try_write_lock(Duration::ZERO, Some(LONG_LEASE)).await);
+    refused(
+        read.scope(lock.try_write_lock(Duration::ZERO, Some(LONG_LEASE)))
+            .await,
+    );
 
     assert_eq!(lock.write_hold_count().await.unwrap(), 0);
     assert_eq!(lock.read_hold_count().await.unwrap(), 1);

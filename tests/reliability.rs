@@ -775,7 +775,9 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
         }
         let guard = within(HANG, "acquire", lock.lock()).await.unwrap();
         let acquired = now();
-        let inner = within(HANG, "re-entry", lock.lock()).await.unwrap();
+        let inner = within(HANG, "re-entry", guard.scope(lock.lock()))
+            .await
+            .unwrap();
         if drop_acquire {
             fired += usize::from(proxy.triggered());
         }

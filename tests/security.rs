@@ -556,7 +556,7 @@ async fn an_acl_user_is_refused_outside_its_prefix_and_holds_nothing() {
     }
     let lock = intruder.lock(name("lock"));
     refused(lock.is_locked().await, "exists");
-    refused(lock.hold_count().await, "hold_count");
+    refused(lock.hold_count().await, "lock_hold_count");
     refused(lock.remaining_ttl().await, "remaining_ttl");
     refused(lock.force_unlock().await, "lock_force_unlock");
     let sem = intruder.semaphore(name("sem"));

@@ -422,7 +422,7 @@ async fn inspect_reads_semaphores_read_write_locks_latches_spin_locks_and_once_m
 
     let rw = client.read_write_lock("config");
     let _read = rw.read_lock().await.unwrap();
-    let _again = rw.read_lock().await.unwrap();
+    let _again = _read.scope(rw.read_lock()).await.unwrap();
     let config = inspect("rwlock", "config").await;
     assert_eq!(config["mode"], "read", "{config}");
     assert_eq!(config["holders"][0]["access"], "read", "{config}");
