@@ -916,7 +916,11 @@ async fn an_unreachable_server_fails_connects_waits_and_unlocks_clearly_and_hold
     // the guard's conservative clock, before the reply of an acquire sent during the reconnect.
     let again = within(HANG, "lock after the outage", async {
         loop {
-            match cut_off.lock(&held).lock_with_lease(Duration::from_secs(10)).await {
+            match cut_off
+                .lock(&held)
+                .lock_with_lease(Duration::from_secs(10))
+                .await
+            {
                 Ok(guard) => break guard,
                 Err(Error::Redis(err)) if err.is_ambiguous() => continue,
                 Err(err) => panic!("after the outage: {err}"),

@@ -234,3 +234,63 @@ async fn run(
         .await
         .unwrap()
 }
+
+/// A guard that has reported itself lost answers `NotHeld` from `unlock()`, even when its
+/// conservative local deadline passed before Redis expired the hold and the release still found
+/// it there. A proxy delays every chunk by 300 ms, so the acquire reaches Redis at least 300 ms
+/// after it was sent: Redis ends the hold at least 300 ms after the guard's own deadline, and the
+/// unlock sent right after `lost()` resolved finds it there every time. The release still frees
+/// the lock at once.
+#[tokio::test]
+async fn a_guard_that_reported_itself_lost_unlocks_with_not_held_every_time() {
+    let server = spawned().await;
+    let proxy = lockkit_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let holder = client(&proxy.url()).await;
+    let other = client(&server.url()).await;
+    for spin in [false, true] {
+        let name = unique(&format!("lost-unlock-{spin}"));
+        // Far longer than the delayed round trip (a few chunks of 300 ms each way).
+        let lease = Some(Duration::from_secs(3));
+        proxy.set_delay(Duration::from_millis(300));
+        let guard = if spin {
+            holder
+                .spin_lock(&name)
+                .try_lock(Duration::ZERO, lease)
+                .await
+        } else {
+            holder.lock(&name).try_lock(Duration::ZERO, lease).await
+        };
+        let guard = guard.unwrap().expect("free");
+        proxy.set_delay(Duration::ZERO);
+        assert!(
+            !guard.is_lost(),
+            "spin = {spin}: lost before its lease could end"
+        );
+        within(HANG, "the guard's lost signal", guard.lost()).await;
+        assert!(guard.is_lost());
+        let unlocked = guard.unlock().await;
+        assert!(
+            matches!(unlocked, Err(Error::NotHeld { .. })),
+            "spin = {spin}: a lost guard's unlock must say NotHeld, got {unlocked:?}"
+        );
+        // The release still went through: the lock is free before Redis would have expired it.
+        let taken = if spin {
+            other
+                .spin_lock(&name)
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .is_some()
+        } else {
+            other
+                .lock(&name)
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .is_some()
+        };
+        assert!(taken, "spin = {spin}: the lost hold was still released");
+    }
+}

@@ -79,10 +79,7 @@ async fn join_all_over_a_batch_with_duplicate_keys_never_lets_two_in() {
             1,
             "order {order}: two sections of one task were inside at once"
         );
-        let count: i64 = store
-            .get(format!("{prefix}:count:{order}"))
-            .await
-            .unwrap();
+        let count: i64 = store.get(format!("{prefix}:count:{order}")).await.unwrap();
         assert_eq!(count, expected as i64, "order {order}: lost updates");
     }
 }
@@ -206,13 +203,19 @@ fn outside_any_task_two_joined_futures_exclude_each_other() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        assert!(tokio::task::try_id().is_none(), "block_on runs outside a task");
+        assert!(
+            tokio::task::try_id().is_none(),
+            "block_on runs outside a task"
+        );
         let redis = redis().await;
         let client = client(&redis.url()).await;
         let lock = client.lock(unique("main-body"));
         let first = lock.try_lock(Duration::ZERO, None).await.unwrap().unwrap();
         let second = lock.try_lock(Duration::ZERO, None).await.unwrap();
-        assert!(second.is_none(), "a second plain acquire on the thread must not re-enter");
+        assert!(
+            second.is_none(),
+            "a second plain acquire on the thread must not re-enter"
+        );
         first.unlock().await.unwrap();
     });
 }
@@ -230,7 +233,11 @@ async fn nested_with_lock_reenters_and_still_excludes_other_clients() {
             let inner = lock
                 .with_lock(|_| async {
                     let count = lock.hold_count().await.unwrap();
-                    let excluded = other.try_lock(Duration::ZERO, None).await.unwrap().is_none();
+                    let excluded = other
+                        .try_lock(Duration::ZERO, None)
+                        .await
+                        .unwrap()
+                        .is_none();
                     (count, excluded)
                 })
                 .await
@@ -243,7 +250,11 @@ async fn nested_with_lock_reenters_and_still_excludes_other_clients() {
                 .expect("a plain try_lock inside the scope re-enters");
             let plain_count = plain.hold_count();
             plain.unlock().await.unwrap();
-            let still_excluded = other.try_lock(Duration::ZERO, None).await.unwrap().is_none();
+            let still_excluded = other
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+                .is_none();
             (outer, inner, plain_count, still_excluded)
         })
         .await
@@ -321,7 +332,10 @@ async fn read_write_lock_scopes_allow_downgrade_refuse_upgrade_and_plain_writes_
     // Outside a scope, a task holding a plain read asks for the write lock: just another owner.
     let read = rw.read_lock().await.unwrap();
     let write = rw.try_write_lock(Duration::ZERO, None).await.unwrap();
-    assert!(write.is_none(), "a plain write request waits for the reader");
+    assert!(
+        write.is_none(),
+        "a plain write request waits for the reader"
+    );
     // Inside the read hold's scope, asking for the write lock is an upgrade: refused.
     let upgrade = read
         .scope(rw.try_write_lock(Duration::from_secs(5), None))
@@ -354,7 +368,8 @@ async fn outer_locked(
     name: &str,
     counts: &Mutex<Vec<u32>>,
 ) -> Result<(), Error> {
-    counts.lock().unwrap().push(client.lock(name).hold_count().await?);
+    let count = client.lock(name).hold_count().await?;
+    counts.lock().unwrap().push(count);
     inner_locked(client, name, counts).await
 }
 
@@ -364,7 +379,8 @@ async fn inner_locked(
     name: &str,
     counts: &Mutex<Vec<u32>>,
 ) -> Result<(), Error> {
-    counts.lock().unwrap().push(client.lock(name).hold_count().await?);
+    let count = client.lock(name).hold_count().await?;
+    counts.lock().unwrap().push(count);
     Ok(())
 }
 
@@ -374,9 +390,13 @@ async fn nested_locked_functions_reenter() {
     let client = client(&redis.url()).await;
     let name = unique("macro-nested");
     let counts = Mutex::new(Vec::new());
-    within(HANG, "nested #[locked]", outer_locked(&client, &name, &counts))
-        .await
-        .unwrap();
+    within(
+        HANG,
+        "nested #[locked]",
+        outer_locked(&client, &name, &counts),
+    )
+    .await
+    .unwrap();
     assert_eq!(*counts.lock().unwrap(), vec![1, 2]);
     assert!(!client.lock(&name).is_locked().await.unwrap());
 }
@@ -482,7 +502,10 @@ async fn a_task_waiting_for_a_lock_it_holds_itself_is_warned_once_and_still_wait
         .try_lock(Duration::from_millis(300), None)
         .await
         .unwrap();
-    assert!(again.is_none(), "a plain acquire in the holder's task waits");
+    assert!(
+        again.is_none(),
+        "a plain acquire in the holder's task waits"
+    );
     let seen = warnings.take();
     assert_eq!(self_wait_warnings(&seen, &name), 1, "{seen:?}");
     assert!(

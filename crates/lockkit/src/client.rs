@@ -8,11 +8,11 @@ use fred::types::Builder;
 use lockkit_protocol::keys::{Namespace, DEFAULT_PREFIX};
 use tokio_util::sync::CancellationToken;
 
+use crate::core::ClientInner;
+use crate::core::Settings;
+pub use crate::core::{PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT};
 #[cfg(feature = "tls")]
 use crate::error::RedisError;
-pub(crate) use crate::core::ClientInner;
-pub use crate::core::{PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT};
-use crate::core::{Settings};
 use crate::error::{redis, Error};
 use crate::exec::Exec;
 use crate::lock::Lock;
@@ -114,29 +114,29 @@ impl Client {
     /// [`MAX_NAME_LEN`](lockkit_protocol::keys::MAX_NAME_LEN) bytes) is reported by the first
     /// operation on the handle as [`Error::InvalidArgument`].
     pub fn lock(&self, name: impl Into<String>) -> Lock {
-        Lock::new(self.clone(), name.into())
+        Lock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle on the fenced lock called `name`: a reentrant lock whose every acquisition carries
     /// a strictly increasing fencing token.
     pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
-        FencedLock::new(self.clone(), name.into())
+        FencedLock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle on the fair lock called `name`: granted in request order across clients.
     pub fn fair_lock(&self, name: impl Into<String>) -> FairLock {
-        FairLock::new(self.clone(), name.into())
+        FairLock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle on the read-write lock called `name`: many readers or one writer.
     pub fn read_write_lock(&self, name: impl Into<String>) -> ReadWriteLock {
-        ReadWriteLock::new(self.clone(), name.into())
+        ReadWriteLock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle on the spin lock called `name`: a plain non-reentrant lock that waits by backoff,
     /// without pub/sub.
     pub fn spin_lock(&self, name: impl Into<String>) -> SpinLock {
-        SpinLock::new(self.clone(), name.into())
+        SpinLock::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A lock over several locks, taken all-or-nothing.
@@ -146,18 +146,18 @@ impl Client {
 
     /// A handle on the semaphore called `name`, whose permits are leased.
     pub fn semaphore(&self, name: impl Into<String>) -> Semaphore {
-        Semaphore::new(self.clone(), name.into())
+        Semaphore::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle on the permit-expirable semaphore called `name`: permits have ids and leases of
     /// their own.
     pub fn permit_expirable_semaphore(&self, name: impl Into<String>) -> PermitExpirableSemaphore {
-        PermitExpirableSemaphore::new(self.clone(), name.into())
+        PermitExpirableSemaphore::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle on the count-down latch called `name`.
     pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
-        CountDownLatch::new(self.clone(), name.into())
+        CountDownLatch::new(Arc::clone(&self.inner), name.into())
     }
 
     /// The number of holds this client currently renews or watches.

@@ -27,7 +27,6 @@ pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
 /// The longest lease (fixed or watchdog) accepted: 365 days.
 pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
-
 /// How release notifications travel between clients: which pub/sub flavour the waiter hub
 /// subscribes with and the release scripts publish with.
 ///
@@ -130,4 +129,3 @@ impl Drop for ClientInner {
         self.closed.cancel();
     }
 }
-

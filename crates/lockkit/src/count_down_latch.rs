@@ -1,5 +1,6 @@
 //! [`CountDownLatch`]: a count-down latch; tasks wait until it reaches zero.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
@@ -10,7 +11,7 @@ use lockkit_protocol::latch::{
 use lockkit_protocol::lock::hold_marker;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::Client;
+use crate::core::ClientInner;
 use crate::error::{command_error, Error};
 use crate::exec::Resend;
 use crate::object::Object;
@@ -21,7 +22,7 @@ use crate::semaphore::key_refs;
 /// [`try_set_count`](CountDownLatch::try_set_count), has been counted down to zero by
 /// [`count_down`](CountDownLatch::count_down).
 ///
-/// Get one with [`Client::count_down_latch`]. The handle is cheap, `Clone + Send + Sync`, and
+/// Get one with [`Client::count_down_latch`](crate::Client::count_down_latch). The handle is cheap, `Clone + Send + Sync`, and
 /// sends nothing until used. A latch at zero does not exist in Redis: it can be set again, for a
 /// new round.
 ///
@@ -58,7 +59,7 @@ impl CountDownLatch {
     /// The largest count accepted: 4,294,967,295.
     pub const MAX_COUNT: u64 = u32::MAX as u64;
 
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::CountDownLatch, name),
         }

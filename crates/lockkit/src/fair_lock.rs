@@ -12,7 +12,6 @@ use lockkit_protocol::lock::RENEW;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::Client;
 use crate::core::{ClientInner, MAX_LEASE};
 use crate::error::Error;
 use crate::exec::Resend;
@@ -38,8 +37,10 @@ static FAIR_LEAVE: Leave = Leave {
 
 /// A reentrant lock granted in request order (FIFO) across clients.
 ///
-/// Get one with [`Client::fair_lock`]. It behaves as [`Lock`](crate::Lock) — same ownership
-/// (the task, in this client), same leases and watchdog, same [`LockGuard`] — with one difference:
+/// Get one with [`Client::fair_lock`](crate::Client::fair_lock). It behaves as
+/// [`Lock`](crate::Lock) — same ownership (every plain acquire is an owner of its own; re-entry
+/// inside the holder's [scope](LockGuard::scope)), same leases and watchdog, same [`LockGuard`] —
+/// with one difference:
 /// when several tasks, in any number of clients, wait for it, they get it **in the order they
 /// asked for it**. A plain `Lock` lets whoever retries first after a release win, so under steady
 /// contention one pod can starve the others; a `FairLock` cannot starve anyone.
@@ -53,7 +54,8 @@ static FAIR_LEAVE: Leave = Leave {
 /// # Order
 /// A task that finds the lock taken joins a queue in Redis (one entry per acquire call, kept by
 /// all of that call's retries). The lock is granted only to the waiter at the head of the queue,
-/// or to anyone while the queue is empty; a task that already holds it re-enters at any time.
+/// or to anyone while the queue is empty; an acquire inside the holder's [scope](LockGuard::scope)
+/// re-enters at any time, past the queue (a second plain acquire queues like any other).
 /// A release wakes only the next waiter, by name: no thundering herd, no race for the lock.
 /// [`try_lock`](FairLock::try_lock) with a zero `wait` never queues and never jumps the queue: it
 /// gets the lock only when it is free and nobody waits for it.
@@ -91,7 +93,7 @@ impl FairLock {
     /// The shortest waiter timeout accepted.
     pub const MIN_WAITER_TIMEOUT: Duration = Duration::from_millis(100);
 
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::FairLock, name),
             waiter_timeout: Self::DEFAULT_WAITER_TIMEOUT,
@@ -180,7 +182,8 @@ impl FairLock {
     /// Tries to take the lock, waiting for its turn at most `wait`.
     ///
     /// - `wait = Duration::ZERO` makes one attempt and never queues: it succeeds only when the
-    ///   lock is free and nobody is waiting for it (or the calling task already holds it);
+    ///   lock is free and nobody is waiting for it (or it runs inside the holder's
+    ///   [scope](LockGuard::scope), and re-enters);
     /// - `lease = None` takes it in watchdog mode, `Some(lease)` with a fixed lease.
     ///
     /// Returns `Ok(None)` when the lock was not acquired within `wait`; the waiter has then left
@@ -254,7 +257,8 @@ impl FairLock {
         self.object.exists().await
     }
 
-    /// Whether the calling task holds the lock (through this client).
+    /// Whether the calling code holds the lock through this client, counted as
+    /// [`hold_count`](FairLock::hold_count).
     ///
     /// # Errors
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
@@ -262,7 +266,10 @@ impl FairLock {
         Ok(self.hold_count().await? > 0)
     }
 
-    /// How many times the calling task holds the lock (0: not at all).
+    /// How many live holds the calling code has on the lock through this client (0: none): inside
+    /// a holder's [scope](LockGuard::scope), that holder's count; plus the counts of the guards the
+    /// calling task acquired and has not released, wherever they were moved. As
+    /// [`Lock::hold_count`](crate::Lock::hold_count).
     ///
     /// # Errors
     /// As [`is_held_by_current_task`](FairLock::is_held_by_current_task).

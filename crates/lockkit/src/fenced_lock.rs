@@ -1,12 +1,13 @@
 //! [`FencedLock`]: a reentrant lock whose acquisitions carry strictly increasing fencing tokens.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_protocol::fenced_lock::{ACQUIRE, RELEASE};
 use lockkit_protocol::keys::Kind;
 use lockkit_protocol::lock::RENEW;
 
-use crate::client::Client;
+use crate::core::ClientInner;
 use crate::error::Error;
 use crate::hold::HoldKind;
 use crate::lock::{Flavor, Lock, LockGuard};
@@ -32,7 +33,9 @@ static FENCED: Flavor = Flavor {
 /// data and accept a write only with a token at least as large (`UPDATE … WHERE last_fence <=
 /// :fence`: `<=`, since the holder may write more than once under one acquisition).
 ///
-/// Everything else is as [`Lock`](crate::Lock): same ownership, leases, watchdog and waiting.
+/// Everything else is as [`Lock`](crate::Lock): same ownership (every plain acquire is an owner
+/// of its own; re-entry inside the holder's [scope](LockGuard::scope)), leases, watchdog and
+/// waiting.
 /// [`LockGuard::fencing_token`] returns the token.
 ///
 /// ```no_run
@@ -57,7 +60,7 @@ pub struct FencedLock {
 }
 
 impl FencedLock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self {
             lock: Lock::with_flavor(client, name, &FENCED),
         }
@@ -114,7 +117,8 @@ impl FencedLock {
         self.lock.is_locked().await
     }
 
-    /// Whether the calling task holds the lock.
+    /// Whether the calling code holds the lock through this client, as
+    /// [`Lock::is_held_by_current_task`].
     ///
     /// # Errors
     /// [`Error::Redis`], [`Error::WrongType`].
@@ -122,7 +126,9 @@ impl FencedLock {
         self.lock.is_held_by_current_task().await
     }
 
-    /// How many times the calling task holds the lock.
+    /// How many live holds the calling code has on the lock through this client: the enclosing
+    /// scope owner's, plus those of the guards the calling task acquired and has not released, as
+    /// [`Lock::hold_count`].
     ///
     /// # Errors
     /// [`Error::Redis`], [`Error::WrongType`].

@@ -97,31 +97,6 @@ pub(crate) struct Hold {
 }
 
 impl Hold {
-    pub(crate) fn new(
-        seq: u64,
-        name: Arc<str>,
-        kind: &'static HoldKind,
-        keys: Arc<ObjectKeys>,
-        marker: String,
-        owner: Option<Arc<str>>,
-        lease: Duration,
-        watchdog: bool,
-    ) -> Self {
-        Self {
-            seq,
-            name,
-            kind,
-            keys,
-            marker,
-            owner,
-            lease,
-            watchdog,
-            lost: CancellationToken::new(),
-            expires_at: Mutex::new(Instant::now()),
-            clock: crate::metrics::HoldClock::new(),
-        }
-    }
-
     /// The main key.
     pub(crate) fn key(&self) -> &str {
         &self.keys.key
@@ -309,16 +284,19 @@ impl HoldGuard {
         owner: Option<&Arc<str>>,
     ) -> Self {
         let seq = client.next_sequence();
-        let hold = Hold::new(
+        let hold = Hold {
             seq,
-            Arc::clone(name),
+            name: Arc::clone(name),
             kind,
-            Arc::clone(keys),
-            hold_marker(&client.id, seq),
-            owner.cloned(),
+            keys: Arc::clone(keys),
+            marker: hold_marker(&client.id, seq),
+            owner: owner.cloned(),
             lease,
             watchdog,
-        );
+            lost: CancellationToken::new(),
+            expires_at: Mutex::new(Instant::now()),
+            clock: crate::metrics::HoldClock::new(),
+        };
         Self {
             client: Arc::clone(client),
             hold: Arc::new(hold),
@@ -412,26 +390,18 @@ impl HoldGuard {
     /// Cancel safety: if the returned future is dropped before it completes, the release goes on
     /// in the background.
     ///
-    /// A hold that has reported itself lost ([`Hold::is_lost`]) is released all the same (so the
-    /// lock frees early when Redis still has it), but the answer is [`Error::NotHeld`] every
-    /// time: the guard already told its holder the lease was gone, and a local deadline that
-    /// passed a few milliseconds before Redis expired the key must not turn that into `Ok`.
+    /// A hold that has reported itself lost answers [`Error::NotHeld`] every time (see
+    /// [`release`]).
     pub(crate) async fn release(mut self) -> Result<(), Error> {
         if self.client.is_shut_down() {
             self.armed = false;
             return Err(Error::Shutdown);
         }
-        let lost = self.hold.is_lost();
         self.client.watchdog.unregister(self.hold.seq);
         let result = release(&self.client.exec, &self.hold).await;
         self.armed = false;
         self.hold.finish();
-        match result {
-            Ok(()) if lost => Err(Error::NotHeld {
-                name: self.hold.name.to_string(),
-            }),
-            result => result,
-        }
+        result
     }
 }
 
@@ -452,6 +422,82 @@ impl Drop for HoldGuard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The interleaving `shutdown` could meet: an acquire's script took the hold, then the
+    /// shutdown drained the watchdog's registry, then the acquire registers its grant. The grant
+    /// must be refused and the hold given back; registered into the drained registry it would be
+    /// released by nobody and kept for its whole (here one hour) lease.
+    #[tokio::test]
+    async fn a_grant_that_lands_after_the_shutdown_drained_the_registry_is_given_back() {
+        use fred::interfaces::KeysInterface;
+        use lockkit_protocol::lock::{AcquireReply, ACQUIRE};
+
+        let server = lockkit_testkit::RedisServer::start()
+            .await
+            .unwrap_or_else(|err| panic!("redis-server: {err}"));
+        let client = crate::Client::connect(server.url())
+            .await
+            .unwrap_or_else(|err| panic!("connect: {err}"));
+        let inner = &client.inner;
+        let name: Arc<str> = Arc::from("shutdown-race");
+        let keys = Arc::new(
+            inner
+                .settings
+                .namespace
+                .object(Kind::Lock, &name)
+                .unwrap_or_else(|err| panic!("keys: {err}")),
+        );
+        let owner = owner::fresh(inner);
+        let lease = Duration::from_secs(3600);
+        let guard = HoldGuard::prepare_for(
+            inner,
+            &crate::lock::PLAIN.holds,
+            &name,
+            &keys,
+            lease,
+            false,
+            Some(&owner),
+        );
+        let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+        let sent = Instant::now();
+        let reply = inner
+            .exec
+            .ints(
+                &ACQUIRE,
+                Kind::Lock,
+                &key_refs,
+                &[&owner, &guard.hold().marker, "3600000", "0"],
+                Resend::Allowed,
+            )
+            .await
+            .unwrap_or_else(|err| panic!("acquire: {err}"));
+        assert!(matches!(
+            AcquireReply::decode(&reply),
+            Ok(AcquireReply::Acquired { .. })
+        ));
+
+        // The shutdown drains the registry (before it marks the client closed for good).
+        let errors = inner.watchdog.shutdown().await;
+        assert!(errors.is_empty(), "{errors:?}");
+        let granted = guard.granted(sent);
+        assert!(
+            matches!(granted, Err(Error::Shutdown)),
+            "a grant after the registry was drained must be refused"
+        );
+        // And given back: the key goes (through the worker, which still serves releases).
+        let redis = inner.exec.redis();
+        let gone = tokio::time::timeout(Duration::from_secs(30), async {
+            loop {
+                let exists: i64 = redis.exists(keys.key.as_str()).await.unwrap_or(1);
+                if exists == 0 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(gone.is_ok(), "the refused grant's hold was never released");
+    }
 
     #[test]
     fn leases_are_validated() {

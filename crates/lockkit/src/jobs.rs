@@ -148,7 +148,11 @@ impl Client {
         Fut: Future<Output = T>,
     {
         let window = validate_window(window)?;
-        let object = Object::new(self.clone(), Kind::OnceMark, name.into());
+        let object = Object::new(
+            std::sync::Arc::clone(&self.inner),
+            Kind::OnceMark,
+            name.into(),
+        );
         let keys = object.keys()?;
         let key = keys.key.as_str();
         let inner = object.inner();

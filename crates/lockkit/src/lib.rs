@@ -55,9 +55,40 @@
 //!
 //! # Ownership
 //!
-//! A hold belongs to the task that took it, in the client that took it: the same task locking
-//! twice re-enters (and must release twice); any other task waits. The guard carries its owner,
-//! so it can be moved into another task and unlocked there — no "not locked by current thread".
+//! Every plain acquire (`lock()`, `try_lock()`, `lock_with_lease()`) is an **owner of its own**.
+//! A second acquire of the same lock waits until the first is released, even in the same task, as
+//! with `tokio::sync::Mutex`: futures that one task polls together (`join_all` over a batch with
+//! duplicate keys, `join!`, `select!`) take turns. The guard carries its owner, so it can be moved
+//! into another task and unlocked there — no "not locked by current thread" — and a dispatcher
+//! that hands each guard to a spawned worker runs one worker at a time.
+//!
+//! **Re-entry happens inside the holder's scope**: the body of [`Lock::with_lock`] /
+//! [`Lock::try_with_lock`], of a `#[locked]` function or of [`Client::run_exclusive`], or a future
+//! run with [`LockGuard::scope`]. Every acquire of the same lock through the same [`Client`] within
+//! that future re-enters: it is granted at once, counts one more hold and gets a guard of its own.
+//! A future spawned from inside the scope is outside it. The same holds for [`FencedLock`],
+//! [`FairLock`] and both modes of [`ReadWriteLock`]; a [`SpinLock`] is not reentrant.
+//!
+//! ```no_run
+//! # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+//! let lock = client.lock("order:42");
+//! let guard = lock.lock().await?;
+//! guard
+//!     .scope(async {
+//!         let inner = lock.lock().await?; // re-enters: granted at once
+//!         assert_eq!(inner.hold_count(), 2);
+//!         inner.unlock().await
+//!     })
+//!     .await?;
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! A task that starts to wait for a lock it acquired itself and has not released logs a warning
+//! naming the lock and the fix; the acquire still waits, since the guard may be out in a worker
+//! that will release it. [`Lock::hold_count`] and [`Lock::is_held_by_current_task`] count the
+//! enclosing scope owner's live holds plus those of the guards the calling task acquired and has
+//! not released.
 //!
 //! # What a Redis lock cannot do
 //!

@@ -12,7 +12,6 @@ use lockkit_protocol::script::Script;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::Client;
 use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
@@ -54,7 +53,7 @@ pub(crate) static PLAIN: Flavor = Flavor {
 
 /// A reentrant lock shared by every client that uses the same name and Redis.
 ///
-/// Get one with [`Client::lock`]. The handle is cheap, `Clone + Send + Sync`, and sends nothing
+/// Get one with [`Client::lock`](crate::Client::lock). The handle is cheap, `Clone + Send + Sync`, and sends nothing
 /// until used.
 ///
 /// # Ownership and reentrancy
@@ -66,7 +65,7 @@ pub(crate) static PLAIN: Flavor = Flavor {
 ///
 /// **Re-entry happens inside the holder's scope**: the body of [`with_lock`](Lock::with_lock) /
 /// [`try_with_lock`](Lock::try_with_lock), of a `#[locked]` function, of
-/// [`Client::run_exclusive`], or a future run with [`LockGuard::scope`]. An acquire of the same
+/// [`Client::run_exclusive`](crate::Client::run_exclusive), or a future run with [`LockGuard::scope`]. An acquire of the same
 /// lock through the same client made anywhere inside that future re-enters: it is granted at
 /// once and counts one more hold, to be released on its own.
 ///
@@ -131,11 +130,15 @@ pub struct Lock {
 }
 
 impl Lock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self::with_flavor(client, name, &PLAIN)
     }
 
-    pub(crate) fn with_flavor(client: Client, name: String, flavor: &'static Flavor) -> Self {
+    pub(crate) fn with_flavor(
+        client: Arc<ClientInner>,
+        name: String,
+        flavor: &'static Flavor,
+    ) -> Self {
         Self {
             object: Object::new(client, flavor.kind, name),
             flavor,
@@ -513,7 +516,7 @@ impl LockGuard {
     }
 
     /// Runs `fut` inside this hold's **scope**: every acquire of the same lock through the same
-    /// [`Client`] made while `fut` runs — `lock()`, `try_lock()`, `lock_with_lease()`, the
+    /// [`Client`](crate::Client) made while `fut` runs — `lock()`, `try_lock()`, `lock_with_lease()`, the
     /// closure helpers, `#[locked]` functions, at any depth of the future tree — re-enters as
     /// this hold's owner: it is granted at once, counts one more hold, and gets a guard of its
     /// own to release. Outside the scope every acquire is an owner of its own and waits, as
@@ -556,7 +559,7 @@ impl LockGuard {
     /// # Errors
     /// [`Error::NotHeld`] when the hold was already gone (its lease ran out, or the lock was
     /// force-unlocked): the critical section may have overlapped with another holder's.
-    /// [`Error::Shutdown`] after [`Client::shutdown`], which already released it.
+    /// [`Error::Shutdown`] after [`Client::shutdown`](crate::Client::shutdown), which already released it.
     /// [`Error::Redis`] when Redis fails; the hold is then left to run out its lease.
     pub async fn unlock(self) -> Result<(), Error> {
         self.guard.release().await
@@ -573,7 +576,7 @@ mod tests {
     #[test]
     fn bounds_hold() {
         bounds::<Lock>();
-        bounds::<Client>();
+        bounds::<crate::Client>();
         send_static::<LockGuard>();
     }
 }

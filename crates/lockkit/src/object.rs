@@ -9,7 +9,6 @@ use lockkit_protocol::DecodeError;
 
 use lockkit_protocol::keys::{KeyError, Kind, ObjectKeys};
 
-use crate::client::Client;
 use crate::core::ClientInner;
 use crate::error::{command_error, Error};
 use crate::exec::Resend;
@@ -18,7 +17,7 @@ use crate::owner;
 /// The common part of every handle (`Lock`, `Semaphore`, ...). Cheap to clone.
 #[derive(Clone)]
 pub(crate) struct Object {
-    pub(crate) client: Client,
+    pub(crate) client: Arc<ClientInner>,
     pub(crate) kind: Kind,
     pub(crate) name: Arc<str>,
     keys: Result<Arc<ObjectKeys>, KeyError>,
@@ -26,13 +25,8 @@ pub(crate) struct Object {
 
 impl Object {
     /// The object of `kind` called `name`. An invalid name is reported by [`Object::keys`].
-    pub(crate) fn new(client: Client, kind: Kind, name: String) -> Self {
-        let keys = client
-            .inner
-            .settings
-            .namespace
-            .object(kind, &name)
-            .map(Arc::new);
+    pub(crate) fn new(client: Arc<ClientInner>, kind: Kind, name: String) -> Self {
+        let keys = client.settings.namespace.object(kind, &name).map(Arc::new);
         Self {
             client,
             kind,
@@ -43,12 +37,12 @@ impl Object {
 
     /// The client's shared state.
     pub(crate) fn inner(&self) -> &Arc<ClientInner> {
-        &self.client.inner
+        &self.client
     }
 
     /// The object's keys, once the client is known to be open and the name valid.
     pub(crate) fn keys(&self) -> Result<&Arc<ObjectKeys>, Error> {
-        self.client.inner.check_open()?;
+        self.client.check_open()?;
         self.keys.as_ref().map_err(|err| Error::from(err.clone()))
     }
 }

@@ -128,10 +128,13 @@ struct TakenHold {
     owner: Option<Arc<str>>,
 }
 
+/// The unreleased holds of each (taker, object key).
+type TakenHolds = HashMap<(Taker, Arc<str>), Vec<TakenHold>>;
+
 /// The lock holds each task took and has not released (see the module notes).
 #[derive(Debug, Default)]
 pub(crate) struct Taken {
-    holds: Mutex<HashMap<(Taker, Arc<str>), Vec<TakenHold>>>,
+    holds: Mutex<TakenHolds>,
 }
 
 impl Taken {
@@ -234,7 +237,10 @@ mod tests {
         assert_eq!(k2.as_deref(), Some("c:2"));
         assert_eq!(other_client, None);
         assert_eq!(spawned, None, "a spawned task is outside the scope");
-        assert!(scoped("c", "k1").is_none(), "the scope ends with its future");
+        assert!(
+            scoped("c", "k1").is_none(),
+            "the scope ends with its future"
+        );
     }
 
     #[tokio::test]

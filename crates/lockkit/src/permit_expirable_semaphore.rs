@@ -14,7 +14,7 @@ use lockkit_protocol::semaphore::{
 };
 
 use crate::acquire::acquire;
-use crate::client::{Client, ClientInner};
+use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::hold::{lease_millis, release_marker, validate_lease, HoldGuard, HoldKind};
@@ -32,7 +32,7 @@ pub(crate) static PERMIT_HOLDS: HoldKind = HoldKind {
 /// A semaphore whose permits have **ids** and **leases of their own**: a permit can be released
 /// by id from anywhere (another task, client or process), and its lease changed by id.
 ///
-/// Get one with [`Client::permit_expirable_semaphore`]. The handle is cheap,
+/// Get one with [`Client::permit_expirable_semaphore`](crate::Client::permit_expirable_semaphore). The handle is cheap,
 /// `Clone + Send + Sync`, and sends nothing until used. Set the total once with
 /// [`try_set_permits`](Self::try_set_permits), then take permits one at a time with
 /// [`acquire`](Self::acquire) or [`try_acquire`](Self::try_acquire).
@@ -71,7 +71,7 @@ impl PermitExpirableSemaphore {
     /// The most permits a semaphore can have in total: 4,294,967,295.
     pub const MAX_PERMITS: u64 = MAX_PERMITS;
 
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::PermitExpirableSemaphore, name),
         }
@@ -324,7 +324,7 @@ impl ExpirablePermit {
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the permit was already gone (its lease ran out, or it was released
-    /// by id). [`Error::Shutdown`] after [`Client::shutdown`], which already released it.
+    /// by id). [`Error::Shutdown`] after [`Client::shutdown`](crate::Client::shutdown), which already released it.
     /// [`Error::Redis`] when Redis fails; the permit then comes back when its lease ends.
     pub async fn release(self) -> Result<(), Error> {
         self.guard.release().await

@@ -16,7 +16,7 @@ use lockkit_protocol::keys::{Kind, ObjectKeys};
 use lockkit_protocol::script::Script;
 use lockkit_protocol::DecodeError;
 
-use crate::client::ClientInner;
+use crate::core::ClientInner;
 use crate::exec::Resend;
 
 /// How a kind leaves its waiting structure: the cancel script, the keys it takes and its reply

@@ -10,7 +10,6 @@ use lockkit_protocol::read_write_lock::{
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::Client;
 use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
@@ -27,7 +26,7 @@ pub(crate) static RW_LOCK_HOLDS: HoldKind = HoldKind {
 
 /// A reentrant read-write lock: any number of readers, or one writer.
 ///
-/// Get one with [`Client::read_write_lock`]. The handle is cheap, `Clone + Send + Sync`, and sends
+/// Get one with [`Client::read_write_lock`](crate::Client::read_write_lock). The handle is cheap, `Clone + Send + Sync`, and sends
 /// nothing until used. Use it where reads are frequent, may take a while, and can safely run side
 /// by side (rebuilding a cache from a shared table while writers update it rarely); where every
 /// caller writes, a plain [`Lock`](crate::Lock) is simpler and as fast.
@@ -88,7 +87,7 @@ pub struct ReadWriteLock {
 }
 
 impl ReadWriteLock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::ReadWriteLock, name),
         }

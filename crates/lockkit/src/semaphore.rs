@@ -16,7 +16,7 @@ use lockkit_protocol::semaphore::{
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::client::{Client, ClientInner};
+use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
@@ -35,7 +35,7 @@ pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
 /// A counting semaphore shared by every client that uses the same name and Redis: at most
 /// `permits` permits are held at any time, across every task, client and process.
 ///
-/// Get one with [`Client::semaphore`]. The handle is cheap, `Clone + Send + Sync`, and sends
+/// Get one with [`Client::semaphore`](crate::Client::semaphore). The handle is cheap, `Clone + Send + Sync`, and sends
 /// nothing until used. Set the total once with [`try_set_permits`](Semaphore::try_set_permits)
 /// (every instance may call it at start-up: only the first call sets it), then take permits with
 /// [`acquire`](Semaphore::acquire) or [`try_acquire`](Semaphore::try_acquire).
@@ -83,7 +83,7 @@ impl Semaphore {
     /// The most permits a semaphore can have in total: 4,294,967,295.
     pub const MAX_PERMITS: u64 = MAX_PERMITS;
 
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::Semaphore, name),
         }
@@ -538,7 +538,7 @@ impl SemaphorePermit {
     ///
     /// # Errors
     /// [`Error::NotHeld`] when the permits were already gone (their lease ran out): others may
-    /// have held them meanwhile. [`Error::Shutdown`] after [`Client::shutdown`], which already
+    /// have held them meanwhile. [`Error::Shutdown`] after [`Client::shutdown`](crate::Client::shutdown), which already
     /// released them. [`Error::Redis`] when Redis fails; the permits then come back when their
     /// lease ends.
     pub async fn release(self) -> Result<(), Error> {

@@ -8,7 +8,7 @@ use lockkit_protocol::spin_lock::{AcquireReply, ACQUIRE, RELEASE, RENEW};
 use tokio::time::Instant;
 
 use crate::acquire::{acquire_polling, Attempt, Backoff, Outcome};
-use crate::client::{Client, ClientInner};
+use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
@@ -54,7 +54,7 @@ pub struct SpinLock {
 }
 
 impl SpinLock {
-    pub(crate) fn new(client: Client, name: String) -> Self {
+    pub(crate) fn new(client: Arc<ClientInner>, name: String) -> Self {
         Self {
             object: Object::new(client, Kind::SpinLock, name),
         }
