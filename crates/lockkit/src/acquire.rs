@@ -75,7 +75,7 @@ where
 
 /// Runs one acquire call's loop: refused once the client is shut down, inside the
 /// `lockkit.acquire` span (debug level: the object's kind and name, the wait; the lease and mode
-/// are recorded when a hold is granted, [`crate::hold::HoldGuard::granted`]), with an error seen
+/// are recorded when a hold is granted, [`crate::guard::HoldGuard::granted`]), with an error seen
 /// while the client shuts down reported as [`Error::Shutdown`], and its outcome counted in the
 /// metrics.
 async fn instrumented<A, F>(

@@ -9,12 +9,13 @@ use lockkit_protocol::keys::{Namespace, DEFAULT_PREFIX};
 use tokio_util::sync::CancellationToken;
 
 use crate::core::ClientInner;
+pub use crate::core::PubSubMode;
 use crate::core::Settings;
-pub use crate::core::{PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT};
 #[cfg(feature = "tls")]
 use crate::error::RedisError;
 use crate::error::{redis, Error};
 use crate::exec::Exec;
+pub use crate::limits::{DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT};
 use crate::lock::Lock;
 use crate::replica::{ReplicaAck, ReplicaPolicy};
 use crate::tls::TlsSettings;

@@ -15,17 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::exec::Exec;
-use crate::owner::Taken;
+use crate::owner::{self, Taken};
 use crate::replica::ReplicaPolicy;
 use crate::waiters::WaiterHub;
 use crate::watchdog::Watchdog;
-
-/// The default lease of watchdog-mode locks; renewed every third of it.
-pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
-/// The shortest watchdog timeout accepted.
-pub const MIN_WATCHDOG_TIMEOUT: Duration = Duration::from_millis(100);
-/// The longest lease (fixed or watchdog) accepted: 365 days.
-pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// How release notifications travel between clients: which pub/sub flavour the waiter hub
 /// subscribes with and the release scripts publish with.
@@ -104,6 +97,30 @@ impl ClientInner {
     /// Marks the client closed: the hub stops (the command connection closes with the watchdog).
     pub(crate) fn close(&self) {
         self.closed.cancel();
+    }
+
+    /// The owner an acquire of the object at `key` runs as: the holder's owner when it runs
+    /// inside that holder's scope (re-entry), else a fresh owner of its own.
+    pub(crate) fn owner_for(&self, key: &str) -> Arc<str> {
+        owner::scoped(&self.id, key).unwrap_or_else(|| self.fresh_owner())
+    }
+
+    /// A new owner id, `<client id>:<sequence>`.
+    pub(crate) fn fresh_owner(&self) -> Arc<str> {
+        format!("{}:{}", self.id, self.next_sequence()).into()
+    }
+
+    /// The owners whose hold counts `hold_count()` adds up for the object at `key` in the
+    /// calling context: the enclosing scope's owner, and the owners of holds the calling task
+    /// took and has not released.
+    pub(crate) fn current_owners(&self, key: &str) -> Vec<Arc<str>> {
+        let mut owners = self.taken.current_owners(key);
+        if let Some(owner) = owner::scoped(&self.id, key) {
+            if !owners.contains(&owner) {
+                owners.insert(0, owner);
+            }
+        }
+        owners
     }
 
     /// A client-unique number for a new hold.

@@ -12,13 +12,14 @@ use lockkit_protocol::lock::RENEW;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
-use crate::core::{ClientInner, MAX_LEASE};
+use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
-use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::guard::{lease_mode, HoldGuard};
+use crate::hold::{lease_millis, HoldKind};
+use crate::limits::MAX_LEASE;
 use crate::lock::LockGuard;
 use crate::object::Object;
-use crate::owner;
 use crate::queued::{Leave, Queued};
 
 /// How holds of a [`FairLock`] are released and renewed.
@@ -231,7 +232,7 @@ impl FairLock {
             client: inner,
             name: &self.object.name,
             keys,
-            owner: owner::for_acquire(inner, &keys.key),
+            owner: inner.owner_for(&keys.key),
             lease,
             lease_ms: lease_millis(lease).to_string(),
             watchdog,

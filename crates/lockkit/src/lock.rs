@@ -15,7 +15,8 @@ use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
-use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::guard::{lease_mode, HoldGuard};
+use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
 use crate::owner;
 use crate::queued::{Leave, Queued};
@@ -234,7 +235,7 @@ impl Lock {
         } else {
             WAITER_KEEPALIVE
         };
-        let owner = owner::for_acquire(inner, &keys.key);
+        let owner = inner.owner_for(&keys.key);
         let attempt = LockAttempt {
             flavor: self.flavor,
             client: self.object.inner(),

@@ -12,7 +12,6 @@ use lockkit_protocol::keys::{KeyError, Kind, ObjectKeys};
 use crate::core::ClientInner;
 use crate::error::{command_error, Error};
 use crate::exec::Resend;
-use crate::owner;
 
 /// The common part of every handle (`Lock`, `Semaphore`, ...). Cheap to clone.
 #[derive(Clone)]
@@ -64,11 +63,11 @@ impl Object {
 
     /// The hold count of the calling context in the main HASH of a reentrant lock: the live holds
     /// of the enclosing scope's owner and of the owners of holds the calling task took and has
-    /// not released, added up (see [`crate::owner::current_owners`]).
+    /// not released, added up (see `ClientInner::current_owners`).
     pub(crate) async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
         // Sent even without an owner to count: a key of another type is reported.
-        let owners = owner::current_owners(self.inner(), &keys.key);
+        let owners = self.inner().current_owners(&keys.key);
         let owner_refs: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
         let reply = self
             .inner()

@@ -25,8 +25,6 @@ use std::sync::Arc;
 use lockkit_protocol::keys::Kind;
 use parking_lot::Mutex;
 
-use crate::core::ClientInner;
-
 tokio::task_local! {
     /// The innermost holder's scope of the running future, if any.
     static SCOPE: Arc<Frame>;
@@ -55,17 +53,6 @@ impl Frame {
         }
         None
     }
-}
-
-/// The owner an acquire of `key` through `client` runs as: the holder's owner when it runs
-/// inside that holder's scope (re-entry), else a fresh owner of its own.
-pub(crate) fn for_acquire(client: &ClientInner, key: &str) -> Arc<str> {
-    scoped(&client.id, key).unwrap_or_else(|| fresh(client))
-}
-
-/// A new owner id, `<client id>:<sequence>`.
-pub(crate) fn fresh(client: &ClientInner) -> Arc<str> {
-    format!("{}:{}", client.id, client.next_sequence()).into()
 }
 
 /// The owner of the innermost enclosing scope of `key` through the client `client_id`.
@@ -196,18 +183,6 @@ impl Taken {
             );
         }
     }
-}
-
-/// The owners whose hold counts `hold_count()` adds up for `key` in the calling context: the
-/// enclosing scope's owner, and the owners of holds the calling task took and has not released.
-pub(crate) fn current_owners(client: &ClientInner, key: &str) -> Vec<Arc<str>> {
-    let mut owners = client.taken.current_owners(key);
-    if let Some(owner) = scoped(&client.id, key) {
-        if !owners.contains(&owner) {
-            owners.insert(0, owner);
-        }
-    }
-    owners
 }
 
 #[cfg(test)]

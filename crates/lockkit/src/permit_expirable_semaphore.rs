@@ -17,7 +17,8 @@ use crate::acquire::acquire;
 use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
-use crate::hold::{lease_millis, release_marker, validate_lease, HoldGuard, HoldKind};
+use crate::guard::HoldGuard;
+use crate::hold::{lease_millis, release_marker, validate_lease, HoldKind};
 use crate::object::Object;
 use crate::semaphore::{self, key_refs, PermitAttempt, MAX_PERMITS};
 

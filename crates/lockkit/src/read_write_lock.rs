@@ -13,9 +13,10 @@ use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
-use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::guard::{lease_mode, HoldGuard};
+use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
-use crate::{owner, LockGuard};
+use crate::LockGuard;
 
 /// How holds of a [`ReadWriteLock`] (read and write alike) are released and renewed.
 pub(crate) static RW_LOCK_HOLDS: HoldKind = HoldKind {
@@ -232,7 +233,7 @@ impl ReadWriteLock {
             client: inner,
             name: &self.object.name,
             keys,
-            owner: owner::for_acquire(inner, &keys.key),
+            owner: inner.owner_for(&keys.key),
             mode,
             lease,
             lease_ms: lease_millis(lease).to_string(),
@@ -280,7 +281,7 @@ impl ReadWriteLock {
         let keys = self.keys()?;
         let inner = self.object.inner();
         let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-        let owners = owner::current_owners(inner, &keys.key);
+        let owners = inner.current_owners(&keys.key);
         let owner_refs: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
         let reply = inner
             .exec

@@ -19,7 +19,8 @@ use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
-use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::guard::{lease_mode, HoldGuard};
+use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
 
 /// The most permits a semaphore can have in total (and so the most one acquisition can take).

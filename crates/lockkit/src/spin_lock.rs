@@ -11,7 +11,8 @@ use crate::acquire::{acquire_polling, Attempt, Backoff, Outcome};
 use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::Resend;
-use crate::hold::{lease_millis, lease_mode, HoldGuard, HoldKind};
+use crate::guard::{lease_mode, HoldGuard};
+use crate::hold::{lease_millis, HoldKind};
 use crate::lock::LockGuard;
 use crate::object::Object;
 
