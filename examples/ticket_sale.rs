@@ -2,7 +2,8 @@
 //! overselling.
 //!
 //! Three "pods" (three separate [`lockkit::Client`]s, each with its own id and connections, as
-//! three processes would have) serve 150 buyers between them, 50 each, all at once. The stock is
+//! three processes would have) serve 150 buyers between them, 50 each, all at once. The first
+//! pod is a batch handler: its buyers are futures of one task, run together by `join_all`. The stock is
 //! a plain Redis string that every buyer updates the naive way: `GET stock`, a tiny await, then
 //! `SET stock stock-1`. That read-modify-write is deliberately not atomic, so nothing but the lock
 //! `ticket-sale:<run id>` stops two buyers from selling the same ticket.
@@ -184,13 +185,18 @@ async fn run(args: Args) -> Result<bool, BoxError> {
     let start = Arc::new(Barrier::new(args.buyers));
     let began = Instant::now();
     let mut buyers = Vec::with_capacity(args.buyers);
+    // The first pod is a batch handler: all its buyers are futures of ONE task, polled together
+    // by `join_all` (as a handler of a batch of orders would). Each plain acquire is an owner of
+    // its own, so they exclude each other exactly as buyers in separate tasks do. (lockkit 0.1.0
+    // made the task the owner, and let every future of such a batch in at once.)
+    let mut batch = Vec::new();
     for buyer in 0..args.buyers {
         let pod_index = buyer % args.pods;
         let pod = Arc::clone(&pods[pod_index]);
         let (lock_name, stock_key) = (lock_name.clone(), stock_key.clone());
         let (inside, max_inside, start) = (inside.clone(), max_inside.clone(), start.clone());
         let use_lock = args.use_lock;
-        buyers.push(tokio::spawn(async move {
+        let purchase = async move {
             start.wait().await;
             let outcome = if use_lock {
                 buy_with_lock(&pod, &lock_name, &stock_key, &inside, &max_inside).await
@@ -201,13 +207,22 @@ async fn run(args: Args) -> Result<bool, BoxError> {
                 pod_index,
                 outcome.unwrap_or_else(|err| Outcome::Failed(err.to_string())),
             )
-        }));
+        };
+        if pod_index == 0 {
+            batch.push(purchase);
+        } else {
+            buyers.push(tokio::spawn(purchase));
+        }
     }
+    let batch = tokio::spawn(futures::future::join_all(batch));
 
     let mut tallies: Vec<Tally> = (0..args.pods).map(|_| Tally::default()).collect();
     let mut failures = Vec::new();
+    let mut outcomes = batch.await?;
     for buyer in buyers {
-        let (pod, outcome) = buyer.await?;
+        outcomes.push(buyer.await?);
+    }
+    for (pod, outcome) in outcomes {
         let tally = &mut tallies[pod];
         tally.buyers += 1;
         match outcome {
