@@ -294,3 +294,46 @@ async fn a_guard_that_reported_itself_lost_unlocks_with_not_held_every_time() {
         assert!(taken, "spin = {spin}: the lost hold was still released");
     }
 }
+
+/// An acquire cancelled after its script was sent, before the reply, never had a lease: its hold
+/// is given back in the background without being reported lost (no "lease lost" warning), and
+/// the lock is free afterwards.
+#[tokio::test]
+async fn a_cancelled_acquires_hold_is_given_back_without_a_lost_lease() {
+    let warnings = lockkit_suite::Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    let server = spawned().await;
+    let proxy = lockkit_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let holder = client(&proxy.url()).await;
+    let other = client(&server.url()).await;
+    let name = unique("cancelled-acquire");
+    proxy.pause();
+    let lock = holder.lock(&name);
+    let attempt = lock.try_lock(Duration::ZERO, Some(Duration::from_secs(60)));
+    // The request is written and held in the proxy; the future is dropped before any reply.
+    assert!(tokio::time::timeout(Duration::from_millis(200), attempt)
+        .await
+        .is_err());
+    proxy.resume();
+    let lock = other.lock(&name);
+    let freed = within(
+        HANG,
+        "the cancelled acquire's hold to be given back",
+        async {
+            loop {
+                if let Some(guard) = lock.try_lock(Duration::from_secs(1), None).await.unwrap() {
+                    break guard;
+                }
+            }
+        },
+    )
+    .await;
+    freed.unlock().await.unwrap();
+    let seen = warnings.take();
+    assert!(
+        !seen.iter().any(|text| text.contains("lease lost")),
+        "a hold that was never granted was reported lost: {seen:?}"
+    );
+}

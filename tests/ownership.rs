@@ -11,7 +11,7 @@ use std::time::Duration;
 use fred::interfaces::KeysInterface;
 use futures::future::join_all;
 use lockkit::{Error, JobOutcome};
-use lockkit_suite::{client, raw, redis, unique, within};
+use lockkit_suite::{client, raw, redis, unique, within, Warnings};
 use std::sync::Mutex;
 
 const HANG: Duration = Duration::from_secs(60);
@@ -434,42 +434,6 @@ async fn job_outcome_inside_its_own_job_reenters() {
         .await
         .unwrap();
     assert_eq!(inner, JobOutcome::Ran(JobOutcome::Ran(7)));
-}
-
-/// Records the WARN events of the thread it is the default subscriber of.
-#[derive(Clone, Default)]
-struct Warnings(Arc<std::sync::Mutex<Vec<String>>>);
-
-impl Warnings {
-    fn take(&self) -> Vec<String> {
-        std::mem::take(&mut *self.0.lock().unwrap())
-    }
-}
-
-struct FieldText(String);
-
-impl tracing::field::Visit for FieldText {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!("{}={value:?} ", field.name()));
-    }
-}
-
-impl tracing::Subscriber for Warnings {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() <= tracing::Level::WARN
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut text = FieldText(String::new());
-        event.record(&mut text);
-        self.0.lock().unwrap().push(text.0);
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
 }
 
 fn self_wait_warnings(warnings: &[String], name: &str) -> usize {

@@ -3,6 +3,7 @@
 //! release itself. The guard that owns a hold in a client is [`crate::guard::HoldGuard`].
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -77,6 +78,9 @@ pub(crate) struct Hold {
     expires_at: Mutex<Instant>,
     /// Hold time, for the metrics (empty without the `metrics` feature).
     clock: crate::metrics::HoldClock,
+    /// Set once the hold was granted: before that, its deadline means nothing (a cancelled
+    /// acquire's hold is not "lost").
+    granted: AtomicBool,
 }
 
 impl Hold {
@@ -104,6 +108,7 @@ impl Hold {
             lost: CancellationToken::new(),
             expires_at: Mutex::new(Instant::now()),
             clock: crate::metrics::HoldClock::new(),
+            granted: AtomicBool::new(false),
         }
     }
 
@@ -132,7 +137,7 @@ impl Hold {
         if self.lost.is_cancelled() {
             return true;
         }
-        if Instant::now() >= self.expires_at() {
+        if self.granted.load(Ordering::Acquire) && Instant::now() >= self.expires_at() {
             self.mark_lost("the lease ran out before it could be renewed");
             return true;
         }
@@ -154,9 +159,11 @@ impl Hold {
         }
     }
 
-    /// Records the grant (for the hold-time metric).
+    /// Records the grant: from now on the local deadline counts (and the hold time, for the
+    /// metrics). Call after [`confirmed_at`](Hold::confirmed_at).
     pub(crate) fn granted(&self) {
         self.clock.granted();
+        self.granted.store(true, Ordering::Release);
     }
 
     /// Ends the hold quietly: it was released (or the client shut down).
