@@ -55,7 +55,7 @@ pub enum LatchOp {
     Count,
     /// Wait until the count is zero (a history records whether it opened in time).
     Wait,
-    /// Another program writes a value of another type at the count key.
+    /// Another program replaces the keys with a value of another type at the count key.
     Foreign,
     /// The latch's keys are deleted (by an operator).
     Clear,
@@ -122,6 +122,7 @@ impl Latch {
                 return LatchRet::InvalidArgument
             }
             LatchOp::Foreign => {
+                *self = Self::new();
                 self.foreign = true;
                 return LatchRet::Done;
             }

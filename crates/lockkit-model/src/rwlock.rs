@@ -16,7 +16,8 @@
 //! and `docs/design.md`, "The lock family" (one owner per plain acquire, re-entry inside the
 //! holder's scope: the model's owner *is* the scope; renewal "moves only the renewed hold's own
 //! expiry"; `force_unlock` "removes every hold, readers and writer alike"). A key holding
-//! another type is reported (`WrongType`) and left alone; a renewal reports such a hold gone.
+//! another type is reported (`WrongType`) and left alone; a renewal reports such a hold gone;
+//! `force_unlock`, administrative, deletes whatever is at the key (as `Lock::force_unlock`).
 //!
 //! Owners and holds are opaque strings (the runtime's `<client>:<sequence>` owner ids and
 //! `#<client>:<sequence>` hold markers); time is the server's clock in milliseconds.
@@ -86,7 +87,7 @@ pub enum RwOp {
         /// The owners asked about.
         owners: Vec<String>,
     },
-    /// Another program writes a value of another type at the lock's key.
+    /// Another program replaces the lock's keys with a value of another type at its key.
     Foreign,
     /// The lock's keys are deleted (by an operator).
     Clear,
@@ -207,6 +208,7 @@ impl RwLock {
         }
         match op {
             RwOp::Foreign => {
+                *self = Self::new();
                 self.foreign = true;
                 return RwRet::Done;
             }
@@ -216,6 +218,11 @@ impl RwLock {
             }
             RwOp::Renew { holds } if self.foreign => {
                 return RwRet::Renewed(vec![false; holds.len()]);
+            }
+            // Administrative, as `Lock::force_unlock`: whatever is at the key is deleted.
+            RwOp::ForceUnlock if self.foreign => {
+                *self = Self::new();
+                return RwRet::ForceUnlocked(true);
             }
             _ if self.foreign => return RwRet::WrongType,
             _ => {}

@@ -105,7 +105,7 @@ pub enum SemOp {
     Available,
     /// Redis evicted one of the two keys (noticed and repaired by the next operation).
     Evict(Key),
-    /// Another program writes a value of another type at the main key.
+    /// Another program replaces the keys with a value of another type at the main key.
     Foreign,
     /// The semaphore's keys are deleted (by an operator).
     Clear,
@@ -220,6 +220,7 @@ impl Semaphore {
         }
         match op {
             SemOp::Foreign => {
+                *self = Self::new();
                 self.foreign = true;
                 return SemRet::Done;
             }
@@ -294,16 +295,16 @@ impl Semaphore {
                 }
             }
             SemOp::Renew { holds } => {
-                self.purge(now);
+                // A lapsed hold is never revived (whether or not a purge removed it yet).
                 SemRet::Renewed(
                     holds
                         .iter()
                         .map(|(marker, lease)| match self.holds.get_mut(marker) {
-                            Some(h) => {
+                            Some(h) if h.expiry > now => {
                                 h.expiry = h.expiry.max(now + lease);
                                 true
                             }
-                            None => false,
+                            _ => false,
                         })
                         .collect(),
                 )
@@ -329,7 +330,7 @@ impl Semaphore {
                 }
             }
             SemOp::Evict(key) => {
-                self.evict(now, *key);
+                self.evict(*key);
                 SemRet::Done
             }
             SemOp::Foreign | SemOp::Clear => SemRet::Done,
@@ -352,8 +353,9 @@ impl Semaphore {
     }
 
     /// An eviction, with the repair the next operation makes (the only way to observe it).
-    fn evict(&mut self, now: u64, key: Key) {
-        self.purge(now);
+    /// Holds whose lease ended but that no operation has purged yet still have their lease
+    /// entry: the keys still go together or not, whatever the leases say.
+    fn evict(&mut self, key: Key) {
         match key {
             // Leases gone while permits are in use: every hold is dropped, the total kept.
             Key::Leases if !self.holds.is_empty() => {
