@@ -306,7 +306,7 @@ fn common(snapshot_taken: bool, sleeps: bool) -> BoxedStrategy<Common> {
 
 type Dump = Vec<(String, Option<fred::types::Value>, i64)>;
 
-/// Runs a shared step against Redis; returns `Some(op)` when the model must step with it.
+/// Runs a shared step against Redis and the model.
 async fn common_step<M: Clone>(
     h: &Harness,
     keys: &ObjectKeys,
@@ -314,7 +314,9 @@ async fn common_step<M: Clone>(
     foreign: &str,
     model: &mut M,
     saved: &mut Option<(Dump, M)>,
-) -> bool {
+    // The model's own step for a foreign value (`true`) or deleted keys (`false`).
+    touch: impl FnOnce(&mut M, bool),
+) {
     match step {
         Common::Sleep(ms) => tokio::time::sleep(Duration::from_millis(*ms)).await,
         Common::ScriptFlush => {
@@ -337,7 +339,7 @@ async fn common_step<M: Clone>(
         }
         Common::Restore => {
             let Some((dump, old)) = saved.clone() else {
-                return false;
+                return;
             };
             for (key, value, at) in dump {
                 let _: () = h.raw.del(key.as_str()).await.expect("DEL");
@@ -363,17 +365,16 @@ async fn common_step<M: Clone>(
                 h.server.command(&["SET", &keys.keys[0], "foreign"]).await
             };
             assert!(!value.expect("a foreign value").is_error());
-            return true;
+            touch(model, true);
         }
         Common::Clear => {
             h.server
                 .command(&["DEL", &keys.keys[0], &keys.keys[1]])
                 .await
                 .expect("DEL");
-            return true;
+            touch(model, false);
         }
     }
-    false
 }
 
 fn undecodable<T>(op: &dyn Debug, err: impl Debug) -> T {
@@ -745,16 +746,13 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
                 continue;
             }
             RwStep::Common(c) => {
-                let touched =
-                    h.rt.block_on(common_step(h, &keys, c, "string", &mut model, &mut saved));
-                if touched {
-                    let op = if *c == Common::Foreign {
-                        RwOp::Foreign
-                    } else {
-                        RwOp::Clear
-                    };
-                    model.apply(0, &op);
-                }
+                let (foreign, clear) = (RwOp::Foreign, RwOp::Clear);
+                let touch = |m: &mut RwLock, foreign_value: bool| {
+                    m.apply(0, if foreign_value { &foreign } else { &clear });
+                };
+                h.rt.block_on(common_step(
+                    h, &keys, c, "string", &mut model, &mut saved, touch,
+                ));
                 continue;
             }
         };
@@ -1192,16 +1190,13 @@ fn sem_sequence<const EXPIRABLE: bool>(
                 continue;
             }
             SemStep::Common(c) => {
-                let touched =
-                    h.rt.block_on(common_step(h, &keys, c, "string", &mut model, &mut saved));
-                if touched {
-                    let op = if *c == Common::Foreign {
-                        SemOp::Foreign
-                    } else {
-                        SemOp::Clear
-                    };
-                    model.apply(0, &op);
-                }
+                let (foreign, clear) = (SemOp::Foreign, SemOp::Clear);
+                let touch = |m: &mut Semaphore, foreign_value: bool| {
+                    m.apply(0, if foreign_value { &foreign } else { &clear });
+                };
+                h.rt.block_on(common_step(
+                    h, &keys, c, "string", &mut model, &mut saved, touch,
+                ));
                 continue;
             }
         };
@@ -1474,16 +1469,13 @@ fn latch_sequence(h: &Harness, steps: &[LatchStep], seen: &dyn Fn()) -> Result<(
                 continue;
             }
             LatchStep::Common(c) => {
-                let touched =
-                    h.rt.block_on(common_step(h, &keys, c, "hash", &mut model, &mut saved));
-                if touched {
-                    let op = if *c == Common::Foreign {
-                        LatchOp::Foreign
-                    } else {
-                        LatchOp::Clear
-                    };
-                    model.apply(0, &op);
-                }
+                let (foreign, clear) = (LatchOp::Foreign, LatchOp::Clear);
+                let touch = |m: &mut Latch, foreign_value: bool| {
+                    m.apply(0, if foreign_value { &foreign } else { &clear });
+                };
+                h.rt.block_on(common_step(
+                    h, &keys, c, "hash", &mut model, &mut saved, touch,
+                ));
                 continue;
             }
         };
