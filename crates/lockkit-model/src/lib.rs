@@ -13,4 +13,8 @@
 //!
 //! Each module's documentation says which contract it encodes.
 
+pub mod latch;
+pub mod rwlock;
+pub mod semaphore;
 pub mod spec;
+pub mod timed;

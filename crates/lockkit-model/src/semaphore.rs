@@ -1,0 +1,513 @@
+//! The semaphores' model: `Semaphore` (holds of `k` leased permits) and
+//! `PermitExpirableSemaphore` (one permit per hold, the hold's id handed around).
+//!
+//! Encodes `docs/guide.md`, "Semaphore — at most N at a time, with leased permits":
+//!
+//! > Every pod may call this at start-up: only the first call sets the total.
+//! > Every acquisition is one *hold* of `k` permits with a lease […] a fixed lease ends on its
+//! > own. […] A holder that crashes gives its permits back when its lease ends.
+//! > Asking for zero permits, more than 4,294,967,295, a zero lease: `Error::InvalidArgument`,
+//! > before anything is sent. Asking for more permits than the semaphore has **in total**, or
+//! > using a semaphore whose permits were never set: `Error::Refused` at once […]
+//! > `add_permits(-n)` never takes permits away from holders: while they keep more than the new
+//! > total, none is free. The total cannot go below zero (`Refused`).
+//! > An acquire re-sent by fred after a reconnect takes its permits once.
+//! > permits come back only through the guard of the hold that took them (or its lease
+//! > ending), and a second release is `NotHeld`.
+//!
+//! its "PermitExpirableSemaphore" section (`release(id)` from anywhere; `update_lease(id,
+//! lease)` "sets the lease to end `lease` from now (shorter or longer than before) and returns
+//! `false` when the permit is gone"), and `docs/topologies.md`, "Memory limits and eviction":
+//!
+//! > **leases gone, permits in use:** every hold is dropped and its permits come back […]
+//! > **leases left without a total** (the main HASH was evicted): the leases are dropped, and
+//! > `try_set_permits` can set the total again from a clean state. […] The repair is counted in
+//! > the main HASH's `evicted` field.
+//!
+//! Renewal (the watchdog's batch) never shortens a lease and never revives a lapsed hold.
+
+use std::collections::BTreeMap;
+
+use crate::timed::Timed;
+
+pub use crate::rwlock::MAX_LEASE_MS;
+
+/// The most permits a semaphore can have, or a hold can take (4,294,967,295).
+pub const MAX_PERMITS: u64 = u32::MAX as u64;
+
+/// One live hold.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Hold {
+    /// The permits it took.
+    pub permits: u64,
+    /// When its lease ends (server ms).
+    pub expiry: u64,
+}
+
+/// Which of the semaphore's two keys an eviction took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Key {
+    /// The main HASH (total, permits in use, each hold's permits, the repair count).
+    Main,
+    /// The leases ZSET.
+    Leases,
+}
+
+/// The state of one semaphore (either kind).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Semaphore {
+    total: Option<u64>,
+    holds: BTreeMap<String, Hold>,
+    evicted: u64,
+    foreign: bool,
+}
+
+/// An operation on a semaphore.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SemOp {
+    /// Set the total, only if it was never set.
+    TrySetPermits {
+        /// The total.
+        permits: u64,
+    },
+    /// Add to (or take from) the total.
+    AddPermits {
+        /// The change.
+        delta: i64,
+    },
+    /// Take `permits` as one hold (`hold` unique per request; a re-send repeats it).
+    Acquire {
+        /// The hold's marker (the permit id of a permit-expirable semaphore).
+        hold: String,
+        /// How many (1 for a permit-expirable semaphore).
+        permits: u64,
+        /// The lease in ms.
+        lease_ms: u64,
+    },
+    /// Give back one hold (by its taker's guard, or by id).
+    Release {
+        /// The hold's marker.
+        hold: String,
+    },
+    /// Extend (lease > 0) or check (lease 0) holds in one batch; never shortens.
+    Renew {
+        /// `(marker, lease ms)` per hold.
+        holds: Vec<(String, u64)>,
+    },
+    /// Set a hold's lease to end `lease_ms` from now (shorter or longer).
+    UpdateLease {
+        /// The hold's marker.
+        hold: String,
+        /// The new lease in ms.
+        lease_ms: u64,
+    },
+    /// The free permits and the total.
+    Available,
+    /// Redis evicted one of the two keys (noticed and repaired by the next operation).
+    Evict(Key),
+    /// Another program replaces the keys with a value of another type at the main key.
+    Foreign,
+    /// The semaphore's keys are deleted (by an operator).
+    Clear,
+}
+
+/// An operation's result.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum SemRet {
+    /// Whether this call set the total.
+    Set(bool),
+    /// The total was changed; the new total.
+    Added {
+        /// The new total.
+        total: u64,
+    },
+    /// Refused: the total would go below zero (the current total).
+    BelowZero {
+        /// The current total.
+        total: u64,
+    },
+    /// Refused: the total would exceed [`MAX_PERMITS`] (the current total).
+    AboveMax {
+        /// The current total.
+        total: u64,
+    },
+    /// Taken; the permits still free (`None`: not observed).
+    Acquired {
+        /// Free permits afterwards.
+        available: Option<u64>,
+    },
+    /// One try found too few free permits.
+    Busy,
+    /// A waiting acquire gave up: nothing taken. Always allowed (progress is judged elsewhere).
+    TimedOut,
+    /// Refused: more permits than the total.
+    MoreThanTotal {
+        /// The total.
+        total: u64,
+    },
+    /// Refused: the permits were never set.
+    NotSet,
+    /// Rejected before anything was sent.
+    InvalidArgument,
+    /// The hold was given back.
+    Released,
+    /// The hold was not there.
+    NotHeld,
+    /// Per renewed hold: whether it is live (and was extended).
+    Renewed(Vec<bool>),
+    /// Whether the hold was there (and its lease set).
+    LeaseUpdated(bool),
+    /// The free permits and the total.
+    Available {
+        /// Free now.
+        available: u64,
+        /// The total.
+        total: u64,
+    },
+    /// The key holds another type; nothing changed.
+    WrongType,
+    /// The call failed without saying whether it took effect.
+    Error,
+    /// Done (`Evict`, `Foreign`, `Clear`).
+    Done,
+}
+
+impl Semaphore {
+    /// A semaphore whose permits were never set.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The total (`None`: never set).
+    pub fn total(&self) -> Option<u64> {
+        self.total
+    }
+
+    /// The live holds by marker, as of the last step.
+    pub fn holds(&self) -> &BTreeMap<String, Hold> {
+        &self.holds
+    }
+
+    /// How many evictions were noticed and repaired (0: never).
+    pub fn evicted(&self) -> u64 {
+        self.evicted
+    }
+
+    /// Whether the main key holds a value of another type.
+    pub fn is_foreign(&self) -> bool {
+        self.foreign
+    }
+
+    /// The permits held by live holds.
+    pub fn used(&self) -> u64 {
+        self.holds.values().map(|h| h.permits).sum()
+    }
+
+    /// The free permits: none while holders keep more than a reduced total.
+    pub fn available(&self) -> u64 {
+        self.total.unwrap_or(0).saturating_sub(self.used())
+    }
+
+    /// Gives back the permits of the holds whose lease ended by `now`.
+    pub fn purge(&mut self, now: u64) {
+        self.holds.retain(|_, h| h.expiry > now);
+    }
+
+    /// The result of `op` at `now`, and the state it leaves (deterministic: the script's reply).
+    pub fn apply(&mut self, now: u64, op: &SemOp) -> SemRet {
+        if let Some(ret) = Self::invalid(op) {
+            return ret;
+        }
+        match op {
+            SemOp::Foreign => {
+                *self = Self::new();
+                self.foreign = true;
+                return SemRet::Done;
+            }
+            SemOp::Clear => {
+                *self = Self::new();
+                return SemRet::Done;
+            }
+            SemOp::Renew { holds } if self.foreign => {
+                return SemRet::Renewed(vec![false; holds.len()]);
+            }
+            _ if self.foreign => return SemRet::WrongType,
+            _ => {}
+        }
+        match op {
+            SemOp::TrySetPermits { permits } => {
+                // Holds left without a total were dropped when the eviction was noticed.
+                let set = self.total.is_none();
+                if set {
+                    self.total = Some(*permits);
+                }
+                SemRet::Set(set)
+            }
+            SemOp::AddPermits { delta } => {
+                self.purge(now);
+                let total = self.total.unwrap_or(0);
+                match total.checked_add_signed(*delta) {
+                    None => SemRet::BelowZero { total },
+                    Some(new) if new > MAX_PERMITS => SemRet::AboveMax { total },
+                    Some(new) => {
+                        self.total = Some(new);
+                        SemRet::Added { total: new }
+                    }
+                }
+            }
+            SemOp::Acquire {
+                hold,
+                permits,
+                lease_ms,
+            } => {
+                self.purge(now);
+                let Some(total) = self.total else {
+                    return SemRet::NotSet;
+                };
+                if let Some(h) = self.holds.get_mut(hold) {
+                    h.expiry = h.expiry.max(now + lease_ms);
+                    return SemRet::Acquired {
+                        available: Some(self.available()),
+                    };
+                }
+                if *permits > total {
+                    return SemRet::MoreThanTotal { total };
+                }
+                if self.available() < *permits {
+                    return SemRet::Busy;
+                }
+                self.holds.insert(
+                    hold.clone(),
+                    Hold {
+                        permits: *permits,
+                        expiry: now + lease_ms,
+                    },
+                );
+                SemRet::Acquired {
+                    available: Some(self.available()),
+                }
+            }
+            SemOp::Release { hold } => {
+                self.purge(now);
+                match self.holds.remove(hold) {
+                    Some(_) => SemRet::Released,
+                    None => SemRet::NotHeld,
+                }
+            }
+            SemOp::Renew { holds } => {
+                // A lapsed hold is never revived (whether or not a purge removed it yet).
+                SemRet::Renewed(
+                    holds
+                        .iter()
+                        .map(|(marker, lease)| match self.holds.get_mut(marker) {
+                            Some(h) if h.expiry > now => {
+                                h.expiry = h.expiry.max(now + lease);
+                                true
+                            }
+                            _ => false,
+                        })
+                        .collect(),
+                )
+            }
+            SemOp::UpdateLease { hold, lease_ms } => {
+                self.purge(now);
+                match self.holds.get_mut(hold) {
+                    Some(h) => {
+                        h.expiry = now + lease_ms;
+                        SemRet::LeaseUpdated(true)
+                    }
+                    None => SemRet::LeaseUpdated(false),
+                }
+            }
+            SemOp::Available => {
+                self.purge(now);
+                match self.total {
+                    None => SemRet::NotSet,
+                    Some(total) => SemRet::Available {
+                        available: self.available(),
+                        total,
+                    },
+                }
+            }
+            SemOp::Evict(key) => {
+                self.evict(*key);
+                SemRet::Done
+            }
+            SemOp::Foreign | SemOp::Clear => SemRet::Done,
+        }
+    }
+
+    /// Arguments the runtime rejects before sending anything.
+    fn invalid(op: &SemOp) -> Option<SemRet> {
+        let bad_lease = |l: u64| l == 0 || l > MAX_LEASE_MS;
+        let bad = match op {
+            SemOp::TrySetPermits { permits } => *permits > MAX_PERMITS,
+            SemOp::Acquire {
+                permits, lease_ms, ..
+            } => *permits == 0 || *permits > MAX_PERMITS || bad_lease(*lease_ms),
+            SemOp::UpdateLease { hold, lease_ms } => bad_lease(*lease_ms) || !is_permit_id(hold),
+            SemOp::Release { hold } => !is_permit_id(hold),
+            _ => false,
+        };
+        bad.then_some(SemRet::InvalidArgument)
+    }
+
+    /// An eviction, with the repair the next operation makes (the only way to observe it).
+    /// Holds whose lease ended but that no operation has purged yet still have their lease
+    /// entry: the keys still go together or not, whatever the leases say.
+    fn evict(&mut self, key: Key) {
+        match key {
+            // Leases gone while permits are in use: every hold is dropped, the total kept.
+            Key::Leases if !self.holds.is_empty() => {
+                self.holds.clear();
+                self.evicted += 1;
+            }
+            Key::Leases => {}
+            // The main HASH gone: the total, the holds' permits and the repair count with it;
+            // leases left over are dropped (a repair).
+            Key::Main => {
+                let orphans = !self.holds.is_empty();
+                *self = Self::new();
+                if orphans {
+                    self.evicted = 1;
+                }
+            }
+        }
+    }
+}
+
+/// Whether `id` can be a hold marker (a permit id): `#` and at least one more character.
+pub fn is_permit_id(id: &str) -> bool {
+    id.len() > 1 && id.starts_with('#')
+}
+
+impl Timed for Semaphore {
+    type Op = SemOp;
+    type Ret = SemRet;
+
+    fn outcomes(&self, now: u64, op: &SemOp) -> Vec<(SemRet, Self)> {
+        let mut after = self.clone();
+        let ret = after.apply(now, op);
+        if ret == SemRet::InvalidArgument {
+            return vec![(ret, after)];
+        }
+        let mut before = self.clone();
+        if !before.foreign {
+            before.purge(now);
+        }
+        let mut out = vec![(ret.clone(), after.clone())];
+        if matches!(op, SemOp::Acquire { .. }) {
+            out.push((SemRet::TimedOut, before.clone()));
+        }
+        out.push((SemRet::Error, before));
+        out.push((SemRet::Error, after));
+        out
+    }
+
+    fn deadlines(&self) -> Vec<u64> {
+        self.holds.values().map(|h| h.expiry).collect()
+    }
+
+    fn accepts(expected: &SemRet, observed: &SemRet) -> bool {
+        match (expected, observed) {
+            (SemRet::Acquired { available: e }, SemRet::Acquired { available: o }) => {
+                o.is_none() || e == o
+            }
+            _ => expected == observed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acquire(hold: &str, permits: u64, lease_ms: u64) -> SemOp {
+        SemOp::Acquire {
+            hold: hold.into(),
+            permits,
+            lease_ms,
+        }
+    }
+
+    #[test]
+    fn permits_are_leased_and_counted_once() {
+        let mut s = Semaphore::new();
+        assert_eq!(s.apply(0, &acquire("#1", 1, 100)), SemRet::NotSet);
+        assert_eq!(
+            s.apply(0, &SemOp::TrySetPermits { permits: 3 }),
+            SemRet::Set(true)
+        );
+        assert_eq!(
+            s.apply(0, &SemOp::TrySetPermits { permits: 9 }),
+            SemRet::Set(false)
+        );
+        let got = |n| SemRet::Acquired { available: Some(n) };
+        assert_eq!(s.apply(0, &acquire("#1", 2, 100)), got(1));
+        assert_eq!(s.apply(0, &acquire("#1", 2, 100)), got(1), "a re-send");
+        assert_eq!(s.apply(0, &acquire("#2", 2, 100)), SemRet::Busy);
+        assert_eq!(
+            s.apply(0, &acquire("#2", 4, 100)),
+            SemRet::MoreThanTotal { total: 3 }
+        );
+        assert_eq!(s.apply(0, &acquire("#2", 0, 100)), SemRet::InvalidArgument);
+        // The lease ends: the permits come back.
+        assert_eq!(
+            s.apply(100, &SemOp::Available),
+            SemRet::Available {
+                available: 3,
+                total: 3
+            }
+        );
+        assert_eq!(
+            s.apply(100, &SemOp::Release { hold: "#1".into() }),
+            SemRet::NotHeld
+        );
+    }
+
+    #[test]
+    fn a_reduced_total_takes_nothing_from_holders() {
+        let mut s = Semaphore::new();
+        s.apply(0, &SemOp::TrySetPermits { permits: 2 });
+        s.apply(0, &acquire("#1", 2, 1000));
+        assert_eq!(
+            s.apply(0, &SemOp::AddPermits { delta: -1 }),
+            SemRet::Added { total: 1 }
+        );
+        assert_eq!(s.available(), 0);
+        assert_eq!(
+            s.apply(0, &SemOp::AddPermits { delta: -2 }),
+            SemRet::BelowZero { total: 1 }
+        );
+        assert_eq!(
+            s.apply(0, &SemOp::Release { hold: "#1".into() }),
+            SemRet::Released
+        );
+        assert_eq!(s.available(), 1);
+    }
+
+    #[test]
+    fn evictions_are_repaired() {
+        let mut s = Semaphore::new();
+        s.apply(0, &SemOp::TrySetPermits { permits: 2 });
+        s.apply(0, &acquire("#1", 2, 1000));
+        s.apply(1, &SemOp::Evict(Key::Leases));
+        assert_eq!((s.available(), s.evicted()), (2, 1));
+        s.apply(1, &acquire("#2", 1, 1000));
+        s.apply(2, &SemOp::Evict(Key::Main));
+        assert_eq!((s.total(), s.evicted()), (None, 1));
+        assert_eq!(
+            s.apply(2, &SemOp::TrySetPermits { permits: 1 }),
+            SemRet::Set(true)
+        );
+        assert_eq!(
+            s.apply(
+                3,
+                &SemOp::Renew {
+                    holds: vec![("#2".into(), 100)]
+                }
+            ),
+            SemRet::Renewed(vec![false])
+        );
+    }
+}
