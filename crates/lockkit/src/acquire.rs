@@ -45,7 +45,7 @@ pub(crate) trait Attempt {
     }
     /// How much of the object this waiter needs (a semaphore's permits; 1 by default). A waiter
     /// that is woken and refused hands its wake-up to a local waiter that needs less
-    /// ([`crate::waiters::Waiter::refused`]).
+    /// ([`crate::waiters::Waiter::tried`]).
     fn need(&self) -> u64 {
         1
     }
@@ -141,17 +141,15 @@ where
         .register(attempt.channel(), attempt.waiter_tag(), attempt.need())
         .await?;
     let _waiting = metrics::Waiting::new(kind);
-    // Whether the try about to be made follows a wake-up by a release.
-    let mut woken = false;
     loop {
-        let retry_in = match attempt.attempt().await? {
+        let outcome = attempt.attempt().await?;
+        // A wake-up this try acted on is used up; one that was refused goes on to a waiter that
+        // needs less. (Dropped before here, the waiter passes a wake-up in hand on.)
+        waiter.tried(matches!(outcome, Outcome::Busy { .. }));
+        let retry_in = match outcome {
             Outcome::Acquired(out) => return Ok(Some(out)),
             Outcome::Busy { retry_in } => retry_in,
         };
-        if woken {
-            // What came back was not enough for this waiter: maybe for one that needs less.
-            waiter.refused();
-        }
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(None);
@@ -164,11 +162,11 @@ where
         if let Some(deadline) = deadline {
             wake_at = wake_at.min(deadline);
         }
-        woken = tokio::select! {
-            () = waiter.woken() => true,
-            () = tokio::time::sleep_until(wake_at) => false,
+        tokio::select! {
+            () = waiter.woken() => {}
+            () = tokio::time::sleep_until(wake_at) => {}
             () = client.shutdown.cancelled() => return Err(Error::Shutdown),
-        };
+        }
     }
 }
 

@@ -130,6 +130,7 @@ mod fair_lock;
 mod fenced_lock;
 mod guard;
 mod hold;
+mod hold_table;
 mod inspect;
 mod jobs;
 mod limits;
@@ -144,8 +145,11 @@ mod read_write_lock;
 mod replica;
 mod scoped;
 mod semaphore;
+#[cfg(test)]
+mod shuttle_tests;
 mod spin_lock;
 mod tls;
+mod wait_table;
 mod waiters;
 mod watchdog;
 

@@ -15,8 +15,10 @@
 //! Each release message says whom to wake ([`Wake`]): usually **one** local waiter of that
 //! channel, the longest-registered one not already woken (no thundering herd); `k` of them when
 //! `k` permits came back; all of them when every waiter must re-check; or the one waiter named by
-//! id (fair lock). A woken waiter that goes away without consuming its
-//! wake-up passes it on.
+//! id (fair lock). A woken waiter that goes away without using up its
+//! wake-up (before it ran, or while its try was in flight) passes it on. The bookkeeping (who
+//! waits where, whom a message wakes, where a wake-up goes next) is [`WaitTable`], kept apart
+//! from the transport so the model checker can drive it.
 //!
 //! Waiters of one channel may need different amounts of the object (a semaphore waiter asks for
 //! `k` permits). A wake-up goes to the longest-registered waiter whatever it needs, so it may
@@ -27,7 +29,7 @@
 //!    refused;
 //! 3. without more, the waiter for 1 sleeps until its deadline or the holders' leases end.
 //!
-//! So a woken waiter that is refused hands the wake-up on ([`Waiter::refused`]) to the
+//! So a woken waiter that is refused hands the wake-up on ([`Waiter::tried`]) to the
 //! longest-registered waiter of the channel that is not already woken and **needs less** than it
 //! does. The chain ends, since every hand-over goes to a smaller need. Waiters that all need the
 //! same (every lock, where a refusal means the object was taken) never hand a wake-up on, so a
@@ -77,6 +79,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
 use crate::exec::resend_unsent;
+use crate::wait_table::{WaitTable, WaiterId};
 
 /// How often, in sharded mode and while at least one task waits, the hub re-reads the cluster's
 /// slot owners to notice a slot that moved (see the module documentation).
@@ -91,112 +94,14 @@ struct HubInner {
     sub: SubscriberClient,
     /// `SSUBSCRIBE` rather than `SUBSCRIBE`.
     sharded: bool,
-    channels: Mutex<HashMap<String, Entry>>,
+    /// The waiters, with each channel's subscription (initialised once it is confirmed).
+    channels: Mutex<WaitTable<Arc<OnceCell<()>>>>,
     subscribe_lock: tokio::sync::Mutex<()>,
     /// Sharded mode: the owner of each waited channel's slot when the hub last looked (`None`:
     /// not known then).
     slot_owners: Mutex<HashMap<u16, Option<Server>>>,
     /// A slot-owner check is running (at most one at a time).
     checking: AtomicBool,
-}
-
-#[derive(Default)]
-struct Entry {
-    subscribed: Arc<OnceCell<()>>,
-    waiters: Vec<Arc<Slot>>,
-}
-
-#[derive(Default)]
-struct Slot {
-    notify: Notify,
-    woken: AtomicBool,
-    /// The waiter's id, for messages that name the next waiter (fair lock) or the preferred one
-    /// (lock).
-    tag: Option<String>,
-    /// How much of the object the waiter needs (a semaphore's permits; 1 for a lock): a refused
-    /// waiter hands its wake-up to one that needs less.
-    need: u64,
-}
-
-impl Slot {
-    fn wake(&self) {
-        self.woken.store(true, Ordering::Release);
-        self.notify.notify_one();
-    }
-}
-
-impl Entry {
-    /// Wakes the longest-registered waiter not already woken; returns whether there was one.
-    fn wake_one(&self) -> bool {
-        match self
-            .waiters
-            .iter()
-            .find(|slot| !slot.woken.load(Ordering::Acquire))
-        {
-            Some(slot) => {
-                slot.wake();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Wakes the longest-registered waiter not already woken that needs less than `need`;
-    /// returns whether there was one.
-    fn wake_one_needing_less(&self, need: u64) -> bool {
-        match self
-            .waiters
-            .iter()
-            .find(|slot| slot.need < need && !slot.woken.load(Ordering::Acquire))
-        {
-            Some(slot) => {
-                slot.wake();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn wake_all(&self) {
-        for slot in &self.waiters {
-            slot.wake();
-        }
-    }
-
-    /// Acts on one release message.
-    fn apply(&self, wake: &Wake) {
-        match wake {
-            Wake::One => {
-                self.wake_one();
-            }
-            Wake::Many(count) => {
-                for _ in 0..*count {
-                    if !self.wake_one() {
-                        break;
-                    }
-                }
-            }
-            Wake::All => self.wake_all(),
-            Wake::Waiter(id) => {
-                if let Some(slot) = self.tagged(id) {
-                    slot.wake();
-                }
-            }
-            Wake::Prefer(id) => match self.tagged(id) {
-                Some(slot) => slot.wake(),
-                None => {
-                    self.wake_one();
-                }
-            },
-        }
-    }
-
-    /// The waiter with this id, if it is here.
-    fn tagged(&self, id: &str) -> Option<&Arc<Slot>> {
-        self.waiters
-            .iter()
-            .find(|slot| slot.tag.as_deref() == Some(id))
-    }
 }
 
 impl WaiterHub {
@@ -207,7 +112,7 @@ impl WaiterHub {
         let inner = Arc::new(HubInner {
             sub: sub.clone(),
             sharded,
-            channels: Mutex::new(HashMap::new()),
+            channels: Mutex::new(WaitTable::default()),
             subscribe_lock: tokio::sync::Mutex::new(()),
             slot_owners: Mutex::new(HashMap::new()),
             checking: AtomicBool::new(false),
@@ -218,29 +123,21 @@ impl WaiterHub {
 
     /// Registers interest in `channel` and returns once the subscription is confirmed. `tag`
     /// names the waiter for messages that wake one waiter by id; `need` is how much of the object
-    /// it needs (see [`Waiter::refused`]).
+    /// it needs (see [`Waiter::tried`]).
     pub(crate) async fn register(
         &self,
         channel: &str,
         tag: Option<&str>,
         need: u64,
     ) -> Result<Waiter, Error> {
-        let slot = Arc::new(Slot {
-            tag: tag.map(str::to_owned),
-            need,
-            ..Slot::default()
-        });
-        let subscribed = {
-            let mut channels = self.inner.channels.lock();
-            let entry = channels.entry(channel.to_owned()).or_default();
-            entry.waiters.push(Arc::clone(&slot));
-            Arc::clone(&entry.subscribed)
-        };
+        let registered = self.inner.channels.lock().register(channel, tag, need);
+        let subscribed = registered.data;
         // From here on, dropping `waiter` (an error, or the caller going away) unregisters.
         let waiter = Waiter {
             hub: Arc::clone(&self.inner),
             channel: channel.to_owned(),
-            slot,
+            id: registered.id,
+            signal: registered.signal,
         };
         subscribed
             .get_or_try_init(|| async {
@@ -283,12 +180,7 @@ impl WaiterHub {
 
     /// The number of tasks waiting on any channel.
     pub(crate) fn waiting(&self) -> usize {
-        self.inner
-            .channels
-            .lock()
-            .values()
-            .map(|entry| entry.waiters.len())
-            .sum()
+        self.inner.channels.lock().waiting()
     }
 }
 
@@ -296,49 +188,43 @@ impl WaiterHub {
 pub(crate) struct Waiter {
     hub: Arc<HubInner>,
     channel: String,
-    slot: Arc<Slot>,
+    id: WaiterId,
+    signal: Arc<Notify>,
 }
 
 impl Waiter {
-    /// Resolves when a release on the channel woke this waiter (possibly before this call).
+    /// Resolves when a release on the channel woke this waiter (possibly before this call). The
+    /// wake-up is then in hand: the next try settles it ([`tried`](Waiter::tried)); dropped
+    /// before that, the waiter passes it on.
     pub(crate) async fn woken(&self) {
-        self.slot.notify.notified().await;
-        self.slot.woken.store(false, Ordering::Release);
+        self.signal.notified().await;
+        self.hub.channels.lock().take_wake(&self.channel, self.id);
     }
 
-    /// This waiter was woken by a release, tried, and was refused: hands the wake-up on to the
-    /// longest-registered waiter of the channel that needs less and is not already woken (see
-    /// the module documentation). Does nothing when there is none.
-    pub(crate) fn refused(&self) {
-        let channels = self.hub.channels.lock();
-        if let Some(entry) = channels.get(&self.channel) {
-            if entry.wake_one_needing_less(self.slot.need) {
-                tracing::debug!(
-                    channel = %self.channel,
-                    need = self.slot.need,
-                    "woken but refused; handed the wake-up to a waiter that needs less"
-                );
-            }
+    /// This waiter's try ended, `refused` or not. A wake-up it had in hand is used up; if the
+    /// try was refused, it goes on to the longest-registered waiter of the channel that needs
+    /// less and is not already woken (see the module documentation).
+    pub(crate) fn tried(&self, refused: bool) {
+        if self
+            .hub
+            .channels
+            .lock()
+            .tried(&self.channel, self.id, refused)
+        {
+            tracing::debug!(
+                channel = %self.channel,
+                "woken but refused; handed the wake-up to a waiter that needs less"
+            );
         }
     }
 }
 
 impl Drop for Waiter {
     fn drop(&mut self) {
-        let mut channels = self.hub.channels.lock();
-        let Some(entry) = channels.get_mut(&self.channel) else {
-            return;
-        };
-        entry.waiters.retain(|slot| !Arc::ptr_eq(slot, &self.slot));
-        if self.slot.woken.load(Ordering::Acquire) {
-            // Woken but gone before acting on it: pass the wake-up on.
-            entry.wake_one();
-        }
-        if !entry.waiters.is_empty() {
+        // A wake-up this waiter had not used up goes on to the next one.
+        if !self.hub.channels.lock().cancel(&self.channel, self.id) {
             return;
         }
-        channels.remove(&self.channel);
-        drop(channels);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -346,7 +232,7 @@ impl Drop for Waiter {
         let channel = std::mem::take(&mut self.channel);
         runtime.spawn(async move {
             let _serial = hub.subscribe_lock.lock().await;
-            if hub.channels.lock().contains_key(&channel) {
+            if hub.channels.lock().contains(&channel) {
                 return; // someone registered again meanwhile; keep the subscription
             }
             let result = if hub.sharded {
@@ -376,10 +262,7 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
                 Ok(message) => {
                     let Some(hub) = hub.upgrade() else { break };
                     let wake = message.value.as_str().map_or(Wake::One, |payload| Wake::decode(&payload));
-                    let channels = hub.channels.lock();
-                    if let Some(entry) = channels.get(&*message.channel) {
-                        entry.apply(&wake);
-                    }
+                    hub.channels.lock().apply(&message.channel, &wake);
                 }
                 Err(RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "release messages were dropped; waking every waiter to re-check");
@@ -444,9 +327,7 @@ async fn resubscribe(hub: Arc<HubInner>) {
             }
         }
     }
-    for entry in hub.channels.lock().values() {
-        entry.wake_all();
-    }
+    hub.channels.lock().wake_all();
 }
 
 /// The sharded half of [`resubscribe`]: every shard channel that fred tracks or that has a local
@@ -461,7 +342,7 @@ async fn resubscribe_sharded(hub: &HubInner) {
         .tracked_shard_channels()
         .into_iter()
         .map(|channel| channel.to_string());
-    let waited: Vec<String> = hub.channels.lock().keys().cloned().collect();
+    let waited: Vec<String> = hub.channels.lock().channels().map(str::to_owned).collect();
     for channel in tracked.chain(waited) {
         by_slot
             .entry(key_slot(&channel))
@@ -507,11 +388,11 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
         }
     }
     let mut waited: BTreeMap<u16, Vec<String>> = BTreeMap::new();
-    for channel in hub.channels.lock().keys() {
+    for channel in hub.channels.lock().channels() {
         waited
             .entry(key_slot(channel))
             .or_default()
-            .push(channel.clone());
+            .push(channel.to_owned());
     }
     let mut moved = Vec::new();
     {
@@ -539,10 +420,9 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
         let channels: Vec<fred::types::Key> = hub
             .channels
             .lock()
-            .keys()
+            .channels()
             .filter(|channel| key_slot(channel) == slot)
-            .cloned()
-            .map(Into::into)
+            .map(|channel| channel.to_owned().into())
             .collect();
         if channels.is_empty() {
             continue;
@@ -553,36 +433,34 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
                 "re-subscribing shard channels after their slot moved failed: {err}"
             );
         }
-        for (channel, entry) in hub.channels.lock().iter() {
-            if key_slot(channel) == slot {
-                entry.wake_all();
-            }
-        }
+        hub.channels
+            .lock()
+            .wake_all_where(|channel| key_slot(channel) == slot);
     }
 }
 
 fn wake_all(hub: &Weak<HubInner>) {
     if let Some(hub) = hub.upgrade() {
-        for entry in hub.channels.lock().values() {
-            entry.wake_all();
-        }
+        hub.channels.lock().wake_all();
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::Ordering;
-
     use fred::interfaces::PubsubInterface;
 
     use super::Waiter;
     use crate::Client;
 
+    impl Waiter {
+        /// Woken, and not yet run.
+        fn is_pending(&self) -> bool {
+            self.hub.channels.lock().is_pending(&self.channel, self.id)
+        }
+    }
+
     fn woken(waiters: &[Waiter]) -> usize {
-        waiters
-            .iter()
-            .filter(|waiter| waiter.slot.woken.load(Ordering::Acquire))
-            .count()
+        waiters.iter().filter(|waiter| waiter.is_pending()).count()
     }
 
     /// Messages reach the subscriber connection in publish order, and the dispatcher handles
@@ -611,10 +489,7 @@ mod tests {
 
         publish_then_sync(&client, &channel, &marker).await;
         assert_eq!(woken(&waiters), 1, "no thundering herd");
-        assert!(
-            waiters[0].slot.woken.load(Ordering::Acquire),
-            "longest waiting first"
-        );
+        assert!(waiters[0].is_pending(), "longest waiting first");
 
         // The woken waiter leaves without acting on it: the next one inherits the wake-up.
         waiters.remove(0);
@@ -640,18 +515,18 @@ mod tests {
         ];
 
         publish_then_sync(&client, &channel, &marker).await;
-        assert!(waiters[0].slot.woken.load(Ordering::Acquire));
+        assert!(waiters[0].is_pending());
         assert_eq!(woken(&waiters), 1);
         waiters[0].woken().await;
 
         // Refused with 2 needed: the first waiter that needs less inherits the wake-up.
-        waiters[0].refused();
-        assert!(waiters[1].slot.woken.load(Ordering::Acquire));
+        waiters[0].tried(true);
+        assert!(waiters[1].is_pending());
         assert_eq!(woken(&waiters), 1);
         waiters[1].woken().await;
 
         // Refused with 1 needed: a waiter that needs as much would be refused too.
-        waiters[1].refused();
+        waiters[1].tried(true);
         assert_eq!(woken(&waiters), 0, "no hand-over between equal needs");
     }
 }

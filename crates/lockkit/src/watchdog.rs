@@ -36,16 +36,16 @@ use tokio::time::Instant;
 
 use crate::exec::{Exec, Resend};
 use crate::hold::{release, Hold};
+use crate::hold_table::{HoldTable, Registered};
 
-type Registry = Arc<Mutex<Holds>>;
+/// The holds being renewed or checked (see [`HoldTable`]: a hold granted after the shutdown
+/// drained them is refused rather than registered into a registry nobody will release).
+type Registry = Arc<Mutex<HoldTable<Arc<Hold>>>>;
 
-/// The holds being renewed or checked, by sequence number. `closed` is set, under the same lock,
-/// when the shutdown drains them: a hold granted after that is refused rather than registered
-/// into a registry nobody will release.
-#[derive(Default)]
-struct Holds {
-    by_seq: HashMap<u64, Arc<Hold>>,
-    closed: bool,
+impl Registered for Arc<Hold> {
+    fn seq(&self) -> u64 {
+        self.seq
+    }
 }
 
 enum Command {
@@ -88,17 +88,12 @@ impl Watchdog {
     /// has taken the registry's holds.
     #[must_use]
     pub(crate) fn register(&self, hold: Arc<Hold>) -> bool {
-        let mut holds = self.registry.lock();
-        if holds.closed {
-            return false;
-        }
-        holds.by_seq.insert(hold.seq, hold);
-        true
+        self.registry.lock().register(hold)
     }
 
     /// Stops renewing the hold `seq`.
     pub(crate) fn unregister(&self, seq: u64) {
-        self.registry.lock().by_seq.remove(&seq);
+        self.registry.lock().unregister(seq);
     }
 
     /// Stops renewing `hold` and gives it back in the background.
@@ -114,7 +109,7 @@ impl Watchdog {
 
     /// The number of holds being renewed or checked.
     pub(crate) fn holds(&self) -> usize {
-        self.registry.lock().by_seq.len()
+        self.registry.lock().len()
     }
 
     /// Stops renewing and releases every registered hold; returns the errors of releases that
@@ -216,7 +211,7 @@ impl Worker {
             tracing::debug!("previous renewal round still running; skipping this tick");
             return;
         }
-        let holds: Vec<Arc<Hold>> = self.registry.lock().by_seq.values().cloned().collect();
+        let holds = self.registry.lock().snapshot();
         if holds.is_empty() {
             return;
         }
@@ -230,11 +225,7 @@ impl Worker {
         if let Some(round) = self.round.take() {
             round.abort();
         }
-        let holds: Vec<Arc<Hold>> = {
-            let mut registry = self.registry.lock();
-            registry.closed = true;
-            registry.by_seq.drain().map(|(_, h)| h).collect()
-        };
+        let holds = self.registry.lock().close();
         let exec = &self.exec;
         let results = join_all(holds.iter().map(|hold| async move {
             let result = release(exec, hold).await;
@@ -316,21 +307,19 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
         .and_then(|reply| Ok(decode_renew(&reply, batch.len())?));
     match reply {
         Ok(present) => {
-            let registry = registry.lock();
             let mut renewed = 0;
-            for (hold, present) in batch.iter().zip(present) {
-                if !registry.by_seq.contains_key(&hold.seq) {
-                    continue; // released while the round was in flight
-                }
-                if !present {
-                    hold.mark_lost(
-                        "renewal found the hold gone (expired, force-unlocked, or lost by Redis)",
-                    );
-                } else if hold.watchdog {
-                    hold.confirmed_at(sent);
-                    renewed += 1;
-                }
-            }
+            let gone = "renewal found the hold gone (expired, force-unlocked, or lost by Redis)";
+            // Only holds still registered: one released while the round was in flight is skipped.
+            registry
+                .lock()
+                .apply_reply(&batch, present, |hold, present| {
+                    if !present {
+                        hold.mark_lost(gone);
+                    } else if hold.watchdog {
+                        hold.confirmed_at(sent);
+                        renewed += 1;
+                    }
+                });
             crate::metrics::renewed(kind.kind.segment(), renewed);
         }
         Err(err) => {

@@ -1,0 +1,342 @@
+//! The waiter hub's bookkeeping, apart from its transport: who waits on which channel, whom a
+//! release message wakes, and where a wake-up goes when its waiter cannot use it.
+//!
+//! Implementation notes for maintainers. [`WaitTable`] holds no lock and does no I/O: its owner
+//! ([`crate::waiters`]) keeps it behind one mutex, and each method is one critical section. The
+//! model checker (`crate::shuttle_tests`) drives this same table behind a `shuttle` mutex, with a
+//! fake transport, so every interleaving of registering, waking, trying, cancelling and
+//! re-subscribing it explores is one the production hub can meet.
+//!
+//! A waiter's wake-up goes through two states, and a waiter that goes away in either passes it
+//! on, so a wake-up is never lost with its waiter:
+//!
+//! 1. **pending**: a release message chose the waiter and signalled it; it has not run yet. A
+//!    message that wakes "one" skips pending waiters (one wake-up per waiter is enough).
+//! 2. **in hand**: the waiter took the wake-up ([`WaitTable::take_wake`]) and is trying again.
+//!    Its try ends in [`WaitTable::tried`]: acquired (used up), or refused (handed to a waiter
+//!    that needs less, see [`crate::waiters`]). A waiter with a wake-up in hand can be woken again
+//!    (a release during its try must not be missed).
+//!
+//! Dropping an acquire future while its try is in flight used to lose the wake-up it had taken:
+//! the try may never have reached Redis, and the next local waiter slept until its timer. The
+//! in-hand state closes that (found by `shuttle_a_cancelled_waiter_passes_its_wake_up_on`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lockkit_protocol::wake::Wake;
+use tokio::sync::Notify;
+
+/// A waiter's id in its table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WaiterId(u64);
+
+/// What [`WaitTable::register`] hands the new waiter.
+pub(crate) struct Registered<C> {
+    /// The waiter's id, for the table's other methods.
+    pub(crate) id: WaiterId,
+    /// Signalled (`notify_one`) when the waiter is woken.
+    pub(crate) signal: Arc<Notify>,
+    /// The channel's transport data (the hub's subscription cell), shared by its waiters.
+    pub(crate) data: C,
+}
+
+/// The waiters of every channel, by channel name; `C` is per-channel data of the transport,
+/// created when a channel gets its first waiter and dropped with its last.
+pub(crate) struct WaitTable<C> {
+    channels: HashMap<String, Channel<C>>,
+    next_id: u64,
+}
+
+struct Channel<C> {
+    data: C,
+    /// In registration order: the longest-registered first.
+    waiters: Vec<Entry>,
+}
+
+struct Entry {
+    id: WaiterId,
+    /// The waiter's id, for messages that name the next waiter (fair lock) or the preferred one
+    /// (lock).
+    tag: Option<String>,
+    /// How much of the object the waiter needs (a semaphore's permits; 1 for a lock).
+    need: u64,
+    /// Woken, and not yet running (see the module documentation).
+    pending: bool,
+    /// Took a wake-up and is trying; not yet told the outcome.
+    in_hand: bool,
+    signal: Arc<Notify>,
+}
+
+impl Entry {
+    fn wake(&mut self) {
+        self.pending = true;
+        self.signal.notify_one();
+    }
+}
+
+impl<C> Default for WaitTable<C> {
+    fn default() -> Self {
+        Self {
+            channels: HashMap::new(),
+            next_id: 0,
+        }
+    }
+}
+
+impl<C> Channel<C> {
+    /// Wakes the longest-registered waiter not already woken that `fits`; whether there was one.
+    fn wake_first(&mut self, fits: impl Fn(&Entry) -> bool) -> bool {
+        match self
+            .waiters
+            .iter_mut()
+            .find(|entry| !entry.pending && fits(entry))
+        {
+            Some(entry) => {
+                entry.wake();
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn wake_one(&mut self) -> bool {
+        self.wake_first(|_| true)
+    }
+
+    fn wake_all(&mut self) {
+        self.waiters.iter_mut().for_each(Entry::wake);
+    }
+
+    fn tagged(&mut self, id: &str) -> Option<&mut Entry> {
+        self.waiters
+            .iter_mut()
+            .find(|entry| entry.tag.as_deref() == Some(id))
+    }
+
+    fn entry(&mut self, id: WaiterId) -> Option<&mut Entry> {
+        self.waiters.iter_mut().find(|entry| entry.id == id)
+    }
+}
+
+impl<C: Clone + Default> WaitTable<C> {
+    /// Adds a waiter on `channel` (after the channel's earlier waiters). `tag` names it for
+    /// messages that wake one waiter by id; `need` is how much of the object it needs.
+    pub(crate) fn register(
+        &mut self,
+        channel: &str,
+        tag: Option<&str>,
+        need: u64,
+    ) -> Registered<C> {
+        let id = WaiterId(self.next_id);
+        self.next_id += 1;
+        let signal = Arc::new(Notify::new());
+        let entry = self
+            .channels
+            .entry(channel.to_owned())
+            .or_insert_with(|| Channel {
+                data: C::default(),
+                waiters: Vec::new(),
+            });
+        entry.waiters.push(Entry {
+            id,
+            tag: tag.map(str::to_owned),
+            need,
+            pending: false,
+            in_hand: false,
+            signal: Arc::clone(&signal),
+        });
+        Registered {
+            id,
+            signal,
+            data: entry.data.clone(),
+        }
+    }
+}
+
+impl<C> WaitTable<C> {
+    /// Acts on one release message on `channel`.
+    pub(crate) fn apply(&mut self, channel: &str, wake: &Wake) {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return;
+        };
+        match wake {
+            Wake::One => {
+                entry.wake_one();
+            }
+            Wake::Many(count) => {
+                for _ in 0..*count {
+                    if !entry.wake_one() {
+                        break;
+                    }
+                }
+            }
+            Wake::All => entry.wake_all(),
+            Wake::Waiter(id) => {
+                if let Some(waiter) = entry.tagged(id) {
+                    waiter.wake();
+                }
+            }
+            Wake::Prefer(id) => match entry.tagged(id) {
+                Some(waiter) => waiter.wake(),
+                None => {
+                    entry.wake_one();
+                }
+            },
+        }
+    }
+
+    /// Wakes every waiter of every channel (messages may have been lost).
+    pub(crate) fn wake_all(&mut self) {
+        self.channels.values_mut().for_each(Channel::wake_all);
+    }
+
+    /// Wakes every waiter of the channels `selected` picks.
+    pub(crate) fn wake_all_where(&mut self, selected: impl Fn(&str) -> bool) {
+        for (channel, entry) in &mut self.channels {
+            if selected(channel) {
+                entry.wake_all();
+            }
+        }
+    }
+
+    /// The waiter `id` ran after being signalled: its wake-up is now in hand (it tries again).
+    pub(crate) fn take_wake(&mut self, channel: &str, id: WaiterId) {
+        if let Some(entry) = self.channels.get_mut(channel).and_then(|c| c.entry(id)) {
+            entry.pending = false;
+            entry.in_hand = true;
+        }
+    }
+
+    /// The waiter `id` finished a try; `refused` when it was refused. A wake-up it had in hand is
+    /// used up; if refused, it goes on to the longest-registered waiter that needs less and is not
+    /// already woken. Returns whether it went on.
+    pub(crate) fn tried(&mut self, channel: &str, id: WaiterId, refused: bool) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        let Some(waiter) = entry.entry(id) else {
+            return false;
+        };
+        if !std::mem::take(&mut waiter.in_hand) || !refused {
+            return false;
+        }
+        let need = waiter.need;
+        entry.wake_first(|other| other.need < need)
+    }
+
+    /// Removes the waiter `id` (its wait ended: acquired, timed out, cancelled, failed). A
+    /// wake-up it had not used up goes on to the next waiter. Returns whether the channel has no
+    /// waiter left (and is gone from the table).
+    pub(crate) fn cancel(&mut self, channel: &str, id: WaiterId) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        let Some(index) = entry.waiters.iter().position(|entry| entry.id == id) else {
+            return false;
+        };
+        let gone = entry.waiters.remove(index);
+        // Woken but gone before acting on it, or gone while acting on it: pass it on.
+        for _ in 0..(u8::from(gone.pending) + u8::from(gone.in_hand)) {
+            entry.wake_one();
+        }
+        if !entry.waiters.is_empty() {
+            return false;
+        }
+        self.channels.remove(channel);
+        true
+    }
+
+    /// Whether `channel` has waiters.
+    pub(crate) fn contains(&self, channel: &str) -> bool {
+        self.channels.contains_key(channel)
+    }
+
+    /// The channels with waiters.
+    pub(crate) fn channels(&self) -> impl Iterator<Item = &str> {
+        self.channels.keys().map(String::as_str)
+    }
+
+    /// Whether nobody waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.channels.is_empty()
+    }
+
+    /// The number of waiters on every channel.
+    pub(crate) fn waiting(&self) -> usize {
+        self.channels
+            .values()
+            .map(|entry| entry.waiters.len())
+            .sum()
+    }
+
+    /// Whether the waiter `id` was woken and has not run yet.
+    #[cfg(test)]
+    pub(crate) fn is_pending(&self, channel: &str, id: WaiterId) -> bool {
+        self.channels
+            .get(channel)
+            .and_then(|entry| entry.waiters.iter().find(|entry| entry.id == id))
+            .is_some_and(|entry| entry.pending)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CHANNEL: &str = "c";
+
+    /// A table with two waiters needing `first` and `second`, in that order.
+    fn two_waiters(first: u64, second: u64) -> (WaitTable<()>, WaiterId, WaiterId) {
+        let mut table = WaitTable::<()>::default();
+        let a = table.register(CHANNEL, None, first).id;
+        let b = table.register(CHANNEL, None, second).id;
+        (table, a, b)
+    }
+
+    /// The interleaving `shuttle_a_cancelled_waiter_passes_its_wake_up_on` found: a release wakes
+    /// `a`; `a` runs and sends its try; its acquire future is dropped before the try reaches
+    /// Redis. The wake-up must go on to `b`, or `b` sleeps until its timer.
+    #[test]
+    fn a_waiter_dropped_with_its_try_in_flight_passes_its_wake_up_on() {
+        let (mut table, a, b) = two_waiters(1, 1);
+        table.apply(CHANNEL, &Wake::One);
+        assert!(table.is_pending(CHANNEL, a));
+        table.take_wake(CHANNEL, a);
+        assert!(!table.is_pending(CHANNEL, b));
+        assert!(!table.cancel(CHANNEL, a));
+        assert!(table.is_pending(CHANNEL, b), "the wake-up in hand was lost");
+    }
+
+    /// A try that settled (acquired, or refused with nobody needing less) used its wake-up up:
+    /// leaving afterwards wakes nobody.
+    #[test]
+    fn a_settled_try_uses_its_wake_up_up() {
+        let (mut table, a, b) = two_waiters(1, 1);
+        table.apply(CHANNEL, &Wake::One);
+        table.take_wake(CHANNEL, a);
+        assert!(!table.tried(CHANNEL, a, true), "equal needs never hand on");
+        table.cancel(CHANNEL, a);
+        assert!(!table.is_pending(CHANNEL, b));
+        assert!(
+            table.cancel(CHANNEL, b),
+            "the last waiter empties the channel"
+        );
+        assert!(table.is_empty());
+    }
+
+    /// A release during a waiter's try wakes that waiter again (its try may have been refused
+    /// before the release), and a refused waiter hands on only to a smaller need.
+    #[test]
+    fn a_trying_waiter_is_woken_again_and_refusals_go_to_smaller_needs() {
+        let (mut table, two, one) = two_waiters(2, 1);
+        table.apply(CHANNEL, &Wake::Many(1));
+        table.take_wake(CHANNEL, two);
+        table.apply(CHANNEL, &Wake::One);
+        assert!(table.is_pending(CHANNEL, two));
+        assert!(!table.is_pending(CHANNEL, one));
+        table.take_wake(CHANNEL, two);
+        assert!(table.tried(CHANNEL, two, true));
+        assert!(table.is_pending(CHANNEL, one));
+    }
+}
