@@ -1290,14 +1290,7 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
             history::BOUND_NS
         };
         let figures = history::examine(recording, |_| kind.capacity(), bound, &[]);
-        println!(
-            "HISTORY {}: {} operations, {} violations, {} stalls, longest wait while free {:.1} ms",
-            kind.id(),
-            figures.operations,
-            figures.violations,
-            figures.stalls,
-            figures.longest_stall_ms
-        );
+        history::report(kind.id(), &figures);
         operations += figures.operations;
         record = history::to_record(record, kind.id(), &figures);
         violations += figures.violations + figures.stalls;

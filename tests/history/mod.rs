@@ -360,8 +360,8 @@ pub fn to_record(record: Record, primitive: &str, figures: &Figures) -> Record {
         .num(&key("longest_stall"), figures.longest_stall_ms)
 }
 
-/// Prints the figures and fails on a violation or a stall beyond the bound.
-pub fn assert_clean(primitive: &str, figures: &Figures) {
+/// Prints one primitive's figures (marker `HISTORY`).
+pub fn report(primitive: &str, figures: &Figures) {
     println!(
         "HISTORY {primitive}: {} histories, {} operations (longest {}), {} violations, {} unknown, {} stalls (longest {:.1} ms)",
         figures.histories,
@@ -371,11 +371,5 @@ pub fn assert_clean(primitive: &str, figures: &Figures) {
         figures.unknown,
         figures.stalls,
         figures.longest_stall_ms
-    );
-    assert_eq!(
-        figures.violations + figures.stalls,
-        0,
-        "{primitive}: not linearizable or stalled:\n{}",
-        figures.explain
     );
 }
