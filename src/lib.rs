@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 pub use lockkit_testkit::{RedisServer, TestRedis};
 
 pub mod checker;
+pub mod linearizability;
 
 /// A Redis for one test: spawned, or the external one named by `REDIS_URL`.
 ///

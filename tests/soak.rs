@@ -24,6 +24,8 @@ use lockkit_suite::{client_with, spawned, unique, within};
 use lockkit_testkit::FaultProxy;
 use tokio::time::Instant;
 
+mod history;
+
 const DEFAULT_SECS: u64 = 60;
 const CLIENTS: usize = 6;
 const SEMAPHORE_PERMITS: u64 = 3;
@@ -75,6 +77,12 @@ struct Resource {
 struct Soak {
     names: BTreeMap<&'static str, String>,
     resources: BTreeMap<&'static str, Resource>,
+    /// Per primitive: every invocation and answer, per object (`tests/history`).
+    histories: BTreeMap<&'static str, history::Recording>,
+    /// When multi-lock acquires were in flight: each may take and give back members (its
+    /// all-or-nothing tries), which the per-object histories do not show, so the stall measure
+    /// of the members leaves these windows out.
+    multi_in_flight: Mutex<Vec<(u64, u64)>>,
     end: Instant,
     /// Operations that failed with an error other than a lost lease, by description.
     errors: Mutex<BTreeMap<String, usize>>,
@@ -105,6 +113,44 @@ impl Soak {
 
     fn acquired(&self, kind: Kind) {
         *locked(&self.acquired).entry(kind).or_insert(0) += 1;
+    }
+
+    fn history(&self, primitive: &str) -> &history::Recording {
+        &self.histories[primitive]
+    }
+}
+
+/// The history of each primitive, and the capacity of its objects.
+const PRIMITIVES: [(&str, u64); 7] = [
+    ("lock", 1),
+    ("fenced", 1),
+    ("fair", 1),
+    ("rw", CLIENTS as u64),
+    ("spin", 1),
+    ("multi", 1),
+    ("semaphore", SEMAPHORE_PERMITS),
+];
+
+/// Records the end of an acquire in `recording`: granted (with the hold to release), timed out, or
+/// failed (no known result).
+fn acquire_outcome<G>(
+    recording: &history::Recording,
+    acquiring: &history::Acquiring,
+    process: u64,
+    objects: &[&str],
+    result: &Result<Option<G>, Error>,
+    token: impl Fn(&G) -> Option<u64>,
+) -> Option<history::Hold> {
+    match result {
+        Ok(Some(guard)) => Some(recording.granted(acquiring, process, objects, token(guard))),
+        Ok(None) => {
+            recording.timed_out(acquiring);
+            None
+        }
+        Err(_) => {
+            recording.failed(acquiring);
+            None
+        }
     }
 }
 
@@ -142,22 +188,49 @@ async fn section(
     res.recorder.record(section);
 }
 
-/// Releases through `release` (or by dropping, when `drop_it`) and books the result.
-async fn finish<F>(soak: &Soak, what: &str, release: F)
-where
+/// Releases through `release`, books the result and records it in `recording`'s history.
+async fn finish<F>(
+    soak: &Soak,
+    what: &str,
+    recording: &history::Recording,
+    hold: &history::Hold,
+    lost: bool,
+    release: F,
+) where
     F: std::future::Future<Output = Result<(), Error>>,
 {
-    match release.await {
-        Ok(()) => {}
-        Err(Error::NotHeld { .. }) => {
+    if lost {
+        recording.lost(hold);
+    }
+    let result = recording
+        .release(hold, async {
+            match release.await {
+                Ok(()) => Ok(true),
+                Err(Error::NotHeld { .. }) => Ok(false),
+                Err(err) => Err(err),
+            }
+        })
+        .await;
+    match result {
+        Ok(true) => {}
+        Ok(false) => {
             soak.not_held.fetch_add(1, Ordering::Relaxed);
         }
         Err(err) => soak.error(what, &err),
     }
 }
 
+/// A guard dropped without unlock: released in the background, recorded as a pending release.
+fn dropped(recording: &history::Recording, hold: &history::Hold, lost: bool) {
+    if lost {
+        recording.lost(hold);
+    }
+    recording.dropped(hold);
+}
+
 async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
     let mut rng = Rng::new(now() ^ ((worker as u64) << 32) ^ kind as u64);
+    let process = (worker as u64) * 16 + kind as u64;
     let mut round = 0u64;
     while Instant::now() < soak.end {
         round += 1;
@@ -180,12 +253,21 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                     _ => "member-b",
                 };
                 let name = soak.name(resource);
+                let recording = soak.history(match kind {
+                    Kind::Member => "multi",
+                    _ => resource,
+                });
+                let acquiring = recording.acquire(process, &[name], 1, true);
                 let acquired = match kind {
                     Kind::Lock | Kind::Member => client.lock(name).try_lock(wait, lease).await,
                     Kind::Fenced => client.fenced_lock(name).try_lock(wait, lease).await,
                     Kind::Fair => client.fair_lock(name).try_lock(wait, lease).await,
                     _ => client.spin_lock(name).try_lock(wait, lease).await,
                 };
+                let hold =
+                    acquire_outcome(recording, &acquiring, process, &[name], &acquired, |g| {
+                        g.fencing_token()
+                    });
                 let guard = match acquired {
                     Ok(Some(guard)) => guard,
                     Ok(None) => {
@@ -200,20 +282,29 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                 soak.acquired(kind);
                 let token = guard.fencing_token();
                 section(&soak, resource, &id, token, 1, true, || guard.is_lost()).await;
+                let hold = hold.expect("a granted acquire has a hold");
                 if drop_it {
+                    dropped(recording, &hold, guard.is_lost());
                     drop(guard);
                 } else {
-                    finish(&soak, "unlock", guard.unlock()).await;
+                    let lost = guard.is_lost();
+                    finish(&soak, "unlock", recording, &hold, lost, guard.unlock()).await;
                 }
             }
             Kind::ReadWrite => {
-                let rw = client.read_write_lock(soak.name("rw"));
+                let name = soak.name("rw");
+                let rw = client.read_write_lock(name);
                 let writer = rng.one_in(3);
+                let recording = soak.history("rw");
+                let weight = if writer { CLIENTS as u64 } else { 1 };
+                let acquiring = recording.acquire(process, &[name], weight, true);
                 let acquired = if writer {
                     rw.try_write_lock(wait, lease).await
                 } else {
                     rw.try_read_lock(wait, lease).await
                 };
+                let hold =
+                    acquire_outcome(recording, &acquiring, process, &[name], &acquired, |_| None);
                 let guard = match acquired {
                     Ok(Some(guard)) => guard,
                     Ok(None) => {
@@ -235,10 +326,13 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                 // Only a write hold is dropped: a dropped read hold is released in the
                 // background, and this task's next write lock would meanwhile be refused as an
                 // upgrade.
+                let hold = hold.expect("a granted acquire has a hold");
+                let lost = guard.is_lost();
                 if drop_it && writer {
+                    dropped(recording, &hold, lost);
                     drop(guard);
                 } else {
-                    finish(&soak, "rw unlock", guard.unlock()).await;
+                    finish(&soak, "rw unlock", recording, &hold, lost, guard.unlock()).await;
                 }
             }
             Kind::Multi => {
@@ -246,7 +340,19 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                     client.lock(soak.name("member-a")),
                     client.lock(soak.name("member-b")),
                 ]);
-                let guard = match multi.try_lock(wait, lease).await {
+                let members = [soak.name("member-a"), soak.name("member-b")];
+                let recording = soak.history("multi");
+                // Not a waiter for the stall measure: it needs every member free at once, which
+                // a per-object replay cannot judge.
+                let acquiring = recording.acquire(process, &members, 1, false);
+                let invoked = now();
+                let acquired = multi.try_lock(wait, lease).await;
+                locked(&soak.multi_in_flight).push((invoked, now()));
+                let hold =
+                    acquire_outcome(recording, &acquiring, process, &members, &acquired, |_| {
+                        None
+                    });
+                let guard = match acquired {
                     Ok(Some(guard)) => guard,
                     Ok(None) => {
                         soak.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -260,16 +366,33 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                 soak.acquired(kind);
                 section(&soak, "member-a", &id, None, 1, true, || guard.is_lost()).await;
                 section(&soak, "member-b", &id, None, 1, true, || guard.is_lost()).await;
+                let hold = hold.expect("a granted acquire has a hold");
+                let lost = guard.is_lost();
                 if drop_it {
+                    dropped(recording, &hold, lost);
                     drop(guard);
                 } else {
-                    finish(&soak, "multi unlock", guard.unlock()).await;
+                    finish(
+                        &soak,
+                        "multi unlock",
+                        recording,
+                        &hold,
+                        lost,
+                        guard.unlock(),
+                    )
+                    .await;
                 }
             }
             Kind::Semaphore => {
                 let permits = rng.range(1, 3);
-                let semaphore = client.semaphore(soak.name("semaphore"));
-                let permit = match semaphore.try_acquire(permits, wait, lease).await {
+                let name = soak.name("semaphore");
+                let semaphore = client.semaphore(name);
+                let recording = soak.history("semaphore");
+                let acquiring = recording.acquire(process, &[name], permits, true);
+                let acquired = semaphore.try_acquire(permits, wait, lease).await;
+                let hold =
+                    acquire_outcome(recording, &acquiring, process, &[name], &acquired, |_| None);
+                let permit = match acquired {
                     Ok(Some(permit)) => permit,
                     Ok(None) => {
                         soak.timed_out.fetch_add(1, Ordering::Relaxed);
@@ -285,10 +408,21 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                     permit.is_lost()
                 })
                 .await;
+                let hold = hold.expect("a granted acquire has a hold");
+                let lost = permit.is_lost();
                 if drop_it {
+                    dropped(recording, &hold, lost);
                     drop(permit);
                 } else {
-                    finish(&soak, "semaphore release", permit.release()).await;
+                    finish(
+                        &soak,
+                        "semaphore release",
+                        recording,
+                        &hold,
+                        lost,
+                        permit.release(),
+                    )
+                    .await;
                 }
             }
         }
@@ -383,10 +517,21 @@ async fn latch_rounds(soak: Arc<Soak>, clients: Vec<Client>) -> (usize, usize) {
     (rounds, violations)
 }
 
-/// Injects a random fault into a random proxy every 0.2–1.2 s until the end.
-async fn chaos(soak: Arc<Soak>, proxies: Vec<Arc<FaultProxy>>) -> BTreeMap<&'static str, usize> {
+/// How long after a fault ended delays are still the fault's doing, for the stall measure: the
+/// client's 5 s command timeout (a command sent into a paused or blocked connection waits that
+/// long) covers reconnects and leases lapsing too. A dropped reply's fault lasts until it
+/// triggers, unknown to the chaos task: twice that.
+const FAULT_AFTERMATH_NS: u64 = 5_000_000_000;
+
+/// Injects a random fault into a random proxy every 0.2–1.2 s until the end. Returns the faults
+/// injected and the windows in which a fault (or its aftermath) was active.
+async fn chaos(
+    soak: Arc<Soak>,
+    proxies: Vec<Arc<FaultProxy>>,
+) -> (BTreeMap<&'static str, usize>, Vec<(u64, u64)>) {
     let mut rng = Rng::new(now());
     let mut faults = BTreeMap::new();
+    let mut windows = Vec::new();
     let patterns: Vec<String> = soak.names.values().cloned().collect();
     loop {
         tokio::time::sleep(rng.millis(200, 1200)).await;
@@ -394,6 +539,7 @@ async fn chaos(soak: Arc<Soak>, proxies: Vec<Arc<FaultProxy>>) -> BTreeMap<&'sta
             break;
         }
         let proxy = &proxies[rng.range(0, proxies.len() as u64) as usize];
+        let started = now();
         let fault = match rng.range(0, 5) {
             0 => {
                 proxy.cut();
@@ -426,9 +572,15 @@ async fn chaos(soak: Arc<Soak>, proxies: Vec<Arc<FaultProxy>>) -> BTreeMap<&'sta
                 "reply-dropped"
             }
         };
+        let aftermath = if fault == "reply-dropped" {
+            2 * FAULT_AFTERMATH_NS
+        } else {
+            FAULT_AFTERMATH_NS
+        };
+        windows.push((started, now() + aftermath));
         *faults.entry(fault).or_insert(0) += 1;
     }
-    faults
+    (faults, windows)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -483,6 +635,11 @@ async fn soak_every_primitive_under_random_faults_without_a_violation() {
     let soak = Arc::new(Soak {
         names,
         resources,
+        histories: PRIMITIVES
+            .iter()
+            .map(|(primitive, _)| (*primitive, history::Recording::new()))
+            .collect(),
+        multi_in_flight: Mutex::new(Vec::new()),
         end: Instant::now() + duration,
         errors: Mutex::new(BTreeMap::new()),
         acquired: Mutex::new(BTreeMap::new()),
@@ -504,7 +661,7 @@ async fn soak_every_primitive_under_random_faults_without_a_violation() {
     let chaos = tokio::spawn(chaos(Arc::clone(&soak), proxies.clone()));
 
     let limit = duration + Duration::from_secs(120);
-    let faults = within(limit, "the chaos task", chaos).await.unwrap();
+    let (faults, fault_windows) = within(limit, "the chaos task", chaos).await.unwrap();
     for proxy in &proxies {
         proxy.unblock();
         proxy.resume();
@@ -527,6 +684,26 @@ async fn soak_every_primitive_under_random_faults_without_a_violation() {
         record = record.num(&format!("violations_{resource}"), one.violations() as f64);
         verdict.merge(one);
     }
+    // Histories: linearizable per object, and no stall beyond the bound outside the faults.
+    let mut history_failures = String::new();
+    let mut history_figures = Vec::new();
+    for (primitive, capacity) in PRIMITIVES {
+        let bound = if primitive == "spin" {
+            history::SPIN_BOUND_NS
+        } else {
+            history::BOUND_NS
+        };
+        let mut excluded = fault_windows.clone();
+        if primitive == "multi" {
+            excluded.extend(locked(&soak.multi_in_flight).iter().copied());
+        }
+        let figures = history::examine(soak.history(primitive), |_| capacity, bound, &excluded);
+        record = history::to_record(record, primitive, &figures);
+        if figures.violations + figures.stalls > 0 {
+            history_failures.push_str(&figures.explain);
+        }
+        history_figures.push((primitive, figures));
+    }
     let acquired = locked(&soak.acquired).clone();
     for (kind, count) in &acquired {
         record = record.num(&format!("acquired_{kind:?}").to_lowercase(), *count as f64);
@@ -536,7 +713,11 @@ async fn soak_every_primitive_under_random_faults_without_a_violation() {
     }
     let errors = locked(&soak.errors).clone();
     let error_count: usize = errors.values().sum();
-    let violations = verdict.violations() + latch_violations;
+    let history_violations: usize = history_figures
+        .iter()
+        .map(|(_, f)| f.violations + f.stalls)
+        .sum();
+    let violations = verdict.violations() + latch_violations + history_violations;
     record = verdict
         .to_record(record)
         .num("violations", violations as f64)
@@ -560,6 +741,10 @@ async fn soak_every_primitive_under_random_faults_without_a_violation() {
     }
     record.save();
 
+    for (primitive, figures) in &history_figures {
+        history::report(primitive, figures);
+    }
+    assert!(history_failures.is_empty(), "{history_failures}");
     assert_eq!(verdict.violations(), 0, "{verdict:?}");
     assert_eq!(latch_violations, 0);
     for kind in KINDS {

@@ -1,0 +1,375 @@
+//! Histories of the soak and the fault suite: what every client invoked and saw, per object, on
+//! the suite's one clock, checked for linearizability and for stalls
+//! (`lockkit_suite::linearizability`).
+//!
+//! The histories are written in a small vocabulary of exclusive and weighted holds (`Op`, `Ret`),
+//! judged by `Holds`, a deliberately small capacity spec kept in test code: a lock holds 1, a
+//! semaphore N permits, a read-write lock `capacity` shares of which a writer takes all; fencing
+//! tokens strictly increase in linearization order. The reference models of `lockkit-model`
+//! (issue 12 §1) are to replace it through the same `Spec` interface once they land; until then
+//! this is the spec, and it encodes only what every primitive's contract shares.
+//!
+//! Leases: a hold whose guard reported itself lost (or whose release said `NotHeld` or failed) may
+//! have lapsed at any time; the spec drops such holds only when a grant needs the room. A guard
+//! dropped without `unlock` is released in the background: a pending release that may take
+//! effect at any time after the drop. An acquire that failed with an error is pending with no
+//! known result: it may not have taken effect (the acquire's cancel path gives back what it took).
+//! A timed-out acquire is always a legal step here: whether it should have been served is the
+//! stall measure's question, not linearizability's.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use lockkit_model::spec::Spec;
+use lockkit_suite::checker::Record;
+use lockkit_suite::linearizability::{
+    check, stalls, Budget, Call, History, Verdict, STALL_BOUND_NS,
+};
+
+/// An operation on one object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Take `weight` of the capacity for `owner` (one owner per acquire). `waits`: the acquire
+    /// waits for the resource (a wait longer than one attempt), so it can stall.
+    Acquire {
+        owner: u64,
+        weight: u64,
+        waits: bool,
+        /// Set after the fact: the hold was reported lost, so it may have lapsed at any time.
+        lapsable: bool,
+    },
+    /// Give back `owner`'s hold.
+    Release { owner: u64 },
+}
+
+/// What an operation returned.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Ret {
+    Granted { token: Option<u64> },
+    TimedOut,
+    Released,
+    NotHeld,
+}
+
+/// The test-side capacity spec (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Holds {
+    capacity: u64,
+    holds: BTreeMap<u64, (u64, bool)>,
+    last_token: u64,
+}
+
+impl Holds {
+    pub fn new(capacity: u64) -> Holds {
+        Holds {
+            capacity,
+            holds: BTreeMap::new(),
+            last_token: 0,
+        }
+    }
+
+    fn load(&self) -> u64 {
+        self.holds.values().map(|(w, _)| w).sum()
+    }
+}
+
+impl Spec for Holds {
+    type Op = Op;
+    type Ret = Ret;
+
+    fn step(&self, op: &Op, ret: &Ret) -> Option<Holds> {
+        let mut next = self.clone();
+        match (op, ret) {
+            (
+                Op::Acquire {
+                    owner,
+                    weight,
+                    lapsable,
+                    ..
+                },
+                Ret::Granted { token },
+            ) => {
+                if next.holds.contains_key(owner) {
+                    return None;
+                }
+                if next.load() + weight > next.capacity {
+                    next.holds.retain(|_, (_, lapsable)| !*lapsable);
+                    if next.load() + weight > next.capacity {
+                        return None;
+                    }
+                }
+                if let Some(token) = *token {
+                    if token <= next.last_token {
+                        return None;
+                    }
+                    next.last_token = token;
+                }
+                next.holds.insert(*owner, (*weight, *lapsable));
+                Some(next)
+            }
+            (Op::Acquire { .. }, Ret::TimedOut) => Some(next),
+            (Op::Release { owner }, Ret::Released) => next.holds.remove(owner).map(|_| next),
+            (Op::Release { owner }, Ret::NotHeld) => match next.holds.get(owner) {
+                None => Some(next),
+                Some((_, true)) => {
+                    next.holds.remove(owner);
+                    Some(next)
+                }
+                Some((_, false)) => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The grant a waiting acquire is waiting for (for the stall measure).
+pub fn serve(op: &Op) -> Option<Ret> {
+    match op {
+        Op::Acquire { waits: true, .. } => Some(Ret::Granted { token: None }),
+        _ => None,
+    }
+}
+
+/// One primitive's history.
+#[derive(Debug, Clone, Default)]
+pub struct Recording {
+    pub history: History<Op, Ret>,
+}
+
+static OWNERS: AtomicU64 = AtomicU64::new(1);
+
+/// A pending acquire: its calls (one per object, e.g. a multi-lock's members) and its owner.
+#[derive(Debug, Clone)]
+pub struct Acquiring {
+    calls: Vec<Call>,
+    pub owner: u64,
+}
+
+/// A granted hold: the acquire calls (to mark lost) and its owner.
+#[derive(Debug, Clone)]
+pub struct Hold {
+    calls: Vec<Call>,
+    objects: Vec<String>,
+    process: u64,
+    pub owner: u64,
+}
+
+impl Recording {
+    pub fn new() -> Recording {
+        Recording::default()
+    }
+
+    /// An acquire of `weight` on each of `objects` (all at once: a multi-lock).
+    pub fn acquire(&self, process: u64, objects: &[&str], weight: u64, waits: bool) -> Acquiring {
+        let owner = OWNERS.fetch_add(1, Ordering::Relaxed);
+        let calls = objects
+            .iter()
+            .map(|object| {
+                self.history.invoke(
+                    process,
+                    object,
+                    Op::Acquire {
+                        owner,
+                        weight,
+                        waits,
+                        lapsable: false,
+                    },
+                )
+            })
+            .collect();
+        Acquiring { calls, owner }
+    }
+
+    pub fn granted(
+        &self,
+        acquiring: &Acquiring,
+        process: u64,
+        objects: &[&str],
+        token: Option<u64>,
+    ) -> Hold {
+        for call in &acquiring.calls {
+            self.history.respond(*call, Ret::Granted { token });
+        }
+        Hold {
+            calls: acquiring.calls.clone(),
+            objects: objects.iter().map(|o| (*o).to_owned()).collect(),
+            process,
+            owner: acquiring.owner,
+        }
+    }
+
+    pub fn timed_out(&self, acquiring: &Acquiring) {
+        for call in &acquiring.calls {
+            self.history.respond(*call, Ret::TimedOut);
+        }
+    }
+
+    /// The acquire failed with an error: no known result.
+    pub fn failed(&self, acquiring: &Acquiring) {
+        for call in &acquiring.calls {
+            self.history.abandon(*call, Vec::new());
+        }
+    }
+
+    /// The hold was reported lost: it may have lapsed at any time.
+    pub fn lost(&self, hold: &Hold) {
+        for call in &hold.calls {
+            self.history.amend(*call, |op| {
+                if let Op::Acquire { lapsable, .. } = op {
+                    *lapsable = true;
+                }
+            });
+        }
+    }
+
+    /// Releases `hold` through `release`, recording the invocation and the answer: `Ok(true)`
+    /// released, `Ok(false)` not held, `Err` unknown.
+    pub async fn release<E>(
+        &self,
+        hold: &Hold,
+        release: impl std::future::Future<Output = Result<bool, E>>,
+    ) -> Result<bool, E> {
+        let calls: Vec<Call> = hold
+            .objects
+            .iter()
+            .map(|object| {
+                self.history
+                    .invoke(hold.process, object, Op::Release { owner: hold.owner })
+            })
+            .collect();
+        let result = release.await;
+        for call in calls {
+            match result {
+                Ok(true) => self.history.respond(call, Ret::Released),
+                Ok(false) => self.history.respond(call, Ret::NotHeld),
+                Err(_) => self
+                    .history
+                    .abandon(call, vec![Ret::Released, Ret::NotHeld]),
+            }
+        }
+        if !matches!(result, Ok(true)) {
+            self.lost(hold);
+        }
+        result
+    }
+
+    /// The guard was dropped: released in the background, some time from now.
+    pub fn dropped(&self, hold: &Hold) {
+        for object in &hold.objects {
+            let call = self
+                .history
+                .invoke(hold.process, object, Op::Release { owner: hold.owner });
+            self.history
+                .abandon(call, vec![Ret::Released, Ret::NotHeld]);
+        }
+    }
+}
+
+/// What the checks found in one primitive's histories.
+#[derive(Debug, Clone, Default)]
+pub struct Figures {
+    pub histories: usize,
+    pub operations: usize,
+    pub longest: usize,
+    pub violations: usize,
+    pub unknown: usize,
+    /// Stalls longer than the bound, outside the excluded windows.
+    pub stalls: usize,
+    /// The longest interval a waiter was left unserved while the resource was free for it
+    /// (outside the excluded windows), in ms; below the bound unless `stalls > 0`.
+    pub longest_stall_ms: f64,
+    /// Violations and stalls, readable.
+    pub explain: String,
+}
+
+/// Checks `recording` per object against `Holds::new(capacity(object))`, and measures stalls
+/// beyond `bound_ns` outside `excluded`.
+pub fn examine(
+    recording: &Recording,
+    capacity: impl Fn(&str) -> u64,
+    bound_ns: u64,
+    excluded: &[(u64, u64)],
+) -> Figures {
+    let report = check(
+        &recording.history,
+        |object| Holds::new(capacity(object)),
+        budget(),
+    );
+    let mut figures = Figures {
+        histories: report.histories(),
+        operations: report.operations(),
+        longest: report.longest(),
+        violations: report.violations(),
+        unknown: report.unknown(),
+        explain: report.explain(),
+        ..Figures::default()
+    };
+    for (object, checked) in &report.objects {
+        let Verdict::Linearizable { order } = &checked.verdict else {
+            continue;
+        };
+        for stall in stalls(
+            &Holds::new(capacity(object)),
+            &checked.ops,
+            order,
+            serve,
+            excluded,
+        ) {
+            let ms = stall.len_ns() as f64 / 1e6;
+            figures.longest_stall_ms = figures.longest_stall_ms.max(ms);
+            if stall.len_ns() > bound_ns {
+                figures.stalls += 1;
+                let waiter = &checked.ops[stall.waiter];
+                figures.explain.push_str(&format!(
+                    "{object}: stall of {ms:.1} ms: p{} {:?} [{}..{:?}] unserved from {} to {} while the resource was free for it\n",
+                    waiter.process, waiter.op, waiter.call, waiter.returned_at(), stall.from, stall.to
+                ));
+            }
+        }
+    }
+    figures
+}
+
+/// The check budget: `LOCKKIT_LIN_BUDGET` search steps per object history, default 2 million.
+pub fn budget() -> Budget {
+    std::env::var("LOCKKIT_LIN_BUDGET")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or_else(Budget::default, |steps| Budget { steps })
+}
+
+/// The stall bound of the primitives that wait on pub/sub: the handoff window + 100 ms.
+pub const BOUND_NS: u64 = STALL_BOUND_NS;
+
+/// The spin lock polls by design (2 ms doubling to 128 ms, with jitter): its bound is twice the
+/// backoff cap + 100 ms.
+pub const SPIN_BOUND_NS: u64 = 2 * 128_000_000 + 100_000_000;
+
+/// Adds one primitive's figures to a record, as `lin_<primitive>_<measure>`.
+pub fn to_record(record: Record, primitive: &str, figures: &Figures) -> Record {
+    let key = |measure: &str| format!("lin_{primitive}_{measure}");
+    record
+        .num(&key("histories"), figures.histories as f64)
+        .num(&key("operations"), figures.operations as f64)
+        .num(&key("longest"), figures.longest as f64)
+        .num(&key("violations"), figures.violations as f64)
+        .num(&key("unknown"), figures.unknown as f64)
+        .num(&key("stalls"), figures.stalls as f64)
+        .num(&key("longest_stall"), figures.longest_stall_ms)
+}
+
+/// Prints one primitive's figures (marker `HISTORY`).
+pub fn report(primitive: &str, figures: &Figures) {
+    println!(
+        "HISTORY {primitive}: {} histories, {} operations (longest {}), {} violations, {} unknown, {} stalls (longest {:.1} ms)",
+        figures.histories,
+        figures.operations,
+        figures.longest,
+        figures.violations,
+        figures.unknown,
+        figures.stalls,
+        figures.longest_stall_ms
+    );
+}
