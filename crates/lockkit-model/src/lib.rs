@@ -13,4 +13,7 @@
 //!
 //! Each module's documentation says which contract it encodes.
 
+pub mod lock;
+pub mod multi;
 pub mod spec;
+pub mod spin;
