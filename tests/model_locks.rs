@@ -82,6 +82,10 @@ enum Op {
     Release {
         hold: usize,
     },
+    /// Release of one of the holds the model has (a guard's unlock).
+    ReleaseHeld {
+        hold: usize,
+    },
     /// The watchdog's batched renewal (lease `None`: check only).
     Renew {
         holds: Vec<usize>,
@@ -91,6 +95,9 @@ enum Op {
     Cancel {
         call: usize,
     },
+    /// The waiter first in line gives up: the one a release reserved the lock for, else the
+    /// longest waiting (the fair queue's head), as the model has them.
+    CancelFirst,
     ForceUnlock,
     HoldCount {
         owner: usize,
@@ -123,10 +130,12 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(owner, lease, keepalive)| Op::Acquire { owner, lease, keepalive }),
         4 => any::<usize>().prop_map(|call| Op::Retry { call }),
         1 => Just(Op::Resend),
-        6 => any::<usize>().prop_map(|hold| Op::Release { hold }),
+        3 => any::<usize>().prop_map(|hold| Op::Release { hold }),
+        5 => any::<usize>().prop_map(|hold| Op::ReleaseHeld { hold }),
         2 => (prop::collection::vec(any::<usize>(), 1..4), prop::option::of(lease()))
             .prop_map(|(holds, lease)| Op::Renew { holds, lease }),
         2 => any::<usize>().prop_map(|call| Op::Cancel { call }),
+        2 => Just(Op::CancelFirst),
         1 => Just(Op::ForceUnlock),
         1 => (0usize..3).prop_map(|owner| Op::HoldCount { owner }),
         3 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
@@ -744,6 +753,32 @@ impl<'a> Sequence<'a> {
                 };
                 Some(Call::Cancel(waiter.clone()))
             }
+            Op::ReleaseHeld { hold } => {
+                let held: Vec<String> = match &self.model {
+                    Model::Hash(m) => m.holds.keys().cloned().collect(),
+                    Model::Spin(m) => m.holder.iter().map(|(h, _)| h.clone()).collect(),
+                };
+                (!held.is_empty()).then(|| Call::Release(held[hold % held.len()].clone()))
+            }
+            Op::CancelFirst => match &self.model {
+                Model::Hash(m) => {
+                    let longest = || {
+                        let first = m
+                            .waiting
+                            .items
+                            .iter()
+                            .min_by_key(|(o, since)| (**since, *o));
+                        first.map(|(owner, _)| owner.clone())
+                    };
+                    m.handoff
+                        .as_ref()
+                        .map(|(owner, _)| owner.clone())
+                        .or_else(|| m.queue.items.first().cloned())
+                        .or_else(longest)
+                        .map(Call::Cancel)
+                }
+                Model::Spin(_) => None,
+            },
             Op::ForceUnlock => Some(Call::ForceUnlock),
             Op::HoldCount { owner } if self.prim != Prim::Spin => {
                 Some(Call::HoldCount(Self::owner(*owner)))
@@ -932,10 +967,26 @@ impl<'a> Sequence<'a> {
         }
         let (raw, now) = read_state(redis, &self.keys.keys).await;
         let seen = normalize(&raw, &self.roles);
+        // Each key is judged at an instant of its own near the read: Redis expires a key when
+        // its cached clock passes the expiry, and `RESTORE` drops a key whose expiry is not in
+        // the future, so a key whose expiry falls within a millisecond or two of the read may
+        // be there or not.
+        let fits = |model: &Model| {
+            let views: Vec<Vec<RawKey>> = (now - 2..=now + 2)
+                .map(|at| model.keys(&self.roles, at))
+                .collect();
+            (0..seen.len()).all(|i| views.iter().any(|view| view[i] == seen[i]))
+        };
         for model in &candidates {
-            if (now - 2..=now + 1).any(|at| model.keys(&self.roles, at) == seen) {
+            if fits(model) {
                 self.model = model.clone();
                 self.follow_expiries(&raw);
+                if let Model::Hash(HashLock {
+                    handoff: Some(_), ..
+                }) = &self.model
+                {
+                    self.count("(a reservation stands)");
+                }
                 return Ok(());
             }
         }
