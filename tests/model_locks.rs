@@ -154,6 +154,7 @@ struct Env {
     /// How often each kind of step and outcome came up (printed at the end: what was covered).
     seen: std::cell::RefCell<BTreeMap<String, u64>>,
     rt: tokio::runtime::Runtime,
+    url: String,
     _server: RedisServer,
     redis: Fred,
     lockkit: lockkit::Client,
@@ -176,6 +177,7 @@ impl Env {
         });
         Env {
             seen: std::cell::RefCell::default(),
+            url: server.url(),
             rt,
             _server: server,
             redis,
@@ -1217,4 +1219,171 @@ fn fair_lock_agrees_with_its_model() {
 #[test]
 fn spin_lock_agrees_with_its_model() {
     check(Prim::Spin);
+}
+
+// === the multi-lock ===
+
+/// What another client does to the members while a multi-lock waits.
+#[derive(Debug, Clone, Copy)]
+enum Other {
+    Take(usize),
+    Release(usize),
+}
+
+/// The multi-lock's owners' entries in its members' keep-alive sets (it is waiting for that
+/// member while it has one), and the members its owners hold: all read at one instant (one
+/// script over every member's keys; a standalone server allows keys of several slots).
+async fn multi_state(
+    redis: &Fred,
+    members: &[ObjectKeys],
+    prefix: &str,
+) -> (Vec<(usize, String)>, std::collections::BTreeSet<String>) {
+    let all: Vec<String> = members.iter().flat_map(|k| k.keys.clone()).collect();
+    let (raw, _) = read_state(redis, &all).await;
+    let mut raw = raw.into_iter();
+    let mut waiting = Vec::new();
+    let mut held = std::collections::BTreeSet::new();
+    for (i, keys) in members.iter().enumerate() {
+        for suffix in std::iter::once(&"main").chain(keys.suffixes) {
+            let k = raw.next().expect("every key read");
+            let ours = |item: &&String| item.starts_with(prefix);
+            match *suffix {
+                "main" if k.ty == "hash" => {
+                    if k.items.iter().step_by(2).any(|f| ours(&f)) {
+                        held.insert(keys.key.clone());
+                    }
+                }
+                "timeouts" => waiting.extend(
+                    k.items
+                        .iter()
+                        .step_by(2)
+                        .filter(ours)
+                        .map(|owner| (i, owner.clone())),
+                ),
+                _ => {}
+            }
+        }
+    }
+    (waiting, held)
+}
+
+/// A multi-lock over three locks waits while another client takes and releases them: whenever
+/// it is seen waiting for a member, it holds none (issue 11, item 3; `lockkit_model::multi`),
+/// and once the others let go it holds them all.
+#[test]
+fn multi_lock_never_holds_a_subset_while_it_waits() {
+    use lockkit_model::multi::MultiLock;
+    let env = Env::start();
+    let other = env.rt.block_on(lockkit_suite::client(&env.url));
+    let hang = Duration::from_secs(30);
+    let lease = Some(Duration::from_secs(60));
+    let strategy = (
+        prop::collection::vec(any::<bool>(), 3),
+        prop::collection::vec(
+            prop_oneof![
+                (0usize..3).prop_map(Other::Take),
+                (0usize..3).prop_map(Other::Release)
+            ],
+            1..8,
+        ),
+    );
+    let config = Config {
+        cases: cases() * 2,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let result = TestRunner::new(config).run(&strategy, |(initial, actions)| {
+        env.rt.block_on(async {
+            let mut names: Vec<String> = (0..3).map(|_| unique("multi")).collect();
+            names.sort();
+            let members: Vec<ObjectKeys> = names
+                .iter()
+                .map(|n| Namespace::default().lock(n).expect("valid keys"))
+                .collect();
+            let model = MultiLock::new(members.iter().map(|k| k.key.clone()));
+            let mut guards = BTreeMap::new();
+            for (i, hold) in initial.iter().enumerate() {
+                if *hold {
+                    let guard = other
+                        .lock(names[i].clone())
+                        .try_lock(Duration::ZERO, lease)
+                        .await;
+                    guards.insert(i, guard.expect("no error").expect("a free lock"));
+                }
+            }
+            let multi = env
+                .lockkit
+                .multi_lock(names.iter().map(|n| env.lockkit.lock(n.clone())));
+            let task = tokio::spawn(async move { multi.try_lock(hang, lease).await });
+            let prefix = format!("{}:", env.lockkit.id());
+            let mut last: Vec<(usize, String)> = Vec::new();
+            let mut log = vec![format!("others hold {initial:?}")];
+            for action in std::iter::once(None).chain(actions.iter().map(Some)) {
+                let mut wakes = action.is_none();
+                match action {
+                    Some(Other::Take(i)) if !guards.contains_key(i) => {
+                        if let Ok(Some(guard)) = other
+                            .lock(names[*i].clone())
+                            .try_lock(Duration::ZERO, lease)
+                            .await
+                        {
+                            guards.insert(*i, guard);
+                        }
+                    }
+                    Some(Other::Release(i)) => {
+                        if let Some(guard) = guards.remove(i) {
+                            wakes = last.iter().any(|(m, _)| m == i);
+                            guard.unlock().await.expect("held");
+                        }
+                    }
+                    _ => {}
+                }
+                log.push(format!("{action:?}"));
+                // Until the multi-lock has reacted: finished, or waiting again elsewhere.
+                let seen = lockkit_suite::within(hang, "the multi-lock to settle", async {
+                    loop {
+                        let (waiting, held) = multi_state(&env.redis, &members, &prefix).await;
+                        if task.is_finished()
+                            || (!waiting.is_empty() && (!wakes || waiting != last))
+                        {
+                            return (waiting, held);
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                })
+                .await;
+                let (waiting, held) = seen;
+                if task.is_finished() {
+                    break;
+                }
+                log.push(format!("waits for {waiting:?} holding {held:?}"));
+                if let Err(violation) = model.observe(&held, !waiting.is_empty()) {
+                    for (_, guard) in std::mem::take(&mut guards) {
+                        let _ = guard.unlock().await;
+                    }
+                    let _ = task.await;
+                    return Err(TestCaseError::fail(format!(
+                        "{violation:?}\n{}",
+                        log.join("\n")
+                    )));
+                }
+                last = waiting;
+            }
+            for (_, guard) in std::mem::take(&mut guards) {
+                guard.unlock().await.expect("held");
+            }
+            let guard = lockkit_suite::within(hang, "the multi-lock", task)
+                .await
+                .expect("no panic")
+                .expect("no error")
+                .expect("granted once the others let go");
+            let (_, held) = multi_state(&env.redis, &members, &prefix).await;
+            prop_assert_eq!(held.len(), 3, "a multi-lock granted with a subset");
+            guard.unlock().await.expect("held");
+            Ok(())
+        })
+    });
+    if let Err(err) = result {
+        panic!("the multi-lock broke its contract: {err}");
+    }
 }
