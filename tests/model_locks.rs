@@ -1248,10 +1248,8 @@ async fn multi_state(
             let k = raw.next().expect("every key read");
             let ours = |item: &&String| item.starts_with(prefix);
             match *suffix {
-                "main" if k.ty == "hash" => {
-                    if k.items.iter().step_by(2).any(|f| ours(&f)) {
-                        held.insert(keys.key.clone());
-                    }
+                "main" if k.ty == "hash" && k.items.iter().step_by(2).any(|f| ours(&f)) => {
+                    held.insert(keys.key.clone());
                 }
                 "timeouts" => waiting.extend(
                     k.items
