@@ -1155,9 +1155,9 @@ fn cases() -> u32 {
         .unwrap_or(DEFAULT_CASES)
 }
 
-/// Runs generated sequences of `prim` until the budget is spent; on a disagreement, panics with
-/// the seed (to replay: `LOCKKIT_MODEL_SEED`) and the shrunk sequence.
-fn check(prim: Prim) {
+/// The runner's settings: `cases` cases, the seed from `LOCKKIT_MODEL_SEED` or a fresh one
+/// (returned, to be printed with any failure).
+fn runner(cases: u32) -> (TestRunner, u64) {
     let seed = std::env::var("LOCKKIT_MODEL_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -1166,15 +1166,21 @@ fn check(prim: Prim) {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(1, |d| d.as_nanos() as u64)
         });
-    let env = Env::start();
     let config = Config {
-        cases: cases(),
+        cases,
         rng_seed: RngSeed::Fixed(seed),
         failure_persistence: None,
         max_shrink_iters: 512,
         ..Config::default()
     };
-    let mut runner = TestRunner::new(config);
+    (TestRunner::new(config), seed)
+}
+
+/// Runs generated sequences of `prim` until the budget is spent; on a disagreement, panics with
+/// the seed (to replay: `LOCKKIT_MODEL_SEED`) and the shrunk sequence.
+fn check(prim: Prim) {
+    let env = Env::start();
+    let (mut runner, seed) = runner(cases());
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         let mut sequence = Sequence::new(&env, prim);
         for (i, op) in ops.iter().enumerate() {
@@ -1285,12 +1291,9 @@ fn multi_lock_never_holds_a_subset_while_it_waits() {
             1..8,
         ),
     );
-    let config = Config {
-        cases: cases() * 2,
-        failure_persistence: None,
-        ..Config::default()
-    };
-    let result = TestRunner::new(config).run(&strategy, |(initial, actions)| {
+    // Cheap cases (a few ms each): twice the budget.
+    let (mut runner, seed) = runner(cases() * 2);
+    let result = runner.run(&strategy, |(initial, actions)| {
         env.rt.block_on(async {
             let mut names: Vec<String> = (0..3).map(|_| unique("multi")).collect();
             names.sort();
@@ -1382,6 +1385,6 @@ fn multi_lock_never_holds_a_subset_while_it_waits() {
         })
     });
     if let Err(err) = result {
-        panic!("the multi-lock broke its contract: {err}");
+        panic!("the multi-lock broke its contract (LOCKKIT_MODEL_SEED={seed}): {err}");
     }
 }
