@@ -98,6 +98,11 @@ enum Op {
     /// The waiter first in line gives up: the one a release reserved the lock for, else the
     /// longest waiting (the fair queue's head), as the model has them.
     CancelFirst,
+    /// `ReleaseHeld` then, at once, `CancelFirst`: the waiter a release just reserved the lock
+    /// for gives up within the handoff window (issue 11, item 6).
+    ReleaseThenCancelFirst {
+        hold: usize,
+    },
     ForceUnlock,
     HoldCount {
         owner: usize,
@@ -136,6 +141,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(holds, lease)| Op::Renew { holds, lease }),
         2 => any::<usize>().prop_map(|call| Op::Cancel { call }),
         2 => Just(Op::CancelFirst),
+        2 => any::<usize>().prop_map(|hold| Op::ReleaseThenCancelFirst { hold }),
         1 => Just(Op::ForceUnlock),
         1 => (0usize..3).prop_map(|owner| Op::HoldCount { owner }),
         3 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
@@ -1183,11 +1189,16 @@ fn check(prim: Prim) {
     let (mut runner, seed) = runner(cases());
     let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
         let mut sequence = Sequence::new(&env, prim);
-        for (i, op) in ops.iter().enumerate() {
-            if let Err(why) = env.rt.block_on(sequence.step(op)) {
+        let steps = ops.iter().flat_map(|op| match op {
+            Op::ReleaseThenCancelFirst { hold } => {
+                vec![Op::ReleaseHeld { hold: *hold }, Op::CancelFirst]
+            }
+            op => vec![op.clone()],
+        });
+        for (i, op) in steps.enumerate() {
+            if let Err(why) = env.rt.block_on(sequence.step(&op)) {
                 return Err(TestCaseError::fail(format!(
-                    "step {i} of {} disagrees: {why}\nsteps run:\n  {}",
-                    ops.len(),
+                    "step {i} disagrees: {why}\nsteps run:\n  {}",
                     sequence.log.join("\n  ")
                 )));
             }
