@@ -543,7 +543,9 @@ impl HashLock {
     }
 
     /// Force-unlock: the lock is deleted whoever holds it (the fair queue and the fencing counter
-    /// are kept). `true` when it was held.
+    /// are kept). `true` when it was held. A value of another type at the key is deleted too:
+    /// the documented contract does not say otherwise for this administrative operation (unlike
+    /// acquire, which must leave a foreign value alone), and the scripts do so.
     pub fn force_unlock(&mut self, now: u64) -> bool {
         self.expire_keys(now);
         if self.kind == LockKind::Fair {
