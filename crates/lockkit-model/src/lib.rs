@@ -14,7 +14,10 @@
 //! Each module's documentation says which contract it encodes.
 
 pub mod latch;
+pub mod lock;
+pub mod multi;
 pub mod rwlock;
 pub mod semaphore;
 pub mod spec;
+pub mod spin;
 pub mod timed;

@@ -1,0 +1,1401 @@
+//! Model-based tests of the reentrant locks (`Lock`, `FencedLock`, `FairLock`) and the
+//! `SpinLock` (issue 12, §2): generated operation sequences from several owners run against the
+//! real scripts on a real `redis-server` and against the reference models of `lockkit-model`
+//! (written from the documented contract); every reply and the decoded key state (hash fields,
+//! hold expiries, tokens, the counter, the waiting set, its deadlines, the reservation, the fair
+//! queue, the key's expiry) must agree after every step.
+//!
+//! The model's clock follows the server's: each script call is bracketed by two `TIME` reads,
+//! and a step passes when the model, run at some millisecond of that bracket, gives the same
+//! reply and the same keys. Leases lapse for real (short leases, short sleeps), so the keys
+//! Redis expires on its own are compared too.
+//!
+//! Budget: `LOCKKIT_MODEL_CASES` cases per primitive (default [`DEFAULT_CASES`]);
+//! `LOCKKIT_MODEL_SEED` replays a run. A failure prints the seed and the shrunk sequence.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use fred::clients::Client as Fred;
+use fred::interfaces::ClientLike;
+use fred::types::scripts::Script as FredScript;
+use fred::types::{ClusterHash, CustomCommand, Value};
+use lockkit::protocol::keys::{Kind, Namespace, ObjectKeys};
+use lockkit::protocol::lock::{hold_marker, AcquireReply, ReleaseReply};
+use lockkit::protocol::script::Script;
+use lockkit::protocol::{fair_lock, fenced_lock, lock, spin_lock};
+use lockkit_model::lock::{Acquired, HashLock, LockKind, Now, Released, Request, WrongType};
+use lockkit_model::spin::{SpinAcquired, SpinLock};
+use lockkit_suite::{raw, spawned, unique, RedisServer};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
+
+/// Cases per primitive in CI (about 8 s each on the 2-core machine).
+const DEFAULT_CASES: u32 = 100;
+/// A lease that outlives any sequence.
+const LONG_MS: u64 = 60_000;
+
+// === the generated operations ===
+
+/// A lease: short enough to lapse during a sequence, or longer than it.
+#[derive(Debug, Clone, Copy)]
+enum Lease {
+    Short(u64),
+    Long,
+}
+
+impl Lease {
+    fn ms(self) -> u64 {
+        match self {
+            Lease::Short(ms) => ms,
+            Lease::Long => LONG_MS,
+        }
+    }
+}
+
+/// Bad input given to the public API: refused before anything is sent.
+#[derive(Debug, Clone, Copy)]
+enum Bad {
+    ZeroLease,
+    HugeLease,
+    EmptyName,
+}
+
+/// One generated operation. Indices pick among what the sequence made so far (modulo its
+/// length), so a shrunk sequence stays meaningful.
+#[derive(Debug, Clone)]
+enum Op {
+    /// A new acquire call by owner `owner` (0..3; the same owner again is a re-entry in its
+    /// scope): keep-alive `None` tries once, `Some` waits (joins the waiting set / queue).
+    Acquire {
+        owner: usize,
+        lease: Lease,
+        keepalive: Option<Lease>,
+    },
+    /// The next attempt of an earlier call (a waiter's retry: a new request, new marker).
+    Retry {
+        call: usize,
+    },
+    /// The last request again, same marker (fred re-sending it after a reconnect).
+    Resend,
+    /// Release of one hold marker sent so far (taken, refused or released already).
+    Release {
+        hold: usize,
+    },
+    /// Release of one of the holds the model has (a guard's unlock).
+    ReleaseHeld {
+        hold: usize,
+    },
+    /// The watchdog's batched renewal (lease `None`: check only).
+    Renew {
+        holds: Vec<usize>,
+        lease: Option<Lease>,
+    },
+    /// A waiting call gives up.
+    Cancel {
+        call: usize,
+    },
+    /// The waiter first in line gives up: the one a release reserved the lock for, else the
+    /// longest waiting (the fair queue's head), as the model has them.
+    CancelFirst,
+    /// `ReleaseHeld` then, at once, `CancelFirst`: the waiter a release just reserved the lock
+    /// for gives up within the handoff window (issue 11, item 6).
+    ReleaseThenCancelFirst {
+        hold: usize,
+    },
+    ForceUnlock,
+    HoldCount {
+        owner: usize,
+    },
+    /// Time passes (leases, keep-alives and the handoff window lapse on the server).
+    Sleep {
+        ms: u64,
+    },
+    /// `SCRIPT FLUSH`: the next call must reload its script.
+    FlushScripts,
+    /// `DUMP` of every key of the object...
+    Snapshot,
+    /// ...and `RESTORE … REPLACE` of it later (a restart from an older snapshot).
+    Restore,
+    /// A value of another type written over the object's main key, for the next `steps` steps
+    /// (then deleted, as its owner would).
+    Foreign {
+        steps: usize,
+    },
+    BadInput(Bad),
+}
+
+fn lease() -> impl Strategy<Value = Lease> {
+    prop_oneof![2 => (3u64..40).prop_map(Lease::Short), 3 => Just(Lease::Long)]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        8 => (0usize..3, lease(), prop::option::weighted(0.5, lease()))
+            .prop_map(|(owner, lease, keepalive)| Op::Acquire { owner, lease, keepalive }),
+        4 => any::<usize>().prop_map(|call| Op::Retry { call }),
+        1 => Just(Op::Resend),
+        3 => any::<usize>().prop_map(|hold| Op::Release { hold }),
+        5 => any::<usize>().prop_map(|hold| Op::ReleaseHeld { hold }),
+        2 => (prop::collection::vec(any::<usize>(), 1..4), prop::option::of(lease()))
+            .prop_map(|(holds, lease)| Op::Renew { holds, lease }),
+        2 => any::<usize>().prop_map(|call| Op::Cancel { call }),
+        2 => Just(Op::CancelFirst),
+        2 => any::<usize>().prop_map(|hold| Op::ReleaseThenCancelFirst { hold }),
+        1 => Just(Op::ForceUnlock),
+        1 => (0usize..3).prop_map(|owner| Op::HoldCount { owner }),
+        3 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
+        1 => Just(Op::FlushScripts),
+        1 => Just(Op::Snapshot),
+        1 => Just(Op::Restore),
+        1 => (1usize..6).prop_map(|steps| Op::Foreign { steps }),
+        1 => prop_oneof![Just(Bad::ZeroLease), Just(Bad::HugeLease), Just(Bad::EmptyName)]
+            .prop_map(Op::BadInput),
+    ]
+}
+
+// === the environment: one server per test fn ===
+
+struct Env {
+    /// How often each kind of step and outcome came up (printed at the end: what was covered).
+    seen: std::cell::RefCell<BTreeMap<String, u64>>,
+    rt: tokio::runtime::Runtime,
+    url: String,
+    _server: RedisServer,
+    redis: Fred,
+    lockkit: lockkit::Client,
+}
+
+impl Env {
+    fn start() -> Env {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let (server, redis, lockkit) = rt.block_on(async {
+            let server = spawned().await;
+            let url = server.url();
+            let redis = raw(&url).await;
+            let lockkit = lockkit_suite::client(&url).await;
+            listen(&server).await;
+            (server, redis, lockkit)
+        });
+        Env {
+            seen: std::cell::RefCell::default(),
+            url: server.url(),
+            rt,
+            _server: server,
+            redis,
+            lockkit,
+        }
+    }
+}
+
+/// Keeps one connection subscribed to every lockkit channel, so a release's announcement reaches
+/// a subscriber (as when some client waits) and the lock and fenced lock reserve it for the
+/// longest waiter.
+async fn listen(server: &RedisServer) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(server.addr())
+        .await
+        .expect("a subscriber connection");
+    conn.write_all(&lockkit_testkit::encode_command(&[
+        "PSUBSCRIBE",
+        "lockkit:*",
+    ]))
+    .await
+    .expect("PSUBSCRIBE");
+    let mut buf = [0u8; 4096];
+    let n = conn.read(&mut buf).await.expect("the PSUBSCRIBE reply");
+    assert!(n > 0, "the subscriber connection closed");
+    tokio::spawn(async move { while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {} });
+}
+
+fn custom(name: &'static str) -> CustomCommand {
+    CustomCommand::new_static(name, ClusterHash::FirstKey, false)
+}
+
+/// The server's clock.
+async fn time(redis: &Fred) -> Now {
+    let reply: Vec<u64> = redis
+        .custom(
+            CustomCommand::new_static("TIME", ClusterHash::Random, false),
+            Vec::<String>::new(),
+        )
+        .await
+        .expect("TIME");
+    Now::from_us(reply[0] * 1_000_000 + reply[1])
+}
+
+/// Runs a protocol script by `EVALSHA`, loading it on `NOSCRIPT` (as the runtime does): its
+/// integer reply, or the error Redis gave.
+async fn run(
+    redis: &Fred,
+    script: &Script,
+    keys: Vec<String>,
+    args: Vec<String>,
+) -> Result<Vec<i64>, String> {
+    let script = FredScript::from_lua(script.source());
+    match script
+        .evalsha_with_reload::<Value, _, _>(redis, keys, args)
+        .await
+    {
+        Ok(value) => Ok(value
+            .into_array()
+            .iter()
+            .map(|v| v.as_i64().expect("an integer reply"))
+            .collect()),
+        Err(err) => Err(err.details().to_owned()),
+    }
+}
+
+/// Reads every key of the object at one instant: per key its type, content and `PEXPIRETIME`;
+/// then the server's `TIME`.
+const READ_STATE: &str = r"
+local out = {}
+for i, key in ipairs(KEYS) do
+  local ty = redis.call('TYPE', key)['ok']
+  local content = {}
+  if ty == 'hash' then content = redis.call('HGETALL', key)
+  elseif ty == 'zset' then content = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  elseif ty == 'list' then content = redis.call('LRANGE', key, 0, -1)
+  elseif ty == 'string' then content = {redis.call('GET', key)}
+  end
+  out[i] = {ty, content, redis.call('PEXPIRETIME', key)}
+end
+local t = redis.call('TIME')
+out[#KEYS + 1] = {t[1], t[2]}
+return out
+";
+
+/// `DUMP` and `PEXPIRETIME` of every key, at one instant.
+const DUMP_KEYS: &str = r"
+local out = {}
+for i, key in ipairs(KEYS) do
+  out[i] = {redis.call('DUMP', key), redis.call('PEXPIRETIME', key)}
+end
+return out
+";
+
+/// One key's `DUMP` (`None`: it did not exist) and `PEXPIRETIME`.
+type Dump = (String, Option<Vec<u8>>, i64);
+
+/// One key as read back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct RawKey {
+    ty: String,
+    items: Vec<String>,
+    expire_at: i64,
+}
+
+async fn read_state(redis: &Fred, keys: &[String]) -> (Vec<RawKey>, u64) {
+    let reply: Value = FredScript::from_lua(READ_STATE)
+        .evalsha_with_reload(redis, keys.to_vec(), Vec::<String>::new())
+        .await
+        .expect("reading the object's keys");
+    let mut entries = reply.into_array();
+    let time = entries.pop().expect("TIME").into_array();
+    let part = |i: usize| {
+        time[i]
+            .as_string()
+            .and_then(|s| s.parse::<u64>().ok())
+            .expect("TIME")
+    };
+    let now = part(0) * 1000 + part(1) / 1000;
+    let keys = entries
+        .into_iter()
+        .map(|entry| {
+            let mut entry = entry.into_array().into_iter();
+            let ty = entry.next().and_then(|v| v.as_string()).expect("TYPE");
+            let items = entry
+                .next()
+                .expect("content")
+                .into_array()
+                .iter()
+                .map(|v| v.as_string().unwrap_or_default())
+                .collect();
+            let expire_at = entry.next().and_then(|v| v.as_i64()).expect("PEXPIRETIME");
+            RawKey {
+                ty,
+                items,
+                expire_at,
+            }
+        })
+        .collect();
+    (keys, now)
+}
+
+// === the model side ===
+
+#[derive(Debug, Clone)]
+enum Model {
+    Hash(HashLock),
+    Spin(SpinLock),
+}
+
+/// An operation with its names resolved.
+#[derive(Debug, Clone)]
+enum Call {
+    Acquire(Request),
+    Release(String),
+    Renew(Vec<(String, u64)>),
+    Cancel(String),
+    ForceUnlock,
+    HoldCount(String),
+}
+
+/// What the model says a script call answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expected {
+    Acquire(Result<Acquired, WrongType>),
+    SpinAcquire(Result<SpinAcquired, WrongType>),
+    Release(Result<Released, WrongType>),
+    SpinRelease(Result<bool, WrongType>),
+    Renew(Vec<bool>),
+    Flag(bool),
+    Count(Result<u32, WrongType>),
+}
+
+impl Model {
+    fn apply(&mut self, call: &Call, now: Now) -> Expected {
+        let ms = now.ms;
+        match (self, call) {
+            (Model::Hash(m), Call::Acquire(req)) => Expected::Acquire(m.acquire(now, req)),
+            (Model::Hash(m), Call::Release(marker)) => Expected::Release(m.release(ms, marker)),
+            (Model::Hash(m), Call::Renew(holds)) => {
+                Expected::Renew(holds.iter().map(|(h, l)| m.renew(ms, h, *l)).collect())
+            }
+            (Model::Hash(m), Call::Cancel(waiter)) => Expected::Flag(m.cancel(ms, waiter)),
+            (Model::Hash(m), Call::ForceUnlock) => Expected::Flag(m.force_unlock(ms)),
+            (Model::Hash(m), Call::HoldCount(owner)) => {
+                Expected::Count(m.hold_count(ms, &[owner.as_str()]))
+            }
+            (Model::Spin(m), Call::Acquire(req)) => {
+                Expected::SpinAcquire(m.acquire(ms, &req.marker, req.lease_ms))
+            }
+            (Model::Spin(m), Call::Release(marker)) => Expected::SpinRelease(m.release(ms, marker)),
+            (Model::Spin(m), Call::Renew(holds)) => {
+                Expected::Renew(holds.iter().map(|(h, l)| m.renew(ms, h, *l)).collect())
+            }
+            (Model::Spin(m), Call::ForceUnlock) => Expected::Flag(m.force_unlock(ms)),
+            (Model::Spin(_), Call::Cancel(_) | Call::HoldCount(_)) => {
+                unreachable!("not a spin-lock operation")
+            }
+        }
+    }
+
+    /// The object's keys as the model says Redis shows them at `now`, normalized as
+    /// [`normalize`] does with what Redis shows.
+    fn keys(&self, roles: &[&str], now: u64) -> Vec<RawKey> {
+        match self {
+            Model::Spin(m) => {
+                let view = m.view(now);
+                vec![match (&view.holder, view.foreign) {
+                    (_, true) => key("hash", vec!["f=v".to_owned()], -1),
+                    (Some((marker, until)), _) => {
+                        key("string", vec![marker.clone()], as_i64(*until))
+                    }
+                    (None, _) => absent(),
+                }]
+            }
+            Model::Hash(m) => {
+                let view = m.view(now);
+                roles
+                    .iter()
+                    .map(|role| hash_lock_key(&view, role))
+                    .collect()
+            }
+        }
+    }
+}
+
+fn as_i64(v: u64) -> i64 {
+    i64::try_from(v).expect("a time in range")
+}
+
+fn key(ty: &str, items: Vec<String>, expire_at: i64) -> RawKey {
+    RawKey {
+        ty: ty.to_owned(),
+        items,
+        expire_at,
+    }
+}
+
+fn absent() -> RawKey {
+    key("none", Vec::new(), -2)
+}
+
+/// One key of a hash lock as the model has it (`view` is already expired to the instant).
+fn hash_lock_key(view: &HashLock, role: &str) -> RawKey {
+    /// Expiries of the auxiliary keys are not compared (their contents are).
+    const ANY: i64 = -3;
+    match role {
+        "main" if view.foreign => key("string", vec!["foreign".to_owned()], -1),
+        "main" if view.holds.is_empty() => absent(),
+        "main" => {
+            let mut fields = BTreeMap::new();
+            for (marker, hold) in &view.holds {
+                fields.insert(marker.clone(), format!("{} {}", hold.expiry, hold.owner));
+                *fields
+                    .entry(hold.owner.clone())
+                    .or_insert_with(|| "0".to_owned()) = view.count(&hold.owner).to_string();
+                if let Some(token) = hold.token {
+                    fields.insert(format!("{marker}:token"), token.to_string());
+                }
+            }
+            let mut items: Vec<String> = fields
+                .into_iter()
+                .map(|(f, v)| format!("{f}={v}"))
+                .collect();
+            items.sort();
+            key("hash", items, view.key_expiry().map_or(-1, as_i64))
+        }
+        "token" => match view.counter {
+            Some(counter) => key("string", vec![counter.to_string()], -1),
+            None => absent(),
+        },
+        "handoff" => match &view.handoff {
+            Some((owner, _)) => key("string", vec![owner.clone()], ANY),
+            None => absent(),
+        },
+        "waiting" if view.waiting.items.is_empty() => absent(),
+        "waiting" => {
+            let mut order: Vec<(&u64, &String)> =
+                view.waiting.items.iter().map(|(o, s)| (s, o)).collect();
+            order.sort();
+            key(
+                "zset",
+                order.into_iter().map(|(_, o)| o.clone()).collect(),
+                ANY,
+            )
+        }
+        "timeouts" if view.timeouts.items.is_empty() => absent(),
+        "timeouts" => {
+            let mut items: Vec<String> = view
+                .timeouts
+                .items
+                .iter()
+                .map(|(w, d)| format!("{w}={d}"))
+                .collect();
+            items.sort();
+            key("zset", items, ANY)
+        }
+        "queue" if view.queue.items.is_empty() => absent(),
+        "queue" => key("list", view.queue.items.clone(), ANY),
+        other => panic!("no such key role: {other}"),
+    }
+}
+
+/// What Redis shows, in the form [`Model::keys`] gives: hash fields as sorted `field=value`,
+/// the waiting set as its members in order (its scores are microseconds), deadlines as sorted
+/// `member=score`, and no expiry for the auxiliary keys.
+fn normalize(raw: &[RawKey], roles: &[&str]) -> Vec<RawKey> {
+    raw.iter()
+        .zip(roles)
+        .map(|(k, role)| {
+            let pairs = |items: &[String]| -> Vec<String> {
+                let mut pairs: Vec<String> = items
+                    .chunks(2)
+                    .map(|p| format!("{}={}", p[0], p.get(1).map_or("", String::as_str)))
+                    .collect();
+                pairs.sort();
+                pairs
+            };
+            let items = match (k.ty.as_str(), *role) {
+                ("hash", _) => pairs(&k.items),
+                ("zset", "waiting") => k.items.iter().step_by(2).cloned().collect(),
+                ("zset", _) => pairs(&k.items),
+                _ => k.items.clone(),
+            };
+            let expire_at = match *role {
+                "main" => k.expire_at,
+                _ if k.ty == "none" || k.ty == "string" && *role == "token" => k.expire_at,
+                _ => -3,
+            };
+            key(&k.ty, items, expire_at)
+        })
+        .collect()
+}
+
+/// Whether Redis' reply is the one the model gives (at `now`, the model's instant of the call).
+fn agrees(expected: &Expected, actual: &Result<Vec<i64>, String>, now: u64) -> bool {
+    let wrong_type = |actual: &Result<Vec<i64>, String>| matches!(actual, Err(message) if message.contains("WRONGTYPE"));
+    // The busy reply's TTL: Redis' PTTL may differ by its millisecond rounding.
+    let ttl = |until: Option<u64>, pttl: Option<u64>| match (until, pttl) {
+        (None, None) => true,
+        (Some(until), Some(pttl)) => (as_i64(until) - as_i64(now) - as_i64(pttl)).abs() <= 1,
+        _ => false,
+    };
+    let Ok(reply) = actual else {
+        return match expected {
+            Expected::Acquire(Err(WrongType))
+            | Expected::SpinAcquire(Err(WrongType))
+            | Expected::Release(Err(WrongType))
+            | Expected::SpinRelease(Err(WrongType))
+            | Expected::Count(Err(WrongType)) => wrong_type(actual),
+            _ => false,
+        };
+    };
+    match expected {
+        Expected::Acquire(Ok(Acquired::Granted { count, token })) => matches!(
+            AcquireReply::decode(reply),
+            Ok(AcquireReply::Acquired { hold_count, token: t }) if hold_count == *count && t == *token
+        ),
+        Expected::Acquire(Ok(Acquired::Busy { until })) => matches!(
+            AcquireReply::decode(reply),
+            Ok(AcquireReply::Busy { pttl_ms }) if ttl(*until, pttl_ms)
+        ),
+        Expected::SpinAcquire(Ok(SpinAcquired::Granted)) => {
+            spin_lock::AcquireReply::decode(reply) == Ok(spin_lock::AcquireReply::Acquired)
+        }
+        Expected::SpinAcquire(Ok(SpinAcquired::Busy { until })) => matches!(
+            spin_lock::AcquireReply::decode(reply),
+            Ok(spin_lock::AcquireReply::Busy { pttl_ms }) if ttl(Some(*until), pttl_ms)
+        ),
+        Expected::Release(Ok(released)) => {
+            let want = match released {
+                Released::Freed => ReleaseReply::Freed,
+                Released::StillHeld(hold_count) => ReleaseReply::StillHeld {
+                    hold_count: *hold_count,
+                },
+                Released::NotHeld => ReleaseReply::NotHeld,
+            };
+            ReleaseReply::decode(reply) == Ok(want)
+        }
+        Expected::SpinRelease(Ok(released)) => {
+            let want = if *released {
+                ReleaseReply::Freed
+            } else {
+                ReleaseReply::NotHeld
+            };
+            ReleaseReply::decode(reply) == Ok(want)
+        }
+        Expected::Renew(live) => lock::decode_renew(reply, live.len()).as_ref() == Ok(live),
+        Expected::Flag(flag) => lock::decode_force_unlock(reply) == Ok(*flag),
+        Expected::Count(Ok(count)) => lock::decode_hold_count(reply) == Ok(*count),
+        Expected::Acquire(Err(_))
+        | Expected::SpinAcquire(Err(_))
+        | Expected::Release(Err(_))
+        | Expected::SpinRelease(Err(_))
+        | Expected::Count(Err(_)) => false,
+    }
+}
+
+/// A short name of an outcome, for the coverage count.
+fn outcome(expected: &Expected) -> &'static str {
+    match expected {
+        Expected::Acquire(Ok(Acquired::Granted { count: 1, .. })) => "acquire: granted",
+        Expected::Acquire(Ok(Acquired::Granted { .. })) => "acquire: granted (re-entry)",
+        Expected::Acquire(Ok(Acquired::Busy { .. }))
+        | Expected::SpinAcquire(Ok(SpinAcquired::Busy { .. })) => "acquire: busy",
+        Expected::SpinAcquire(Ok(SpinAcquired::Granted)) => "acquire: granted",
+        Expected::Release(Ok(Released::Freed)) | Expected::SpinRelease(Ok(true)) => {
+            "release: freed"
+        }
+        Expected::Release(Ok(Released::StillHeld(_))) => "release: still held",
+        Expected::Release(Ok(Released::NotHeld)) | Expected::SpinRelease(Ok(false)) => {
+            "release: not held"
+        }
+        Expected::Renew(live) if live.iter().any(|l| *l) => "renew: some live",
+        Expected::Renew(_) => "renew: all gone",
+        Expected::Flag(true) => "cancel/force-unlock: true",
+        Expected::Flag(false) => "cancel/force-unlock: false",
+        Expected::Count(Ok(_)) => "hold count",
+        Expected::Acquire(Err(_))
+        | Expected::SpinAcquire(Err(_))
+        | Expected::Release(Err(_))
+        | Expected::SpinRelease(Err(_))
+        | Expected::Count(Err(_)) => "wrong type",
+    }
+}
+
+// === one sequence ===
+
+/// The primitive under test, with its scripts and key layout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prim {
+    Lock,
+    Fenced,
+    Fair,
+    Spin,
+}
+
+impl Prim {
+    fn kind(self) -> Kind {
+        match self {
+            Prim::Lock => Kind::Lock,
+            Prim::Fenced => Kind::FencedLock,
+            Prim::Fair => Kind::FairLock,
+            Prim::Spin => Kind::SpinLock,
+        }
+    }
+
+    fn model(self) -> Model {
+        let hash = |kind| Model::Hash(HashLock::new(kind, true));
+        match self {
+            Prim::Lock => hash(LockKind::Lock),
+            Prim::Fenced => hash(LockKind::Fenced),
+            Prim::Fair => hash(LockKind::Fair),
+            Prim::Spin => Model::Spin(SpinLock::new()),
+        }
+    }
+}
+
+/// The client ids of the sequence's owners (owner `i` belongs to client `i % 2`).
+const CLIENTS: [&str; 2] = [
+    "6f1c2a9e-0d4b-4e0a-9b1e-3c5d7f9a1b2c",
+    "0a9b8c7d-6e5f-4a3b-8c2d-1e0f9a8b7c6d",
+];
+
+struct Sequence<'a> {
+    env: &'a Env,
+    prim: Prim,
+    name: String,
+    keys: ObjectKeys,
+    roles: Vec<&'static str>,
+    model: Model,
+    calls: Vec<Request>,
+    markers: Vec<String>,
+    last: Option<Request>,
+    snapshot: Option<(Vec<Dump>, Model)>,
+    sequence: u64,
+    log: Vec<String>,
+    /// Steps left before the foreign value is deleted.
+    foreign_for: Option<usize>,
+}
+
+impl<'a> Sequence<'a> {
+    fn new(env: &'a Env, prim: Prim) -> Self {
+        let name = unique("model");
+        let keys = Namespace::default()
+            .object(prim.kind(), &name)
+            .expect("valid keys");
+        let mut roles = vec!["main"];
+        roles.extend(keys.suffixes.iter().copied());
+        Self {
+            env,
+            prim,
+            name,
+            keys,
+            roles,
+            model: prim.model(),
+            calls: Vec::new(),
+            markers: Vec::new(),
+            last: None,
+            snapshot: None,
+            sequence: 0,
+            log: Vec::new(),
+            foreign_for: None,
+        }
+    }
+
+    fn owner(i: usize) -> String {
+        format!("{}:{}", CLIENTS[i % 2], 1000 + i)
+    }
+
+    fn next_marker(&mut self, owner: &str) -> (String, String) {
+        self.sequence += 1;
+        let client = owner.split(':').next().unwrap_or_default();
+        (
+            hold_marker(client, self.sequence),
+            fair_lock::waiter_id(client, self.sequence),
+        )
+    }
+
+    /// The keys a script of this kind takes, by the suffixes it names.
+    fn keys_of(&self, suffixes: &[&str]) -> Vec<String> {
+        let mut keys = vec![self.keys.key.clone()];
+        keys.extend(
+            suffixes
+                .iter()
+                .map(|s| self.keys.aux(s).expect("a key of the object").to_owned()),
+        );
+        keys
+    }
+
+    /// Resolves a generated op to a script call (or `None` for the ops that are not one).
+    fn resolve(&mut self, op: &Op) -> Option<Call> {
+        match op {
+            Op::Acquire {
+                owner,
+                lease,
+                keepalive,
+            } => {
+                let owner = Self::owner(*owner);
+                let (marker, waiter) = self.next_marker(&owner);
+                let req = Request {
+                    owner,
+                    marker,
+                    lease_ms: lease.ms(),
+                    keepalive_ms: keepalive.map_or(0, Lease::ms),
+                    waiter,
+                };
+                self.calls.push(req.clone());
+                Some(self.send(req))
+            }
+            Op::Retry { call } if !self.calls.is_empty() => {
+                let mut req = self.calls[call % self.calls.len()].clone();
+                req.marker = self.next_marker(&req.owner).0;
+                Some(self.send(req))
+            }
+            Op::Resend => self.last.clone().map(Call::Acquire),
+            Op::Release { hold } if !self.markers.is_empty() => Some(Call::Release(
+                self.markers[hold % self.markers.len()].clone(),
+            )),
+            Op::Renew { holds, lease } if !self.markers.is_empty() => Some(Call::Renew(
+                holds
+                    .iter()
+                    .map(|h| {
+                        let marker = self.markers[h % self.markers.len()].clone();
+                        (marker, lease.map_or(0, Lease::ms))
+                    })
+                    .collect(),
+            )),
+            Op::Cancel { call } if !self.calls.is_empty() && self.prim != Prim::Spin => {
+                let req = &self.calls[call % self.calls.len()];
+                let waiter = if self.prim == Prim::Fair {
+                    &req.waiter
+                } else {
+                    &req.owner
+                };
+                Some(Call::Cancel(waiter.clone()))
+            }
+            Op::ReleaseHeld { hold } => {
+                let held: Vec<String> = match &self.model {
+                    Model::Hash(m) => m.holds.keys().cloned().collect(),
+                    Model::Spin(m) => m.holder.iter().map(|(h, _)| h.clone()).collect(),
+                };
+                (!held.is_empty()).then(|| Call::Release(held[hold % held.len()].clone()))
+            }
+            Op::CancelFirst => match &self.model {
+                Model::Hash(m) => {
+                    let longest = || {
+                        let first = m
+                            .waiting
+                            .items
+                            .iter()
+                            .min_by_key(|(o, since)| (**since, *o));
+                        first.map(|(owner, _)| owner.clone())
+                    };
+                    m.handoff
+                        .as_ref()
+                        .map(|(owner, _)| owner.clone())
+                        .or_else(|| m.queue.items.first().cloned())
+                        .or_else(longest)
+                        .map(Call::Cancel)
+                }
+                Model::Spin(_) => None,
+            },
+            Op::ForceUnlock => Some(Call::ForceUnlock),
+            Op::HoldCount { owner } if self.prim != Prim::Spin => {
+                Some(Call::HoldCount(Self::owner(*owner)))
+            }
+            _ => None,
+        }
+    }
+
+    fn send(&mut self, req: Request) -> Call {
+        self.markers.push(req.marker.clone());
+        self.last = Some(req.clone());
+        Call::Acquire(req)
+    }
+
+    /// The script and its KEYS and ARGV for a call.
+    fn script(&self, call: &Call) -> (&'static Script, Vec<String>, Vec<String>) {
+        let channel = self.keys.channel.clone();
+        let hash_renew = |holds: &[(String, u64)], renew: &'static Script| {
+            let keys = vec![self.keys.key.clone(); holds.len()];
+            let args = holds
+                .iter()
+                .flat_map(|(m, l)| [m.clone(), l.to_string()])
+                .collect();
+            (renew, keys, args)
+        };
+        let lock_keys = ["handoff", "waiting", "timeouts"];
+        match (self.prim, call) {
+            (Prim::Lock | Prim::Fenced, Call::Acquire(r)) => {
+                let (script, keys) = if self.prim == Prim::Lock {
+                    (&lock::ACQUIRE, self.keys_of(&lock_keys))
+                } else {
+                    (&fenced_lock::ACQUIRE, self.keys.keys.clone())
+                };
+                let args = vec![
+                    r.owner.clone(),
+                    r.marker.clone(),
+                    r.lease_ms.to_string(),
+                    r.keepalive_ms.to_string(),
+                ];
+                (script, keys, args)
+            }
+            (Prim::Lock | Prim::Fenced, Call::Release(marker)) => {
+                let (script, keys) = if self.prim == Prim::Lock {
+                    (&lock::RELEASE, self.keys_of(&lock_keys))
+                } else {
+                    (&fenced_lock::RELEASE, self.keys.keys.clone())
+                };
+                (script, keys, vec![marker.clone(), channel, "0".to_owned()])
+            }
+            (Prim::Lock | Prim::Fenced, Call::Cancel(owner)) => (
+                &lock::CANCEL,
+                self.keys_of(&lock_keys),
+                vec![owner.clone(), channel, "0".to_owned()],
+            ),
+            (Prim::Lock | Prim::Fenced | Prim::Spin, Call::ForceUnlock) => (
+                &lock::FORCE_UNLOCK,
+                self.keys.keys.clone(),
+                vec![channel, "0".to_owned()],
+            ),
+            (Prim::Fair, Call::Acquire(r)) => (
+                &fair_lock::ACQUIRE,
+                self.keys.keys.clone(),
+                vec![
+                    r.owner.clone(),
+                    r.marker.clone(),
+                    r.lease_ms.to_string(),
+                    r.waiter.clone(),
+                    r.keepalive_ms.to_string(),
+                    channel,
+                    "0".to_owned(),
+                ],
+            ),
+            (Prim::Fair, Call::Release(marker)) => (
+                &fair_lock::RELEASE,
+                self.keys.keys.clone(),
+                vec![marker.clone(), channel, "0".to_owned()],
+            ),
+            (Prim::Fair, Call::Cancel(waiter)) => (
+                &fair_lock::CANCEL,
+                self.keys.keys.clone(),
+                vec![waiter.clone(), channel, "0".to_owned()],
+            ),
+            (Prim::Fair, Call::ForceUnlock) => (
+                &fair_lock::FORCE_UNLOCK,
+                self.keys.keys.clone(),
+                vec![channel, "0".to_owned()],
+            ),
+            (_, Call::Renew(holds)) if self.prim == Prim::Spin => {
+                hash_renew(holds, &spin_lock::RENEW)
+            }
+            (_, Call::Renew(holds)) => hash_renew(holds, &lock::RENEW),
+            (_, Call::HoldCount(owner)) => (
+                &lock::HOLD_COUNT,
+                vec![self.keys.key.clone()],
+                vec![owner.clone()],
+            ),
+            (Prim::Spin, Call::Acquire(r)) => (
+                &spin_lock::ACQUIRE,
+                vec![self.keys.key.clone()],
+                vec![r.marker.clone(), r.lease_ms.to_string()],
+            ),
+            (Prim::Spin, Call::Release(marker)) => (
+                &spin_lock::RELEASE,
+                vec![self.keys.key.clone()],
+                vec![marker.clone(), channel, "0".to_owned()],
+            ),
+            (Prim::Spin, Call::Cancel(_)) => unreachable!("resolve gives none"),
+        }
+    }
+
+    /// Runs one op on Redis and on the model (after deleting a foreign value whose time is up);
+    /// `Err` says how they disagree.
+    async fn step(&mut self, op: &Op) -> Result<(), String> {
+        match self.foreign_for {
+            Some(0) => {
+                self.foreign_for = None;
+                // Unless a restore or a force-unlock removed it already.
+                let foreign = match &mut self.model {
+                    Model::Hash(m) => std::mem::take(&mut m.foreign),
+                    Model::Spin(m) => std::mem::take(&mut m.foreign),
+                };
+                if foreign {
+                    let _: i64 = self
+                        .env
+                        .redis
+                        .custom(custom("DEL"), vec![self.keys.key.as_str()])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+            Some(n) => self.foreign_for = Some(n - 1),
+            None => {}
+        }
+        self.one_step(op).await
+    }
+
+    async fn one_step(&mut self, op: &Op) -> Result<(), String> {
+        let redis = &self.env.redis;
+        let mut candidates = vec![];
+        if let Some(call) = self.resolve(op) {
+            let (script, keys, args) = self.script(&call);
+            let t0 = time(redis).await;
+            let actual = run(redis, script, keys, args).await;
+            let t1 = time(redis).await;
+            // A fenced acquire's token shows the microsecond its script read the clock.
+            let token_us = match actual.as_deref() {
+                Ok([1, _, token]) => u64::try_from(*token - 1).ok(),
+                _ => None,
+            }
+            .filter(|us| (t0.us..=t1.us).contains(us));
+            let mut first = None;
+            // Redis' own clock (key expiry, `PX`, `PTTL`) is cached per event-loop turn, so it
+            // may lag the `TIME` read just before the call by a millisecond or two.
+            for ms in t0.ms.saturating_sub(2)..=t1.ms {
+                let now = Now {
+                    ms,
+                    us: token_us.unwrap_or_else(|| t0.us.max(ms * 1000)),
+                };
+                let mut model = self.model.clone();
+                let expected = model.apply(&call, now);
+                first.get_or_insert_with(|| expected.clone());
+                if agrees(&expected, &actual, ms) {
+                    if candidates.is_empty() {
+                        self.count(outcome(&expected));
+                    }
+                    candidates.push(model);
+                }
+            }
+            self.log.push(format!("{call:?} -> {actual:?}"));
+            if candidates.is_empty() {
+                return Err(format!(
+                    "reply of {call:?}: Redis said {actual:?}, the model {first:?} (at {} ms)\nmodel before: {:#?}",
+                    t0.ms, self.model
+                ));
+            }
+        } else {
+            self.log.push(format!("{op:?}"));
+            self.count(
+                format!("{op:?}")
+                    .split([' ', '('])
+                    .next()
+                    .unwrap_or_default(),
+            );
+            self.other(op).await?;
+            candidates.push(self.model.clone());
+        }
+        let (raw, now) = read_state(redis, &self.keys.keys).await;
+        let seen = normalize(&raw, &self.roles);
+        // Each key is judged at an instant of its own near the read: Redis expires a key when
+        // its cached clock passes the expiry, and `RESTORE` drops a key whose expiry is not in
+        // the future, so a key whose expiry falls within a millisecond or two of the read may
+        // be there or not.
+        let fits = |model: &Model| {
+            let views: Vec<Vec<RawKey>> = (now - 2..=now + 2)
+                .map(|at| model.keys(&self.roles, at))
+                .collect();
+            (0..seen.len()).all(|i| views.iter().any(|view| view[i] == seen[i]))
+        };
+        for model in &candidates {
+            if fits(model) {
+                self.model = model.clone();
+                self.follow_expiries(&raw);
+                if let Model::Hash(HashLock {
+                    handoff: Some(_), ..
+                }) = &self.model
+                {
+                    self.count("(a reservation stands)");
+                }
+                return Ok(());
+            }
+        }
+        Err(format!(
+            "keys after {op:?} (at {now} ms):\nRedis:  {seen:?}\nmodel:  {:?}\nmodel state: {:#?}",
+            candidates[0].keys(&self.roles, now),
+            candidates[0]
+        ))
+    }
+
+    fn count(&self, what: &str) {
+        *self
+            .env
+            .seen
+            .borrow_mut()
+            .entry(what.to_owned())
+            .or_default() += 1;
+    }
+
+    /// Takes the exact expiry instants of the keys Redis expires by a relative TTL (the
+    /// reservation's `PX`, the waiting keys' `PEXPIRE`) from Redis: the model set them from the
+    /// script's `TIME`, Redis from its cached clock.
+    fn follow_expiries(&mut self, raw: &[RawKey]) {
+        let Model::Hash(model) = &mut self.model else {
+            return;
+        };
+        for (role, k) in self.roles.iter().zip(raw) {
+            let Ok(at) = u64::try_from(k.expire_at) else {
+                continue;
+            };
+            match *role {
+                "handoff" => {
+                    if let Some((_, until)) = &mut model.handoff {
+                        *until = at;
+                    }
+                }
+                "waiting" => model.waiting.expiry = Some(at),
+                "timeouts" => model.timeouts.expiry = Some(at),
+                "queue" => model.queue.expiry = Some(at),
+                _ => {}
+            }
+        }
+    }
+
+    /// The ops that are not a script call.
+    async fn other(&mut self, op: &Op) -> Result<(), String> {
+        let redis = &self.env.redis;
+        let command = |name| custom(name);
+        match op {
+            Op::Sleep { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
+            Op::FlushScripts => {
+                let _: Value = redis
+                    .custom(
+                        CustomCommand::new_static("SCRIPT", ClusterHash::Random, false),
+                        vec!["FLUSH"],
+                    )
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            Op::Snapshot => {
+                // One script, so no key expires between its DUMP and its PEXPIRETIME.
+                let dumps: Value = FredScript::from_lua(DUMP_KEYS)
+                    .evalsha_with_reload(redis, self.keys.keys.clone(), Vec::<String>::new())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let dumps = dumps
+                    .into_array()
+                    .into_iter()
+                    .zip(&self.keys.keys)
+                    .map(|(entry, key)| {
+                        let mut entry = entry.into_array().into_iter();
+                        let dump = entry.next().and_then(|v| v.as_bytes().map(<[u8]>::to_vec));
+                        let at = entry.next().and_then(|v| v.as_i64()).unwrap_or(-2);
+                        (key.clone(), dump, at)
+                    })
+                    .collect();
+                self.snapshot = Some((dumps, self.model.clone()));
+            }
+            Op::Restore => {
+                let Some((dumps, model)) = self.snapshot.clone() else {
+                    return Ok(());
+                };
+                for (key, dump, at) in dumps {
+                    match dump {
+                        Some(bytes) => {
+                            let _: Value = redis
+                                .custom(
+                                    command("RESTORE"),
+                                    vec![
+                                        Value::from(key.as_str()),
+                                        Value::from(at.max(0)),
+                                        Value::Bytes(bytes.into()),
+                                        Value::from("REPLACE"),
+                                        Value::from("ABSTTL"),
+                                    ],
+                                )
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                        None => {
+                            let _: i64 = redis
+                                .custom(command("DEL"), vec![key.as_str()])
+                                .await
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
+                }
+                match (&mut self.model, model) {
+                    (Model::Hash(now), Model::Hash(then)) => now.restore(&then),
+                    (model, then) => *model = then,
+                }
+            }
+            Op::Foreign { steps } => {
+                self.foreign_for = Some(*steps);
+                let key = self.keys.key.as_str();
+                if let Model::Spin(m) = &mut self.model {
+                    let _: i64 = redis
+                        .custom(command("DEL"), vec![key])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    let _: i64 = redis
+                        .custom(command("HSET"), vec![key, "f", "v"])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    m.put_foreign();
+                } else if let Model::Hash(m) = &mut self.model {
+                    let _: Value = redis
+                        .custom(command("SET"), vec![key, "foreign"])
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    m.put_foreign();
+                }
+            }
+            Op::BadInput(bad) => {
+                let (name, lease) = match bad {
+                    Bad::ZeroLease => (self.name.as_str(), Duration::ZERO),
+                    Bad::HugeLease => (self.name.as_str(), Duration::from_secs(400 * 86_400)),
+                    Bad::EmptyName => ("", Duration::from_secs(1)),
+                };
+                let client = &self.env.lockkit;
+                let wait = Duration::ZERO;
+                let result = match self.prim {
+                    Prim::Lock => client.lock(name).try_lock(wait, Some(lease)).await,
+                    Prim::Fenced => client.fenced_lock(name).try_lock(wait, Some(lease)).await,
+                    Prim::Fair => client.fair_lock(name).try_lock(wait, Some(lease)).await,
+                    Prim::Spin => client.spin_lock(name).try_lock(wait, Some(lease)).await,
+                };
+                if !matches!(result, Err(lockkit::Error::InvalidArgument(_))) {
+                    return Err(format!("{bad:?} was not refused: {result:?}"));
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+// === the runner ===
+
+fn cases() -> u32 {
+    std::env::var("LOCKKIT_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
+/// The runner's settings: `cases` cases, the seed from `LOCKKIT_MODEL_SEED` or a fresh one
+/// (returned, to be printed with any failure).
+fn runner(cases: u32) -> (TestRunner, u64) {
+    let seed = std::env::var("LOCKKIT_MODEL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    let config = Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        max_shrink_iters: 512,
+        ..Config::default()
+    };
+    (TestRunner::new(config), seed)
+}
+
+/// Runs generated sequences of `prim` until the budget is spent; on a disagreement, panics with
+/// the seed (to replay: `LOCKKIT_MODEL_SEED`) and the shrunk sequence.
+fn check(prim: Prim) {
+    let env = Env::start();
+    let (mut runner, seed) = runner(cases());
+    let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
+        let mut sequence = Sequence::new(&env, prim);
+        let steps = ops.iter().flat_map(|op| match op {
+            Op::ReleaseThenCancelFirst { hold } => {
+                vec![Op::ReleaseHeld { hold: *hold }, Op::CancelFirst]
+            }
+            op => vec![op.clone()],
+        });
+        for (i, op) in steps.enumerate() {
+            if let Err(why) = env.rt.block_on(sequence.step(&op)) {
+                return Err(TestCaseError::fail(format!(
+                    "step {i} disagrees: {why}\nsteps run:\n  {}",
+                    sequence.log.join("\n  ")
+                )));
+            }
+        }
+        Ok(())
+    });
+    match result {
+        Ok(()) => eprintln!(
+            "{prim:?}: {} cases passed (seed {seed}); steps: {:?}",
+            cases(),
+            env.seen.borrow()
+        ),
+        Err(TestError::Fail(why, ops)) => panic!(
+            "{prim:?} disagrees with its model (LOCKKIT_MODEL_SEED={seed}).\nShrunk sequence: {ops:#?}\n{why}"
+        ),
+        Err(TestError::Abort(why)) => panic!("{prim:?} aborted (seed {seed}): {why}"),
+    }
+}
+
+#[test]
+fn lock_agrees_with_its_model() {
+    check(Prim::Lock);
+}
+
+#[test]
+fn fenced_lock_agrees_with_its_model() {
+    check(Prim::Fenced);
+}
+
+#[test]
+fn fair_lock_agrees_with_its_model() {
+    check(Prim::Fair);
+}
+
+#[test]
+fn spin_lock_agrees_with_its_model() {
+    check(Prim::Spin);
+}
+
+// === the multi-lock ===
+
+/// What another client does to the members while a multi-lock waits.
+#[derive(Debug, Clone, Copy)]
+enum Other {
+    Take(usize),
+    Release(usize),
+}
+
+/// The multi-lock's owners' entries in its members' keep-alive sets (it is waiting for that
+/// member while it has one), and the members its owners hold: all read at one instant (one
+/// script over every member's keys; a standalone server allows keys of several slots).
+async fn multi_state(
+    redis: &Fred,
+    members: &[ObjectKeys],
+    prefix: &str,
+) -> (Vec<(usize, String)>, std::collections::BTreeSet<String>) {
+    let all: Vec<String> = members.iter().flat_map(|k| k.keys.clone()).collect();
+    let (raw, _) = read_state(redis, &all).await;
+    let mut raw = raw.into_iter();
+    let mut waiting = Vec::new();
+    let mut held = std::collections::BTreeSet::new();
+    for (i, keys) in members.iter().enumerate() {
+        for suffix in std::iter::once(&"main").chain(keys.suffixes) {
+            let k = raw.next().expect("every key read");
+            let ours = |item: &&String| item.starts_with(prefix);
+            match *suffix {
+                "main" if k.ty == "hash" && k.items.iter().step_by(2).any(|f| ours(&f)) => {
+                    held.insert(keys.key.clone());
+                }
+                "timeouts" => waiting.extend(
+                    k.items
+                        .iter()
+                        .step_by(2)
+                        .filter(ours)
+                        .map(|owner| (i, owner.clone())),
+                ),
+                _ => {}
+            }
+        }
+    }
+    (waiting, held)
+}
+
+/// A multi-lock over three locks waits while another client takes and releases them: whenever
+/// it is seen waiting for a member, it holds none (issue 11, item 3; `lockkit_model::multi`),
+/// and once the others let go it holds them all.
+#[test]
+fn multi_lock_never_holds_a_subset_while_it_waits() {
+    use lockkit_model::multi::MultiLock;
+    let env = Env::start();
+    let other = env.rt.block_on(lockkit_suite::client(&env.url));
+    let hang = Duration::from_secs(30);
+    let lease = Some(Duration::from_secs(60));
+    let strategy = (
+        prop::collection::vec(any::<bool>(), 3),
+        prop::collection::vec(
+            prop_oneof![
+                (0usize..3).prop_map(Other::Take),
+                (0usize..3).prop_map(Other::Release)
+            ],
+            1..8,
+        ),
+    );
+    // Cheap cases (a few ms each): twice the budget.
+    let (mut runner, seed) = runner(cases() * 2);
+    let result = runner.run(&strategy, |(initial, actions)| {
+        env.rt.block_on(async {
+            let mut names: Vec<String> = (0..3).map(|_| unique("multi")).collect();
+            names.sort();
+            let members: Vec<ObjectKeys> = names
+                .iter()
+                .map(|n| Namespace::default().lock(n).expect("valid keys"))
+                .collect();
+            let model = MultiLock::new(members.iter().map(|k| k.key.clone()));
+            let mut guards = BTreeMap::new();
+            for (i, hold) in initial.iter().enumerate() {
+                if *hold {
+                    let guard = other
+                        .lock(names[i].clone())
+                        .try_lock(Duration::ZERO, lease)
+                        .await;
+                    guards.insert(i, guard.expect("no error").expect("a free lock"));
+                }
+            }
+            let multi = env
+                .lockkit
+                .multi_lock(names.iter().map(|n| env.lockkit.lock(n.clone())));
+            let task = tokio::spawn(async move { multi.try_lock(hang, lease).await });
+            let prefix = format!("{}:", env.lockkit.id());
+            let mut last: Vec<(usize, String)> = Vec::new();
+            let mut log = vec![format!("others hold {initial:?}")];
+            for action in std::iter::once(None).chain(actions.iter().map(Some)) {
+                let mut wakes = action.is_none();
+                match action {
+                    Some(Other::Take(i)) if !guards.contains_key(i) => {
+                        if let Ok(Some(guard)) = other
+                            .lock(names[*i].clone())
+                            .try_lock(Duration::ZERO, lease)
+                            .await
+                        {
+                            guards.insert(*i, guard);
+                        }
+                    }
+                    Some(Other::Release(i)) => {
+                        if let Some(guard) = guards.remove(i) {
+                            wakes = last.iter().any(|(m, _)| m == i);
+                            guard.unlock().await.expect("held");
+                        }
+                    }
+                    _ => {}
+                }
+                log.push(format!("{action:?}"));
+                // Until the multi-lock has reacted: finished, or waiting again elsewhere.
+                let seen = lockkit_suite::within(hang, "the multi-lock to settle", async {
+                    loop {
+                        let (waiting, held) = multi_state(&env.redis, &members, &prefix).await;
+                        if task.is_finished()
+                            || (!waiting.is_empty() && (!wakes || waiting != last))
+                        {
+                            return (waiting, held);
+                        }
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                })
+                .await;
+                let (waiting, held) = seen;
+                if task.is_finished() {
+                    break;
+                }
+                log.push(format!("waits for {waiting:?} holding {held:?}"));
+                if let Err(violation) = model.observe(&held, !waiting.is_empty()) {
+                    for (_, guard) in std::mem::take(&mut guards) {
+                        let _ = guard.unlock().await;
+                    }
+                    let _ = task.await;
+                    return Err(TestCaseError::fail(format!(
+                        "{violation:?}\n{}",
+                        log.join("\n")
+                    )));
+                }
+                last = waiting;
+            }
+            for (_, guard) in std::mem::take(&mut guards) {
+                guard.unlock().await.expect("held");
+            }
+            let guard = lockkit_suite::within(hang, "the multi-lock", task)
+                .await
+                .expect("no panic")
+                .expect("no error")
+                .expect("granted once the others let go");
+            let (_, held) = multi_state(&env.redis, &members, &prefix).await;
+            prop_assert_eq!(held.len(), 3, "a multi-lock granted with a subset");
+            guard.unlock().await.expect("held");
+            Ok(())
+        })
+    });
+    if let Err(err) = result {
+        panic!("the multi-lock broke its contract (LOCKKIT_MODEL_SEED={seed}): {err}");
+    }
+}
