@@ -133,3 +133,30 @@ async fn plain_locks_have_no_token_and_fenced_locks_are_separate_objects() {
         .unwrap();
     assert!(fenced.unwrap().fencing_token().is_some());
 }
+
+/// The counter may be ahead of the server's clock in microseconds: after a failover to a server
+/// whose clock is behind the old primary's, or after more than a million acquisitions in a
+/// second. Every token is then the counter plus one: still strictly increasing, never a repeat.
+#[tokio::test]
+async fn tokens_keep_increasing_when_the_counter_is_ahead_of_the_server_clock() {
+    use fred::interfaces::KeysInterface;
+    let redis = spawned().await;
+    let client = client(&redis.url()).await;
+    let store = raw(&redis.url()).await;
+    let name = unique("fenced-ahead");
+    let keys = lockkit::protocol::keys::Namespace::default()
+        .object(lockkit::protocol::keys::Kind::FencedLock, &name)
+        .unwrap();
+    let counter = keys.aux("token").unwrap().to_owned();
+    // A century of microseconds ahead of any clock.
+    let ahead: u64 = 5_000_000_000_000_000;
+    let _: () = store.set(&counter, ahead, None, None, false).await.unwrap();
+    let lock = client.fenced_lock(&name);
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let guard = lock.lock().await.unwrap();
+        tokens.push(guard.fencing_token().unwrap());
+        guard.unlock().await.unwrap();
+    }
+    assert_eq!(tokens, vec![ahead + 1, ahead + 2, ahead + 3]);
+}
