@@ -1264,15 +1264,29 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
         for (c, client) in clients.iter().enumerate() {
             // Three semaphore workers per client: waiters for 1 and 2 permits in one client.
             let workers = if kind == Contended::Semaphore { 3 } else { 2 };
+            let mut batch = Vec::new();
             for w in 0..workers {
-                tasks.push(tokio::spawn(contention_worker(
+                let worker = contention_worker(
                     client.clone(),
                     kind,
                     name.clone(),
                     c as u64 * 10 + w,
                     recording.clone(),
                     end,
-                )));
+                );
+                // The first client runs its workers as futures of ONE task (`join_all`, as a
+                // batch handler would): each plain acquire must still be an owner of its own.
+                // (With the task as the owner, they entered together: a violation here.)
+                if c == 0 {
+                    batch.push(worker);
+                } else {
+                    tasks.push(tokio::spawn(worker));
+                }
+            }
+            if !batch.is_empty() {
+                tasks.push(tokio::spawn(async move {
+                    futures::future::join_all(batch).await;
+                }));
             }
         }
         runs.push((kind, recording));
