@@ -96,7 +96,8 @@ if keepalive > 0 then
 end
 
 if not free then
-  return {0, redis.call('PTTL', key)}
+  -- The latest live hold's own expiry, not the key's PTTL (see lock_acquire.lua).
+  return {0, latest - now}
 end
 
 -- Free, but another waiter is first in line. If dropping stale waiters just made it the head,

@@ -14,7 +14,8 @@
 --
 -- Reply    {1, hold_count, token}  acquired; every acquisition, re-entries included, gets a token
 --                                  greater than every token minted before it
---          {0, pttl}               held by another owner (pttl -1: the key has no expiry); or
+--          {0, pttl}               held by another owner (pttl: what is left of its latest live
+--                                  hold); or
 --                                  free but reserved for another waiter (pttl: what is left of
 --                                  the handoff window), as in lock_acquire.lua
 --
@@ -48,7 +49,8 @@ if not latest then
     end
   end
 elseif redis.call('HEXISTS', key, owner) == 0 then
-  return wait_turn(waiting, timeouts, owner, ARGV[4], redis.call('PTTL', key), now)
+  -- The latest live hold's own expiry, not the key's PTTL (see lock_acquire.lua).
+  return wait_turn(waiting, timeouts, owner, ARGV[4], latest - now, now)
 end
 
 local time = redis.call('TIME')

@@ -16,8 +16,8 @@
 --          now + keep-alive; 0 = try once, never join (`try_lock` with a zero wait)
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
---          {0, pttl}        held by another owner; pttl is what is left of its latest hold
---                           (-1 when the key has no expiry); or free but reserved for another
+--          {0, pttl}        held by another owner; pttl is what is left of its latest live hold
+--                           (its own expiry, never -2); or free but reserved for another
 --                           waiter: pttl is what is left of the handoff window
 --
 -- Every hold has its own lease: a re-entry with a shorter lease does not shorten the others',
@@ -61,4 +61,7 @@ if redis.call('HEXISTS', key, owner) == 1 then
   return {1, take(key, owner, marker, now + lease, latest, false)}
 end
 
-return wait_turn(waiting, timeouts, owner, ARGV[4], redis.call('PTTL', key), now)
+-- How long the holder can still hold it: its latest live hold's own expiry. (Not the key's PTTL: at a
+-- millisecond boundary Redis's key-expiry clock may already have passed the expiry that TIME has
+-- not, and PTTL would say -2 for a lock this script just found held.)
+return wait_turn(waiting, timeouts, owner, ARGV[4], latest - now, now)
