@@ -118,7 +118,7 @@ impl HoldGuard {
             let taker = Taker::current();
             self.client.taken.insert(
                 taker,
-                Arc::from(self.hold.key()),
+                &self.hold.keys,
                 self.hold.seq,
                 self.hold.owner.clone(),
             );
@@ -183,8 +183,7 @@ impl HoldGuard {
 impl Drop for HoldGuard {
     fn drop(&mut self) {
         if let Some(taker) = self.taker.take() {
-            let key: Arc<str> = Arc::from(self.hold.key());
-            self.client.taken.remove(taker, &key, self.hold.seq);
+            self.client.taken.remove(taker, self.hold.seq);
         }
         if self.armed {
             self.client

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
-use lockkit_protocol::keys::Kind;
+use lockkit_protocol::keys::{Kind, ObjectKeys};
 use parking_lot::Mutex;
 
 tokio::task_local! {
@@ -112,53 +112,60 @@ impl Taker {
 #[derive(Debug)]
 struct TakenHold {
     seq: u64,
+    keys: Arc<ObjectKeys>,
     owner: Option<Arc<str>>,
 }
 
-/// The unreleased holds of each (taker, object key).
-type TakenHolds = HashMap<(Taker, Arc<str>), Vec<TakenHold>>;
-
-/// The lock holds each task took and has not released (see the module notes).
+/// The lock holds each task took and has not released (see the module notes). Kept per taker
+/// in a short list (a task holds few locks at once), so recording a grant and forgetting it
+/// clone two `Arc`s and allocate nothing per object key.
 #[derive(Debug, Default)]
 pub(crate) struct Taken {
-    holds: Mutex<TakenHolds>,
+    holds: Mutex<HashMap<Taker, Vec<TakenHold>>>,
 }
 
 impl Taken {
-    /// Records that `taker` took hold `seq` of `key` as `owner`.
-    pub(crate) fn insert(&self, taker: Taker, key: Arc<str>, seq: u64, owner: Option<Arc<str>>) {
-        self.holds
-            .lock()
-            .entry((taker, key))
-            .or_default()
-            .push(TakenHold { seq, owner });
+    /// Records that `taker` took hold `seq` of the object at `keys` as `owner`.
+    pub(crate) fn insert(
+        &self,
+        taker: Taker,
+        keys: &Arc<ObjectKeys>,
+        seq: u64,
+        owner: Option<Arc<str>>,
+    ) {
+        self.holds.lock().entry(taker).or_default().push(TakenHold {
+            seq,
+            keys: Arc::clone(keys),
+            owner,
+        });
     }
 
     /// Forgets hold `seq` (released, or its guard dropped).
-    pub(crate) fn remove(&self, taker: Taker, key: &Arc<str>, seq: u64) {
+    pub(crate) fn remove(&self, taker: Taker, seq: u64) {
         let mut holds = self.holds.lock();
-        let entry = (taker, Arc::clone(key));
-        if let Some(list) = holds.get_mut(&entry) {
+        if let Some(list) = holds.get_mut(&taker) {
             list.retain(|hold| hold.seq != seq);
             if list.is_empty() {
-                holds.remove(&entry);
+                holds.remove(&taker);
             }
         }
     }
 
-    /// Whether the calling task took a hold of `key` that is not released yet.
+    /// Whether the calling task took a hold of the object at `key` that is not released yet.
     pub(crate) fn current_holds(&self, key: &str) -> bool {
         self.holds
             .lock()
-            .contains_key(&(Taker::current(), Arc::from(key)))
+            .get(&Taker::current())
+            .is_some_and(|list| list.iter().any(|hold| hold.keys.key == key))
     }
 
     /// The distinct owners of the holds of `key` the calling task took and has not released.
     pub(crate) fn current_owners(&self, key: &str) -> Vec<Arc<str>> {
         let holds = self.holds.lock();
         let mut owners: Vec<Arc<str>> = Vec::new();
-        if let Some(list) = holds.get(&(Taker::current(), Arc::from(key))) {
-            for owner in list.iter().filter_map(|hold| hold.owner.as_ref()) {
+        if let Some(list) = holds.get(&Taker::current()) {
+            let of_key = list.iter().filter(|hold| hold.keys.key == key);
+            for owner in of_key.filter_map(|hold| hold.owner.as_ref()) {
                 if !owners.contains(owner) {
                     owners.push(Arc::clone(owner));
                 }
@@ -237,16 +244,22 @@ mod tests {
     #[tokio::test]
     async fn taken_holds_are_per_task_and_forgotten_on_removal() {
         let taken = Arc::new(Taken::default());
-        let key = arc("k");
-        taken.insert(Taker::current(), Arc::clone(&key), 1, Some(arc("c:1")));
-        assert!(taken.current_holds("k"));
-        assert_eq!(taken.current_owners("k"), vec![arc("c:1")]);
+        let keys = match lockkit_protocol::keys::Namespace::default().object(Kind::Lock, "k") {
+            Ok(keys) => Arc::new(keys),
+            Err(err) => panic!("keys: {err}"),
+        };
+        let key = keys.key.clone();
+        taken.insert(Taker::current(), &keys, 1, Some(arc("c:1")));
+        assert!(taken.current_holds(&key));
+        assert!(!taken.current_holds("another key"));
+        assert_eq!(taken.current_owners(&key), vec![arc("c:1")]);
         let elsewhere = Arc::clone(&taken);
-        let other = tokio::spawn(async move { elsewhere.current_holds("k") })
+        let probe = key.clone();
+        let other = tokio::spawn(async move { elsewhere.current_holds(&probe) })
             .await
             .unwrap_or(true);
         assert!(!other, "another task took nothing");
-        taken.remove(Taker::current(), &key, 1);
-        assert!(!taken.current_holds("k"));
+        taken.remove(Taker::current(), 1);
+        assert!(!taken.current_holds(&key));
     }
 }
