@@ -120,15 +120,25 @@ impl Soak {
     }
 }
 
-/// The history of each primitive, and the capacity of its objects.
-const PRIMITIVES: [(&str, u64); 7] = [
-    ("lock", 1),
-    ("fenced", 1),
-    ("fair", 1),
-    ("rw", CLIENTS as u64),
-    ("spin", 1),
-    ("multi", 1),
-    ("semaphore", SEMAPHORE_PERMITS),
+/// The history of each primitive, and the reference model that judges it.
+const PRIMITIVES: [(&str, history::Model); 7] = [
+    ("lock", history::Model::Lock),
+    ("fenced", history::Model::Lock),
+    ("fair", history::Model::Lock),
+    (
+        "rw",
+        history::Model::ReadWrite {
+            capacity: CLIENTS as u64,
+        },
+    ),
+    ("spin", history::Model::Spin),
+    ("multi", history::Model::Lock),
+    (
+        "semaphore",
+        history::Model::Semaphore {
+            permits: SEMAPHORE_PERMITS,
+        },
+    ),
 ];
 
 /// Records the end of an acquire in `recording`: granted (with the hold to release), timed out, or
@@ -687,7 +697,7 @@ async fn soak_every_primitive_under_random_faults_without_a_violation() {
     // Histories: linearizable per object, and no stall beyond the bound outside the faults.
     let mut history_failures = String::new();
     let mut history_figures = Vec::new();
-    for (primitive, capacity) in PRIMITIVES {
+    for (primitive, model) in PRIMITIVES {
         let bound = if primitive == "spin" {
             history::SPIN_BOUND_NS
         } else {
@@ -697,7 +707,7 @@ async fn soak_every_primitive_under_random_faults_without_a_violation() {
         if primitive == "multi" {
             excluded.extend(locked(&soak.multi_in_flight).iter().copied());
         }
-        let figures = history::examine(soak.history(primitive), |_| capacity, bound, &excluded);
+        let figures = history::examine(soak.history(primitive), |_| model, bound, &excluded);
         record = history::to_record(record, primitive, &figures);
         if figures.violations + figures.stalls > 0 {
             history_failures.push_str(&figures.explain);

@@ -2,26 +2,28 @@
 //! the suite's one clock, checked for linearizability and for stalls
 //! (`lockkit_suite::linearizability`).
 //!
-//! The histories are written in a small vocabulary of exclusive and weighted holds (`Op`, `Ret`),
-//! judged by `Holds`, a deliberately small capacity spec kept in test code: a lock holds 1, a
-//! semaphore N permits, a read-write lock `capacity` shares of which a writer takes all; fencing
-//! tokens strictly increase in linearization order. The reference models of `lockkit-model`
-//! (issue 12 §1) are to replace it through the same `Spec` interface once they land; until then
-//! this is the spec, and it encodes only what every primitive's contract shares.
+//! The histories are written in a small vocabulary of exclusive and weighted holds (`Op`, `Ret`)
+//! and judged by the reference models' time-free specs (`lockkit-model`, issue 12 §1), chosen per
+//! primitive by `Model`: `LockSpec` for the reentrant locks, the fenced lock (tokens strictly
+//! increase in grant order) and a multi-lock's members, `LockSpec` without re-entry for the spin
+//! lock, `RwSpec` for the read-write lock (a write acquire is recorded with the whole weight) and
+//! `PermitSpec` for the semaphore.
 //!
 //! Leases: a hold whose guard reported itself lost (or whose release said `NotHeld` or failed) may
-//! have lapsed at any time; the spec drops such holds only when a grant needs the room. A guard
-//! dropped without `unlock` is released in the background: a pending release that may take
-//! effect at any time after the drop. An acquire that failed with an error is pending with no
-//! known result: it may not have taken effect (the acquire's cancel path gives back what it took).
-//! A timed-out acquire is always a legal step here: whether it should have been served is the
-//! stall measure's question, not linearizability's.
+//! have lapsed at any time (`may_lapse`); every other hold lived until its release, so a grant
+//! that needs it gone is a violation. A guard dropped without `unlock` is released in the
+//! background: a pending release that may take effect at any time after the drop. An acquire that
+//! failed with an error is pending with no known result: it may not have taken effect (the
+//! acquire's cancel path gives back what it took). A timed-out acquire is always a legal step:
+//! whether it should have been served is the stall measure's question, not linearizability's.
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use lockkit_model::lock::{LockOp, LockRet, LockSpec};
+use lockkit_model::rwlock::{Mode, RwHistoryOp, RwSpec};
+use lockkit_model::semaphore::{PermitHistoryOp, PermitSpec};
 use lockkit_model::spec::Spec;
 use lockkit_suite::checker::Record;
 use lockkit_suite::linearizability::{
@@ -53,73 +55,121 @@ pub enum Ret {
     NotHeld,
 }
 
-/// The test-side capacity spec (see the module docs).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Holds {
-    capacity: u64,
-    holds: BTreeMap<u64, (u64, bool)>,
-    last_token: u64,
+/// Which reference model judges a primitive's histories.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Model {
+    /// `Lock`, `FencedLock`, `FairLock`, a multi-lock's members: `LockSpec` (reentrant).
+    Lock,
+    /// `SpinLock`: `LockSpec` without re-entry.
+    Spin,
+    /// `ReadWriteLock`: `RwSpec`; an acquire of weight `capacity` is a write, any other a read.
+    ReadWrite { capacity: u64 },
+    /// `Semaphore` of `permits`: `PermitSpec`.
+    Semaphore { permits: u64 },
 }
 
-impl Holds {
-    pub fn new(capacity: u64) -> Holds {
-        Holds {
-            capacity,
-            holds: BTreeMap::new(),
-            last_token: 0,
+impl Model {
+    /// The model's initial state: nothing held.
+    pub fn spec(self) -> Checked {
+        match self {
+            Model::Lock => Checked::Lock(LockSpec::new(true)),
+            Model::Spin => Checked::Lock(LockSpec::new(false)),
+            Model::ReadWrite { capacity } => Checked::ReadWrite {
+                capacity,
+                spec: RwSpec::new(),
+            },
+            Model::Semaphore { permits } => Checked::Permits(PermitSpec::new(permits)),
         }
     }
-
-    fn load(&self) -> u64 {
-        self.holds.values().map(|(w, _)| w).sum()
-    }
 }
 
-impl Spec for Holds {
+/// A model's state, stepped with this vocabulary (`Op`, `Ret`) translated to the model's.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Checked {
+    Lock(LockSpec),
+    ReadWrite { capacity: u64, spec: RwSpec },
+    Permits(PermitSpec),
+}
+
+impl Spec for Checked {
     type Op = Op;
     type Ret = Ret;
 
-    fn step(&self, op: &Op, ret: &Ret) -> Option<Holds> {
-        let mut next = self.clone();
-        match (op, ret) {
-            (
-                Op::Acquire {
-                    owner,
-                    weight,
-                    lapsable,
-                    ..
-                },
-                Ret::Granted { token },
-            ) => {
-                if next.holds.contains_key(owner) {
-                    return None;
-                }
-                if next.load() + weight > next.capacity {
-                    next.holds.retain(|_, (_, lapsable)| !*lapsable);
-                    if next.load() + weight > next.capacity {
-                        return None;
-                    }
-                }
-                if let Some(token) = *token {
-                    if token <= next.last_token {
-                        return None;
-                    }
-                    next.last_token = token;
-                }
-                next.holds.insert(*owner, (*weight, *lapsable));
-                Some(next)
-            }
-            (Op::Acquire { .. }, Ret::TimedOut) => Some(next),
-            (Op::Release { owner }, Ret::Released) => next.holds.remove(owner).map(|_| next),
-            (Op::Release { owner }, Ret::NotHeld) => match next.holds.get(owner) {
-                None => Some(next),
-                Some((_, true)) => {
-                    next.holds.remove(owner);
-                    Some(next)
-                }
-                Some((_, false)) => None,
-            },
+    fn step(&self, op: &Op, ret: &Ret) -> Option<Checked> {
+        let token = match ret {
+            Ret::Granted { token } => *token,
             _ => None,
+        };
+        let ret = match ret {
+            Ret::Granted { .. } => LockRet::Granted(None),
+            Ret::TimedOut => LockRet::TimedOut,
+            Ret::Released => LockRet::Released,
+            Ret::NotHeld => LockRet::NotHeld,
+        };
+        match self {
+            Checked::Lock(spec) => {
+                let op = match op {
+                    Op::Acquire {
+                        owner, lapsable, ..
+                    } => LockOp::Acquire {
+                        owner: owner.to_string(),
+                        hold: owner.to_string(),
+                        may_lapse: *lapsable,
+                    },
+                    Op::Release { owner } => LockOp::Release {
+                        hold: owner.to_string(),
+                    },
+                };
+                let ret = match ret {
+                    LockRet::Granted(_) => LockRet::Granted(token),
+                    other => other,
+                };
+                spec.step(&op, &ret).map(Checked::Lock)
+            }
+            Checked::ReadWrite { capacity, spec } => {
+                let op = match op {
+                    Op::Acquire {
+                        owner,
+                        weight,
+                        lapsable,
+                        ..
+                    } => RwHistoryOp::Acquire {
+                        owner: owner.to_string(),
+                        hold: owner.to_string(),
+                        mode: if weight == capacity {
+                            Mode::Write
+                        } else {
+                            Mode::Read
+                        },
+                        may_lapse: *lapsable,
+                    },
+                    Op::Release { owner } => RwHistoryOp::Release {
+                        hold: owner.to_string(),
+                    },
+                };
+                spec.step(&op, &ret).map(|spec| Checked::ReadWrite {
+                    capacity: *capacity,
+                    spec,
+                })
+            }
+            Checked::Permits(spec) => {
+                let op = match op {
+                    Op::Acquire {
+                        owner,
+                        weight,
+                        lapsable,
+                        ..
+                    } => PermitHistoryOp::Acquire {
+                        hold: owner.to_string(),
+                        permits: *weight,
+                        may_lapse: *lapsable,
+                    },
+                    Op::Release { owner } => PermitHistoryOp::Release {
+                        hold: owner.to_string(),
+                    },
+                };
+                spec.step(&op, &ret).map(Checked::Permits)
+            }
         }
     }
 }
@@ -284,19 +334,15 @@ pub struct Figures {
     pub explain: String,
 }
 
-/// Checks `recording` per object against `Holds::new(capacity(object))`, and measures stalls
-/// beyond `bound_ns` outside `excluded`.
+/// Checks `recording` per object against `model(object)`, and measures stalls beyond `bound_ns`
+/// outside `excluded`.
 pub fn examine(
     recording: &Recording,
-    capacity: impl Fn(&str) -> u64,
+    model: impl Fn(&str) -> Model,
     bound_ns: u64,
     excluded: &[(u64, u64)],
 ) -> Figures {
-    let report = check(
-        &recording.history,
-        |object| Holds::new(capacity(object)),
-        budget(),
-    );
+    let report = check(&recording.history, |object| model(object).spec(), budget());
     let mut figures = Figures {
         histories: report.histories(),
         operations: report.operations(),
@@ -310,13 +356,7 @@ pub fn examine(
         let Verdict::Linearizable { order } = &checked.verdict else {
             continue;
         };
-        for stall in stalls(
-            &Holds::new(capacity(object)),
-            &checked.ops,
-            order,
-            serve,
-            excluded,
-        ) {
+        for stall in stalls(&model(object).spec(), &checked.ops, order, serve, excluded) {
             let ms = stall.len_ns() as f64 / 1e6;
             figures.longest_stall_ms = figures.longest_stall_ms.max(ms);
             if stall.len_ns() > bound_ns {

@@ -36,7 +36,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::spec::Spec;
+pub use crate::spec::HoldState;
+use crate::spec::{Seen, Spec};
 
 /// A point in logical time: the server's clock (`TIME`) in milliseconds and microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -596,6 +597,10 @@ pub enum LockOp {
         owner: String,
         /// The hold the acquisition creates.
         hold: String,
+        /// The history shows the hold may have ended on its own: its guard reported it lost, or
+        /// its release answered `NotHeld` or failed, or a fault hit it. A hold without this
+        /// lived until its release (a watchdog hold, or a fixed lease longer than the hold).
+        may_lapse: bool,
     },
     /// `guard.unlock()` of `hold`.
     Release {
@@ -642,25 +647,15 @@ pub enum LockRet {
     Error,
 }
 
-/// What a history has shown of one hold.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum HoldState {
-    /// Taken and not known to be gone; its lease may still end at any time.
-    Live,
-    /// May or may not have been taken (an acquire that failed ambiguously), or released.
-    Maybe,
-    /// Known to be gone (lost, renewal found it gone, another owner got the lock, force-unlock):
-    /// its release must answer `NotHeld`.
-    Gone,
-}
-
 /// The reentrant locks' contract without time, for checking concurrent client histories.
 ///
-/// Leases are not visible in a history, so any hold may lapse at any moment; that is the
-/// nondeterminism. It is constrained by what lapses imply:
-/// - a grant to another owner (to anyone, for a non-reentrant lock) means every hold of the
-///   others had ended by then: those holds become [`HoldState::Gone`], and their releases must
-///   answer `NotHeld` and their renewals `Gone` (mutual exclusion, as seen by clients);
+/// Leases are not visible in a history; what it shows is which holds may have lapsed
+/// (`may_lapse`: reported lost, released with `NotHeld` or an error, hit by a fault). Every other
+/// hold lived until its release: that is what makes the check tight (mutual exclusion as seen by
+/// clients), and the search small.
+/// - a grant to another owner (to anyone, for a non-reentrant lock) is a violation while a hold
+///   of the others that cannot have lapsed is live; the others' holds that may have ended become
+///   [`HoldState::Gone`], and their releases must answer `NotHeld` and their renewals `Gone`;
 /// - a hold reported lost, or found gone by a renewal, is gone for good: a renewal never revives
 ///   it and its `unlock()` answers `NotHeld` every time;
 /// - a release that answers `Ok` gives back a hold that was live until then;
@@ -671,7 +666,7 @@ pub enum HoldState {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct LockSpec {
     reentrant: bool,
-    holds: BTreeMap<String, (String, HoldState)>,
+    holds: BTreeMap<String, Seen<()>>,
     last_token: u64,
 }
 
@@ -688,7 +683,7 @@ impl LockSpec {
 
     /// The holds the history has not seen end, with what is known of them.
     pub fn holds(&self) -> impl Iterator<Item = (&str, HoldState)> {
-        self.holds.iter().map(|(h, (_, s))| (h.as_str(), *s))
+        self.holds.iter().map(|(h, seen)| (h.as_str(), seen.state))
     }
 }
 
@@ -699,7 +694,14 @@ impl Spec for LockSpec {
     fn step(&self, op: &LockOp, ret: &LockRet) -> Option<Self> {
         let mut next = self.clone();
         match (op, ret) {
-            (LockOp::Acquire { owner, hold }, LockRet::Granted(token)) => {
+            (
+                LockOp::Acquire {
+                    owner,
+                    hold,
+                    may_lapse,
+                },
+                LockRet::Granted(token),
+            ) => {
                 if let Some(token) = token {
                     if *token <= next.last_token {
                         return None;
@@ -707,53 +709,60 @@ impl Spec for LockSpec {
                     next.last_token = *token;
                 }
                 let reentrant = next.reentrant;
-                for (holder, state) in next.holds.values_mut() {
-                    if !reentrant || holder != owner {
-                        *state = HoldState::Gone;
+                for seen in next.holds.values_mut() {
+                    if (!reentrant || seen.owner != *owner) && !seen.yield_to_grant() {
+                        return None;
                     }
                 }
                 next.holds
-                    .insert(hold.clone(), (owner.clone(), HoldState::Live));
+                    .insert(hold.clone(), Seen::live(owner, (), *may_lapse));
             }
             (LockOp::Acquire { .. }, LockRet::TimedOut | LockRet::Refused) => {}
-            (LockOp::Acquire { owner, hold }, LockRet::Error) => {
+            (
+                LockOp::Acquire {
+                    owner,
+                    hold,
+                    may_lapse,
+                },
+                LockRet::Error,
+            ) => {
                 next.holds
                     .entry(hold.clone())
-                    .or_insert((owner.clone(), HoldState::Maybe));
+                    .or_insert(Seen::maybe(owner, (), *may_lapse));
             }
             (LockOp::Release { hold }, LockRet::Released) => match next.holds.remove(hold) {
-                Some((_, HoldState::Live | HoldState::Maybe)) => {}
+                Some(seen) if seen.state != HoldState::Gone => {}
                 _ => return None,
             },
             (LockOp::Release { hold }, LockRet::NotHeld) => {
                 next.holds.remove(hold);
             }
             (LockOp::Release { hold } | LockOp::Renew { hold }, LockRet::Error) => {
-                if let Some((_, state)) = next.holds.get_mut(hold) {
-                    if *state == HoldState::Live {
-                        *state = HoldState::Maybe;
+                if let Some(seen) = next.holds.get_mut(hold) {
+                    if seen.state == HoldState::Live {
+                        seen.state = HoldState::Maybe;
                     }
                 }
             }
             (LockOp::Renew { hold }, LockRet::Live) => match next.holds.get_mut(hold) {
-                Some((_, state)) if *state != HoldState::Gone => *state = HoldState::Live,
+                Some(seen) if seen.state != HoldState::Gone => seen.state = HoldState::Live,
                 _ => return None,
             },
             (LockOp::Renew { hold }, LockRet::Gone)
             | (LockOp::Lost { hold }, LockRet::Signalled) => {
-                if let Some((_, state)) = next.holds.get_mut(hold) {
-                    *state = HoldState::Gone;
+                if let Some(seen) = next.holds.get_mut(hold) {
+                    seen.state = HoldState::Gone;
                 }
             }
             (LockOp::ForceUnlock, LockRet::Unlocked(_)) => {
-                for (_, state) in next.holds.values_mut() {
-                    *state = HoldState::Gone;
+                for seen in next.holds.values_mut() {
+                    seen.state = HoldState::Gone;
                 }
             }
             (LockOp::ForceUnlock, LockRet::Error) => {
-                for (_, state) in next.holds.values_mut() {
-                    if *state == HoldState::Live {
-                        *state = HoldState::Maybe;
+                for seen in next.holds.values_mut() {
+                    if seen.state == HoldState::Live {
+                        seen.state = HoldState::Maybe;
                     }
                 }
             }
@@ -925,29 +934,35 @@ mod tests {
 
     #[test]
     fn spec_mutual_exclusion_lost_and_tokens() {
-        let acquire = |owner: &str, hold: &str| LockOp::Acquire {
+        let acquire = |owner: &str, hold: &str, may_lapse: bool| LockOp::Acquire {
             owner: owner.to_owned(),
             hold: hold.to_owned(),
+            may_lapse,
         };
         let release = |hold: &str| LockOp::Release {
             hold: hold.to_owned(),
         };
         let spec = LockSpec::new(true);
         let s = spec
-            .step(&acquire("a", "h1"), &LockRet::Granted(Some(5)))
+            .step(&acquire("a", "h1", true), &LockRet::Granted(Some(5)))
             .unwrap();
         // Re-entry keeps the first hold live; another owner's grant means it had lapsed.
         let s = s
-            .step(&acquire("a", "h2"), &LockRet::Granted(Some(6)))
+            .step(&acquire("a", "h2", true), &LockRet::Granted(Some(6)))
             .unwrap();
         assert!(s
-            .step(&acquire("b", "h3"), &LockRet::Granted(Some(6)))
+            .step(&acquire("b", "h3", false), &LockRet::Granted(Some(6)))
             .is_none());
         let s = s
-            .step(&acquire("b", "h3"), &LockRet::Granted(Some(7)))
+            .step(&acquire("b", "h3", false), &LockRet::Granted(Some(7)))
             .unwrap();
         assert!(s.step(&release("h1"), &LockRet::Released).is_none());
         let s = s.step(&release("h1"), &LockRet::NotHeld).unwrap();
+        // A hold that cannot have lapsed (no lost signal, released with Ok) excludes every
+        // other owner until its release.
+        assert!(s
+            .step(&acquire("c", "h4", false), &LockRet::Granted(Some(8)))
+            .is_none());
         // A lost hold answers NotHeld; a renewal never revives it.
         let lost = LockOp::Lost {
             hold: "h3".to_owned(),
@@ -958,13 +973,20 @@ mod tests {
         };
         assert!(s.step(&renew, &LockRet::Live).is_none());
         assert!(s.step(&release("h3"), &LockRet::Released).is_none());
-        // A non-reentrant lock: the owner's second grant means the first had lapsed.
+        // A non-reentrant lock: the owner's second grant means the first had lapsed, and so it
+        // must have been one that could.
         let spin = LockSpec::new(false);
         let s = spin
-            .step(&acquire("a", "h1"), &LockRet::Granted(None))
+            .step(&acquire("a", "h1", false), &LockRet::Granted(None))
+            .unwrap();
+        assert!(s
+            .step(&acquire("a", "h2", false), &LockRet::Granted(None))
+            .is_none());
+        let s = spin
+            .step(&acquire("a", "h1", true), &LockRet::Granted(None))
             .unwrap();
         let s = s
-            .step(&acquire("a", "h2"), &LockRet::Granted(None))
+            .step(&acquire("a", "h2", false), &LockRet::Granted(None))
             .unwrap();
         assert!(s.step(&release("h1"), &LockRet::Released).is_none());
     }

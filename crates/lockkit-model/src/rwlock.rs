@@ -24,6 +24,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::lock::LockRet;
+use crate::spec::{Seen, Spec};
 use crate::timed::Timed;
 
 /// The longest lease accepted (`lockkit::MAX_LEASE`, 365 days), in milliseconds.
@@ -357,6 +359,113 @@ impl Timed for RwLock {
     }
 }
 
+/// An operation of a recorded client history on one read-write lock (for [`RwSpec`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RwHistoryOp {
+    /// A read or write acquire (any wait, any lease) by `owner`, whose hold (if granted) is
+    /// `hold`, unique per acquisition.
+    Acquire {
+        /// The owner (scope) id.
+        owner: String,
+        /// The hold the acquisition creates.
+        hold: String,
+        /// Read or write.
+        mode: Mode,
+        /// The history shows the hold may have ended on its own (see [`Seen`]).
+        may_lapse: bool,
+    },
+    /// `guard.unlock()` of `hold`.
+    Release {
+        /// The hold given back.
+        hold: String,
+    },
+}
+
+/// The read-write lock's rules without time, for checking concurrent client histories (results
+/// as [`LockRet`]): a read grant needs every other owner's write hold to have ended, a write grant
+/// every other owner's hold of either mode; a write grant to an owner holding only reads breaks
+/// the no-upgrade rule. Which holds may have ended is what the history shows ([`Seen`]); a grant
+/// that needs a hold to have ended that cannot have is a violation, and the holds it needed to
+/// have ended must answer `NotHeld` to their releases.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct RwSpec {
+    holds: BTreeMap<String, Seen<Mode>>,
+}
+
+impl RwSpec {
+    /// A free lock.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Spec for RwSpec {
+    type Op = RwHistoryOp;
+    type Ret = LockRet;
+
+    fn step(&self, op: &RwHistoryOp, ret: &LockRet) -> Option<Self> {
+        let mut next = self.clone();
+        match (op, ret) {
+            (
+                RwHistoryOp::Acquire {
+                    owner,
+                    hold,
+                    mode,
+                    may_lapse,
+                },
+                LockRet::Granted(None),
+            ) => {
+                let own = |m: Mode| {
+                    next.holds
+                        .values()
+                        .any(|s| s.owner == *owner && s.kind == m && s.in_force())
+                };
+                if *mode == Mode::Write && own(Mode::Read) && !own(Mode::Write) {
+                    return None;
+                }
+                for seen in next.holds.values_mut() {
+                    let conflicts = seen.owner != *owner
+                        && seen.in_force()
+                        && (*mode == Mode::Write || seen.kind == Mode::Write);
+                    if conflicts && !seen.yield_to_grant() {
+                        return None;
+                    }
+                }
+                next.holds
+                    .insert(hold.clone(), Seen::live(owner, *mode, *may_lapse));
+            }
+            (RwHistoryOp::Acquire { .. }, LockRet::TimedOut | LockRet::Refused) => {}
+            (
+                RwHistoryOp::Acquire {
+                    owner,
+                    hold,
+                    mode,
+                    may_lapse,
+                },
+                LockRet::Error,
+            ) => {
+                next.holds
+                    .entry(hold.clone())
+                    .or_insert(Seen::maybe(owner, *mode, *may_lapse));
+            }
+            (RwHistoryOp::Release { hold }, LockRet::Released) => match next.holds.remove(hold) {
+                Some(seen) if seen.in_force() => {}
+                _ => return None,
+            },
+            (RwHistoryOp::Release { hold }, LockRet::NotHeld) => {
+                next.holds.remove(hold);
+            }
+            (RwHistoryOp::Release { hold }, LockRet::Error) => {
+                if let Some(seen) = next.holds.get_mut(hold) {
+                    seen.state = seen.state.max(crate::spec::HoldState::Maybe);
+                }
+            }
+            _ => return None,
+        }
+        Some(next)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,5 +586,52 @@ mod tests {
         // Two writers at once: never.
         let op = at(10, 20, acquire("b", "#2", Mode::Write, 100));
         assert!(s.step(&op, &RwRet::Acquired { hold_count: None }).is_none());
+    }
+
+    #[test]
+    fn spec_readers_share_writers_exclude() {
+        let acquire = |owner: &str, mode: Mode, may_lapse: bool| RwHistoryOp::Acquire {
+            owner: owner.to_owned(),
+            hold: format!("{owner}{mode:?}"),
+            mode,
+            may_lapse,
+        };
+        let granted = LockRet::Granted(None);
+        let s = RwSpec::new()
+            .step(&acquire("a", Mode::Read, false), &granted)
+            .unwrap();
+        let s = s.step(&acquire("b", Mode::Read, false), &granted).unwrap();
+        // A writer while readers that cannot have lapsed hold: a violation.
+        assert!(s
+            .step(&acquire("c", Mode::Write, false), &granted)
+            .is_none());
+        // No upgrade: a write grant to an owner holding only reads.
+        assert!(s
+            .step(&acquire("a", Mode::Write, false), &granted)
+            .is_none());
+        let s = s
+            .step(
+                &RwHistoryOp::Release {
+                    hold: "aRead".to_owned(),
+                },
+                &LockRet::Released,
+            )
+            .unwrap();
+        let s = s
+            .step(
+                &RwHistoryOp::Release {
+                    hold: "bRead".to_owned(),
+                },
+                &LockRet::Released,
+            )
+            .unwrap();
+        let s = s.step(&acquire("c", Mode::Write, true), &granted).unwrap();
+        // The writer may have lapsed: a reader may come in, and then the writer's hold is gone.
+        let s = s.step(&acquire("d", Mode::Read, false), &granted).unwrap();
+        let release_c = RwHistoryOp::Release {
+            hold: "cWrite".to_owned(),
+        };
+        assert!(s.step(&release_c, &LockRet::Released).is_none());
+        assert!(s.step(&release_c, &LockRet::NotHeld).is_some());
     }
 }

@@ -28,6 +28,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::lock::LockRet;
+use crate::spec::{Seen, Spec};
 use crate::timed::Timed;
 
 pub use crate::rwlock::MAX_LEASE_MS;
@@ -418,6 +420,118 @@ impl Timed for Semaphore {
     }
 }
 
+/// An operation of a recorded client history on one semaphore (for [`PermitSpec`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum PermitHistoryOp {
+    /// An acquire of `permits` (any wait, any lease) whose hold (if granted) is `hold`, unique per
+    /// acquisition.
+    Acquire {
+        /// The hold the acquisition creates.
+        hold: String,
+        /// How many permits.
+        permits: u64,
+        /// The history shows the hold may have ended on its own (see [`Seen`]).
+        may_lapse: bool,
+    },
+    /// The release of `hold` (its guard, or by id).
+    Release {
+        /// The hold given back.
+        hold: String,
+    },
+}
+
+/// The semaphore's rule without time, for checking concurrent client histories (results as
+/// [`LockRet`]): the permits of the holds in force never exceed the total. A grant that needs room
+/// only holds that cannot have ended occupy is a violation; when it needs room that holds which
+/// may have ended occupy, they are all taken to have ended (their releases must answer
+/// `NotHeld`). That choice is exact for the holds a history marks (a lost guard's release answers
+/// `NotHeld` every time) and conservative otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PermitSpec {
+    total: u64,
+    holds: BTreeMap<String, Seen<u64>>,
+}
+
+impl PermitSpec {
+    /// A semaphore of `total` permits, none taken.
+    pub fn new(total: u64) -> Self {
+        Self {
+            total,
+            holds: BTreeMap::new(),
+        }
+    }
+
+    fn load(&self, counts: impl Fn(&Seen<u64>) -> bool) -> u64 {
+        self.holds
+            .values()
+            .filter(|s| counts(s))
+            .map(|s| s.kind)
+            .sum()
+    }
+}
+
+impl Spec for PermitSpec {
+    type Op = PermitHistoryOp;
+    type Ret = LockRet;
+
+    fn step(&self, op: &PermitHistoryOp, ret: &LockRet) -> Option<Self> {
+        let mut next = self.clone();
+        match (op, ret) {
+            (
+                PermitHistoryOp::Acquire {
+                    hold,
+                    permits,
+                    may_lapse,
+                },
+                LockRet::Granted(None),
+            ) => {
+                let fixed = next.load(|s| s.state == crate::spec::HoldState::Live && !s.may_lapse);
+                if fixed + permits > next.total {
+                    return None;
+                }
+                if next.load(Seen::in_force) + permits > next.total {
+                    for seen in next.holds.values_mut() {
+                        if seen.in_force() {
+                            seen.yield_to_grant();
+                        }
+                    }
+                }
+                next.holds
+                    .insert(hold.clone(), Seen::live(hold, *permits, *may_lapse));
+            }
+            (PermitHistoryOp::Acquire { .. }, LockRet::TimedOut | LockRet::Refused) => {}
+            (
+                PermitHistoryOp::Acquire {
+                    hold,
+                    permits,
+                    may_lapse,
+                },
+                LockRet::Error,
+            ) => {
+                next.holds
+                    .entry(hold.clone())
+                    .or_insert(Seen::maybe(hold, *permits, *may_lapse));
+            }
+            (PermitHistoryOp::Release { hold }, LockRet::Released) => {
+                match next.holds.remove(hold) {
+                    Some(seen) if seen.in_force() => {}
+                    _ => return None,
+                }
+            }
+            (PermitHistoryOp::Release { hold }, LockRet::NotHeld) => {
+                next.holds.remove(hold);
+            }
+            (PermitHistoryOp::Release { hold }, LockRet::Error) => {
+                if let Some(seen) = next.holds.get_mut(hold) {
+                    seen.state = seen.state.max(crate::spec::HoldState::Maybe);
+                }
+            }
+            _ => return None,
+        }
+        Some(next)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,5 +623,30 @@ mod tests {
             ),
             SemRet::Renewed(vec![false])
         );
+    }
+
+    #[test]
+    fn spec_permits_in_force_never_exceed_the_total() {
+        let acquire = |hold: &str, permits: u64, may_lapse: bool| PermitHistoryOp::Acquire {
+            hold: hold.to_owned(),
+            permits,
+            may_lapse,
+        };
+        let granted = LockRet::Granted(None);
+        let s = PermitSpec::new(3)
+            .step(&acquire("a", 2, false), &granted)
+            .unwrap();
+        assert!(s.step(&acquire("b", 2, false), &granted).is_none());
+        let s = s.step(&acquire("b", 1, true), &granted).unwrap();
+        // b may have lapsed: room for c, and then b's release must say NotHeld.
+        let s = s.step(&acquire("c", 1, false), &granted).unwrap();
+        let release = |hold: &str| PermitHistoryOp::Release {
+            hold: hold.to_owned(),
+        };
+        assert!(s.step(&release("b"), &LockRet::Released).is_none());
+        let s = s.step(&release("b"), &LockRet::NotHeld).unwrap();
+        let s = s.step(&release("a"), &LockRet::Released).unwrap();
+        assert!(s.step(&release("a"), &LockRet::Released).is_none());
+        assert!(s.step(&acquire("d", 2, false), &granted).is_some());
     }
 }
