@@ -693,6 +693,16 @@ impl Record {
     }
 }
 
+/// Records that the model-based tests (`tests/model_*.rs`) ran `cases` generated cases of
+/// `primitive` against its model and the real scripts: `lin_<primitive>_cases`, the "model cases"
+/// column of the reliability report's history table. The record's fault is `model`, which the
+/// report keeps out of its fault table.
+pub fn save_model_cases(primitive: &str, cases: u32) {
+    Record::new("model", &format!("{primitive} agrees with its model"))
+        .num(&format!("lin_{primitive}_cases"), f64::from(cases))
+        .save();
+}
+
 /// Where [`Record::save`] appends: `LOCKKIT_RELIABILITY_OUT`, else
 /// `<target dir>/reliability/results.jsonl`.
 pub fn results_path() -> PathBuf {

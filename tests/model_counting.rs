@@ -29,6 +29,7 @@ use lockkit::protocol::{latch as platch, read_write_lock as prw, semaphore as ps
 use lockkit_model::latch::{Latch, LatchOp, LatchRet, REQUEST_WINDOW_MS};
 use lockkit_model::rwlock::{Mode, RwLock, RwOp, RwRet, MAX_LEASE_MS};
 use lockkit_model::semaphore::{Key, SemOp, SemRet, Semaphore, MAX_PERMITS};
+use lockkit_suite::checker::save_model_cases as save_cases;
 use lockkit_suite::{eval, ints, raw, server_ms, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
 use proptest::prelude::*;
@@ -77,6 +78,7 @@ impl Harness {
     fn run<M: ReferenceStateMachine>(
         &self,
         what: &str,
+        primitive: &str,
         default_cases: u32,
         body: impl Fn(&Self, &[M::Transition], &dyn Fn()) -> Result<(), String>,
     ) {
@@ -116,6 +118,7 @@ impl Harness {
             panic!("{what}: model and scripts disagree (LOCKKIT_MODEL_SEED={seed}):\n{err}");
         }
         println!("{what}: {cases} cases passed (LOCKKIT_MODEL_SEED={seed})");
+        save_cases(primitive, cases);
     }
 }
 
@@ -776,7 +779,7 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
 #[test]
 fn read_write_lock_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<RwMachine>("read-write lock", 256, rw_sequence);
+    h.run::<RwMachine>("read-write lock", "rw", 256, rw_sequence);
 }
 
 // === semaphores ===
@@ -1289,13 +1292,18 @@ async fn sem_bad(
 #[test]
 fn semaphore_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<SemMachine<false>>("semaphore", 256, sem_sequence::<false>);
+    h.run::<SemMachine<false>>("semaphore", "semaphore", 256, sem_sequence::<false>);
 }
 
 #[test]
 fn permit_expirable_semaphore_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<SemMachine<true>>("permit-expirable semaphore", 192, sem_sequence::<true>);
+    h.run::<SemMachine<true>>(
+        "permit-expirable semaphore",
+        "permit",
+        192,
+        sem_sequence::<true>,
+    );
 }
 
 // === count-down latch ===
@@ -1521,5 +1529,5 @@ fn latch_sequence(h: &Harness, steps: &[LatchStep], seen: &dyn Fn()) -> Result<(
 #[test]
 fn count_down_latch_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<LatchMachine>("count-down latch", 512, latch_sequence);
+    h.run::<LatchMachine>("count-down latch", "latch", 512, latch_sequence);
 }

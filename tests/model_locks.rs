@@ -26,16 +26,14 @@ use lockkit::protocol::script::Script;
 use lockkit::protocol::{fair_lock, fenced_lock, lock, spin_lock};
 use lockkit_model::lock::{Acquired, HashLock, LockKind, Now, Released, Request, WrongType};
 use lockkit_model::spin::{SpinAcquired, SpinLock};
+use lockkit_suite::checker::save_model_cases as save_cases;
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 
-/// Cases per primitive in CI (about 8 s each on the 2-core machine).
-/// 40 in CI: at a hold's expiry millisecond the scripts and the model can still disagree (about
-/// one case in 3,000 at `LOCKKIT_MODEL_CASES=1000`: a re-entry refused as the hold lapses, a
-/// release reply without its count), an open finding being worked on; `LOCKKIT_MODEL_CASES`
-/// runs more.
-const DEFAULT_CASES: u32 = 40;
+/// Cases per primitive in CI (about 8 s each on the 2-core machine); `LOCKKIT_MODEL_CASES` runs
+/// more.
+const DEFAULT_CASES: u32 = 100;
 /// A lease that outlives any sequence.
 const LONG_MS: u64 = 60_000;
 
@@ -626,6 +624,16 @@ enum Prim {
 }
 
 impl Prim {
+    /// The primitive's id in the reliability report.
+    fn id(self) -> &'static str {
+        match self {
+            Prim::Lock => "lock",
+            Prim::Fenced => "fenced",
+            Prim::Fair => "fair",
+            Prim::Spin => "spin",
+        }
+    }
+
     fn kind(self) -> Kind {
         match self {
             Prim::Lock => Kind::Lock,
@@ -946,10 +954,15 @@ impl<'a> Sequence<'a> {
             // may lag the `TIME` read just before the call by a millisecond or two; and a key
             // expiring within the millisecond the script's `TIME` read may already be expired for
             // Redis' lookups: a hold expiring at that boundary may count as either.
-            for ms in t0.ms.saturating_sub(2)..=t1.ms + 2 {
+            // Redis expires whole keys on that cached clock (`keys_ms`), which is not ahead of
+            // the script's `TIME`.
+            let instants = (t0.ms.saturating_sub(2)..=t1.ms + 2)
+                .flat_map(|ms| (t0.ms.saturating_sub(2)..=ms).map(move |keys_ms| (ms, keys_ms)));
+            for (ms, keys_ms) in instants {
                 let now = Now {
                     ms,
                     us: token_us.unwrap_or_else(|| t0.us.max(ms * 1000)),
+                    keys_ms,
                 };
                 let mut model = self.model.clone();
                 let expected = model.apply(&call, now);
@@ -1212,11 +1225,14 @@ fn check(prim: Prim) {
         Ok(())
     });
     match result {
-        Ok(()) => eprintln!(
-            "{prim:?}: {} cases passed (seed {seed}); steps: {:?}",
-            cases(),
-            env.seen.borrow()
-        ),
+        Ok(()) => {
+            eprintln!(
+                "{prim:?}: {} cases passed (seed {seed}); steps: {:?}",
+                cases(),
+                env.seen.borrow()
+            );
+            save_cases(prim.id(), cases());
+        }
         Err(TestError::Fail(why, ops)) => panic!(
             "{prim:?} disagrees with its model (LOCKKIT_MODEL_SEED={seed}).\nShrunk sequence: {ops:#?}\n{why}"
         ),
@@ -1404,4 +1420,5 @@ fn multi_lock_never_holds_a_subset_while_it_waits() {
     if let Err(err) = result {
         panic!("the multi-lock broke its contract (LOCKKIT_MODEL_SEED={seed}): {err}");
     }
+    save_cases("multi", cases() * 2);
 }

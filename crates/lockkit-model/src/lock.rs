@@ -46,12 +46,20 @@ pub struct Now {
     pub ms: u64,
     /// Microseconds (the waiting order, fencing tokens); `ms == us / 1000` on a real server.
     pub us: u64,
+    /// Redis' own clock for expiring whole keys, at most `ms`: Redis takes it once per command
+    /// (a script's is frozen when the script starts), so a key whose expiry falls between it and
+    /// the script's later `TIME` is still there for the script.
+    pub keys_ms: u64,
 }
 
 impl Now {
-    /// The instant `us` microseconds after the epoch.
+    /// The instant `us` microseconds after the epoch (both clocks at it).
     pub fn from_us(us: u64) -> Self {
-        Self { ms: us / 1000, us }
+        Self {
+            ms: us / 1000,
+            us,
+            keys_ms: us / 1000,
+        }
     }
 }
 
@@ -311,7 +319,7 @@ impl HashLock {
     /// Acquire: take one hold, or report the lock busy (and, when the caller will wait, enter
     /// or stay in the waiting set / queue).
     pub fn acquire(&mut self, now: Now, req: &Request) -> Result<Acquired, WrongType> {
-        self.expire_keys(now.ms);
+        self.expire_keys(now.keys_ms.min(now.ms));
         if self.foreign {
             return Err(WrongType);
         }
@@ -848,12 +856,12 @@ mod tests {
             Ok(Acquired::Granted { token, .. }) => token.unwrap_or(0),
             other => panic!("not granted: {other:?}"),
         };
-        let t1 = token(lock.acquire(Now { ms: 0, us: 5 }, &req("o1", "#1", 100, 0)));
-        let t2 = token(lock.acquire(Now { ms: 0, us: 6 }, &req("o1", "#2", 100, 0)));
+        let t1 = token(lock.acquire(Now::from_us(5), &req("o1", "#1", 100, 0)));
+        let t2 = token(lock.acquire(Now::from_us(6), &req("o1", "#2", 100, 0)));
         assert_eq!((t1, t2), (6, 7));
         assert!(lock.force_unlock(1));
         lock.restore(&snapshot);
-        let t3 = token(lock.acquire(Now { ms: 0, us: 7 }, &req("o2", "#3", 100, 0)));
+        let t3 = token(lock.acquire(Now::from_us(7), &req("o2", "#3", 100, 0)));
         assert!(t3 > t2 && lock.issued == t3, "{t3}");
     }
 
