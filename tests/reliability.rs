@@ -1208,6 +1208,9 @@ async fn contention_worker(
                             .await;
                     }
                     Ok(None) => recording.timed_out(&acquiring),
+                    // Every acquire here is an owner of its own, holding nothing: the model says
+                    // whether a refusal (the no-upgrade rule) was right.
+                    Err(Error::Refused { .. }) => recording.refused(&acquiring),
                     Err(err) => panic!("rw acquire without a fault: {err}"),
                 }
             }

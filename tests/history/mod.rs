@@ -49,8 +49,12 @@ pub enum Op {
 /// What an operation returned.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Ret {
-    Granted { token: Option<u64> },
+    Granted {
+        token: Option<u64>,
+    },
     TimedOut,
+    /// The acquire was refused (`Error::Refused`: the read-write lock's no-upgrade rule).
+    Refused,
     Released,
     NotHeld,
 }
@@ -103,6 +107,7 @@ impl Spec for Checked {
         let ret = match ret {
             Ret::Granted { .. } => LockRet::Granted(None),
             Ret::TimedOut => LockRet::TimedOut,
+            Ret::Refused => LockRet::Refused,
             Ret::Released => LockRet::Released,
             Ret::NotHeld => LockRet::NotHeld,
         };
@@ -253,6 +258,13 @@ impl Recording {
     pub fn timed_out(&self, acquiring: &Acquiring) {
         for call in &acquiring.calls {
             self.history.respond(*call, Ret::TimedOut);
+        }
+    }
+
+    /// The acquire was refused (`Error::Refused`): nothing taken.
+    pub fn refused(&self, acquiring: &Acquiring) {
+        for call in &acquiring.calls {
+            self.history.respond(*call, Ret::Refused);
         }
     }
 

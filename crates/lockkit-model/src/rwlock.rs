@@ -434,7 +434,19 @@ impl Spec for RwSpec {
                 next.holds
                     .insert(hold.clone(), Seen::live(owner, *mode, *may_lapse));
             }
-            (RwHistoryOp::Acquire { .. }, LockRet::TimedOut | LockRet::Refused) => {}
+            (RwHistoryOp::Acquire { .. }, LockRet::TimedOut) => {}
+            // Refused: only a write asked by an owner whose holds in force are all reads (the
+            // histories record no invalid arguments).
+            (RwHistoryOp::Acquire { owner, mode, .. }, LockRet::Refused) => {
+                let mut own = next
+                    .holds
+                    .values()
+                    .filter(|s| s.owner == *owner && s.in_force());
+                let reads_only = own.clone().next().is_some() && own.all(|s| s.kind == Mode::Read);
+                if *mode != Mode::Write || !reads_only {
+                    return None;
+                }
+            }
             (
                 RwHistoryOp::Acquire {
                     owner,
@@ -608,6 +620,13 @@ mod tests {
         // No upgrade: a write grant to an owner holding only reads.
         assert!(s
             .step(&acquire("a", Mode::Write, false), &granted)
+            .is_none());
+        assert!(s
+            .step(&acquire("a", Mode::Write, false), &LockRet::Refused)
+            .is_some());
+        // A refusal to an owner that holds nothing: wrong.
+        assert!(s
+            .step(&acquire("c", Mode::Write, false), &LockRet::Refused)
             .is_none());
         let s = s
             .step(
