@@ -1,20 +1,23 @@
 //! The fault-injection suite: workers run critical sections on a resource the lock does not
 //! protect by itself (a counter and a history in a separate Redis), faults are injected into the
 //! lock's Redis and the network to it, and the checker (`lockkit_suite::checker`) looks for
-//! overlapping sections, lost updates and stale fenced writes. Each test appends its counts to
-//! `target/reliability/results.jsonl`, from which `scripts/reliability-report` writes the tables of
-//! `docs/reliability.md`.
+//! overlapping sections, lost updates and stale fenced writes. Every test but the broken-lock
+//! control also records its clients' lock operations as a history ([`Observed`], `tests/history`)
+//! and checks it for linearizability and for stalls outside the fault's windows. Each test
+//! appends its counts to `target/reliability/results.jsonl`, from which
+//! `scripts/reliability-report` writes the tables of `docs/reliability.md`.
 //!
 //! Durations (recovery times, signal lead times) are recorded, never asserted against a number;
 //! what is asserted is what must hold: no violation, and orderings on the one clock
 //! (`checker::now`, `CLOCK_MONOTONIC`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::process::Stdio;
 use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface, LuaInterface};
-use lockkit::Error;
+use lockkit::{Error, LockGuard};
 use lockkit_suite::checker::{
     check, critical_section, millis_between, now, KeyEvents, Outcome, OverlapKind, Record,
     Recorder, Section, Store, Verdict,
@@ -122,6 +125,245 @@ fn name_of_test() -> String {
         .to_owned()
 }
 
+// === Histories (`tests/history`) ===
+
+/// The primitives whose histories this suite checks: every one in the contention run, the lock
+/// and the fenced lock in the fault tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Primitive {
+    Lock,
+    Fenced,
+    Fair,
+    Spin,
+    Semaphore,
+    ReadWrite,
+}
+
+impl Primitive {
+    fn id(self) -> &'static str {
+        match self {
+            Primitive::Lock => "lock",
+            Primitive::Fenced => "fenced",
+            Primitive::Fair => "fair",
+            Primitive::Spin => "spin",
+            Primitive::Semaphore => "semaphore",
+            Primitive::ReadWrite => "rw",
+        }
+    }
+
+    fn capacity(self) -> u64 {
+        match self {
+            Primitive::Semaphore => CONTENTION_PERMITS,
+            Primitive::ReadWrite => CONTENTION_CLIENTS * 2,
+            _ => 1,
+        }
+    }
+
+    /// The reference model that judges its histories.
+    fn model(self) -> history::Model {
+        match self {
+            Primitive::Semaphore => history::Model::Semaphore {
+                permits: self.capacity(),
+            },
+            Primitive::ReadWrite => history::Model::ReadWrite {
+                capacity: self.capacity(),
+            },
+            Primitive::Spin => history::Model::Spin,
+            _ => history::Model::Lock,
+        }
+    }
+
+    /// The stall bound: the spin lock polls by design.
+    fn stall_bound_ns(self) -> u64 {
+        if self == Primitive::Spin {
+            history::SPIN_BOUND_NS
+        } else {
+            history::BOUND_NS
+        }
+    }
+}
+
+/// Checks one primitive's history, with stalls inside `excluded` (fault windows) left out: the
+/// one call of `history::examine` in this file.
+fn examine(
+    recording: &history::Recording,
+    kind: Primitive,
+    excluded: &[(u64, u64)],
+) -> history::Figures {
+    history::examine(recording, |_| kind.model(), kind.stall_bound_ns(), excluded)
+}
+
+/// A release's answer for the history: released, not held (the hold was gone), unknown.
+fn released(result: Result<(), Error>) -> Result<bool, Error> {
+    match result {
+        Ok(()) => Ok(true),
+        Err(Error::NotHeld { .. }) => Ok(false),
+        Err(err) => Err(err),
+    }
+}
+
+/// The history of one primitive's lock operations in a fault test: the test's clients acquire
+/// and unlock through it, and each invocation and answer is recorded on the one clock.
+#[derive(Clone)]
+struct Observed {
+    kind: Primitive,
+    recording: history::Recording,
+}
+
+/// A guard with its hold in the history.
+struct Held {
+    guard: LockGuard,
+    hold: history::Hold,
+}
+
+impl std::ops::Deref for Held {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+impl Observed {
+    fn new(kind: Primitive) -> Observed {
+        Observed {
+            kind,
+            recording: history::Recording::new(),
+        }
+    }
+
+    /// An acquire that waits without bound (`lock()`, `lock_with_lease`) by `process` on `name`,
+    /// recorded as [`try_lock`](Observed::try_lock) records one that waits.
+    fn lock<'a>(
+        &'a self,
+        process: u64,
+        name: &'a str,
+        acquire: impl Future<Output = Result<LockGuard, Error>> + 'a,
+    ) -> impl Future<Output = Result<Held, Error>> + 'a {
+        let acquire = Box::pin(acquire);
+        let held = self.try_lock(process, name, true, async { acquire.await.map(Some) });
+        async {
+            Ok(held
+                .await?
+                .expect("an acquire without a bound returns a guard"))
+        }
+    }
+
+    /// An acquire (`waits`: with a wait longer than zero), recorded: invoked when first polled,
+    /// answered granted (with the guard's fencing token) or timed out when it returns; an error
+    /// leaves it pending with no known result. (`acquire` is boxed: the acquire futures are large
+    /// in a debug build, and nested in a test's future they overflowed the test thread's stack.)
+    fn try_lock<'a>(
+        &'a self,
+        process: u64,
+        name: &'a str,
+        waits: bool,
+        acquire: impl Future<Output = Result<Option<LockGuard>, Error>> + 'a,
+    ) -> impl Future<Output = Result<Option<Held>, Error>> + 'a {
+        let acquire = Box::pin(acquire);
+        async move {
+            let acquiring = self.recording.acquire(process, &[name], 1, waits);
+            match acquire.await {
+                Ok(Some(guard)) => {
+                    let token = guard.fencing_token();
+                    let hold = self.recording.granted(&acquiring, process, &[name], token);
+                    Ok(Some(Held { guard, hold }))
+                }
+                Ok(None) => {
+                    self.recording.timed_out(&acquiring);
+                    Ok(None)
+                }
+                Err(err) => {
+                    self.recording.failed(&acquiring);
+                    Err(err)
+                }
+            }
+        }
+    }
+
+    /// `try_lock` of a plain lock without a wait ("is it free?"), recorded.
+    async fn try_now(&self, process: u64, lock: &lockkit::Lock) -> Result<Option<Held>, Error> {
+        let acquire = lock.try_lock(Duration::ZERO, None);
+        self.try_lock(process, lock.name(), false, acquire).await
+    }
+
+    /// The acquire a worker process reported in its `HELD` line (invoked and granted at the times
+    /// it read on the same clock), by `process` on `name`.
+    fn held_by_worker(&self, process: u64, name: &str, held: &[String]) -> history::Hold {
+        let acquiring = self
+            .recording
+            .acquire_at(process, &[name], 1, true, field(held, 3));
+        self.recording.granted_at(
+            &acquiring,
+            process,
+            &[name],
+            token_field(held, 2),
+            field(held, 1),
+        )
+    }
+
+    /// The guard reported itself lost: its hold may have lapsed at any time.
+    fn lost(&self, held: &Held) {
+        self.recording.lost(&held.hold);
+    }
+
+    /// `unlock()`, recorded (a guard that reports itself lost by then is recorded lost first).
+    async fn unlock(&self, held: Held) -> Result<(), Error> {
+        let Held { guard, hold } = held;
+        if guard.is_lost() {
+            self.recording.lost(&hold);
+        }
+        let mut answer = None;
+        let unlocking = Box::pin(guard.unlock());
+        let _ = self
+            .recording
+            .release(&hold, async {
+                let result = unlocking.await;
+                let seen = match &result {
+                    Ok(()) => Ok(true),
+                    Err(Error::NotHeld { .. }) => Ok(false),
+                    Err(_) => Err(()),
+                };
+                answer = Some(result);
+                seen
+            })
+            .await;
+        answer.expect("the release ran")
+    }
+
+    /// Checks the history, leaving out stalls inside `excluded` (the fault's windows, extended by
+    /// a lease where the contract lets a waiter wait one out after the fault), prints the
+    /// figures and adds them to `record`. Save the record, then [`assert_clean`].
+    fn examine(&self, record: Record, excluded: &[(u64, u64)]) -> (Record, history::Figures) {
+        let figures = examine(&self.recording, self.kind, excluded);
+        history::report(self.kind.id(), &figures);
+        (
+            history::to_record(record, self.kind.id(), &figures),
+            figures,
+        )
+    }
+}
+
+/// A history's violations for a record's `violations`, as the soak counts them: violations of
+/// the model and stalls.
+fn history_violations(figures: &history::Figures) -> usize {
+    figures.violations + figures.stalls
+}
+
+/// Fails the test on a violation, a stall, or a history the check could not decide within its
+/// budget (the fault tests' histories are small: each must be decided).
+fn assert_clean(figures: &history::Figures) {
+    assert_eq!(
+        history_violations(figures) + figures.unknown,
+        0,
+        "{} violations, {} stalls, {} undecided:\n{}",
+        figures.violations,
+        figures.stalls,
+        figures.unknown,
+        figures.explain
+    );
+}
+
 // === The checker can fail ===
 
 /// A deliberately broken lock: `SET NX PX` with a lease shorter than the critical section and a
@@ -195,7 +437,11 @@ async fn the_checker_catches_a_deliberately_broken_lock() {
 // === Holder killed ===
 
 /// Kills a holder process inside its critical section, `rounds` times; another process (this
-/// one) must get the lock only after the dead holder's lease ended on the server.
+/// one) must get the lock only after the dead holder's lease ended on the server. History: the
+/// killed worker's acquire (p1), a hold that only its lease ends (as a lost one: it may lapse at
+/// any time); the survivor's (p2) try-lock without a wait, its acquire and its unlock. Fault
+/// window: from the kill to a lease after it (the last renewal or the fixed lease's start came
+/// before the kill), so a survivor left waiting once the lease certainly ended is a stall.
 async fn kill_a_holder(fault: &str, watchdog_ms: u64, lease_ms: Option<u64>) {
     let lock_server = spawned().await;
     let store_server = spawned().await;
@@ -203,6 +449,9 @@ async fn kill_a_holder(fault: &str, watchdog_ms: u64, lease_ms: Option<u64>) {
     let store = Store::connect(&store_server.url(), &resource).await;
     let survivor = client(&lock_server.url()).await;
     let recorder = Recorder::new();
+    let observed = Observed::new(Primitive::Lock);
+    let lease = Duration::from_millis(lease_ms.unwrap_or(watchdog_ms));
+    let mut windows = Vec::new();
     let mut recovery = Vec::new();
     let mut lease_left = Vec::new();
     let rounds = 3;
@@ -218,11 +467,15 @@ async fn kill_a_holder(fault: &str, watchdog_ms: u64, lease_ms: Option<u64>) {
             lease_ms,
         );
         let held = worker.expect("HELD").await;
+        let hold = observed.held_by_worker(1, &name, &held);
         worker.expect("READ").await; // inside its critical section
         let killed_at = now();
         worker.signal(Signal::SIGKILL);
         worker.child.wait().await.unwrap();
         let dead_at = now();
+        // Nobody will release it: its lease ends it.
+        observed.recording.lost(&hold);
+        windows.push((killed_at, killed_at + lease.as_nanos() as u64));
         recorder.record(Section::new(
             format!("killed#{round}"),
             field(&held, 1),
@@ -233,11 +486,15 @@ async fn kill_a_holder(fault: &str, watchdog_ms: u64, lease_ms: Option<u64>) {
         let (sent, ttl) = pttl(&lock_server.url(), &lock_key(&name)).await;
         assert!(ttl > 0, "the killed holder's lock has a lease left: {ttl}");
         let lock = survivor.lock(&name);
-        assert!(lock.try_lock(Duration::ZERO, None).await.unwrap().is_none());
+        assert!(observed.try_now(2, &lock).await.unwrap().is_none());
         // ... until it ends, not before.
-        let guard = within(HANG, "acquire after the kill", lock.lock())
-            .await
-            .unwrap();
+        let guard = within(
+            HANG,
+            "acquire after the kill",
+            observed.lock(2, &name, lock.lock()),
+        )
+        .await
+        .unwrap();
         let entered = now();
         let lease_end = sent + u64::try_from(ttl).unwrap() * 1_000_000;
         assert!(
@@ -252,19 +509,25 @@ async fn kill_a_holder(fault: &str, watchdog_ms: u64, lease_ms: Option<u64>) {
                 .unwrap();
         assert_eq!(outcome, Outcome::Wrote { accepted: true });
         recorder.record(Section::new(id, entered, released));
-        guard.unlock().await.unwrap();
+        observed.unlock(guard).await.unwrap();
         recovery.push(millis_between(killed_at, entered));
         lease_left.push(ttl as f64);
     }
     let verdict = check(&recorder.sections(), &store.history().await, 1);
+    let (record, figures) = observed.examine(Record::new(fault, &name_of_test()), &windows);
     verdict
-        .to_record(Record::new(fault, &name_of_test()))
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations() + history_violations(&figures)) as f64,
+        )
         .num("runs", f64::from(rounds))
         .nums("recovery_ms", &recovery)
         .nums("lease_left_at_kill_ms", &lease_left)
-        .num("lease_ms", lease_ms.unwrap_or(watchdog_ms) as f64)
+        .num("lease_ms", lease.as_millis() as f64)
         .save();
     assert_eq!(verdict.violations(), 0, "{verdict:?}");
+    assert_clean(&figures);
 }
 
 #[tokio::test]
@@ -279,6 +542,9 @@ async fn a_killed_fixed_lease_holder_is_replaced_after_its_lease_not_before() {
 
 // === Holder paused ===
 
+/// The paused holder's watchdog lease.
+const PAUSED_LEASE: Duration = Duration::from_millis(500);
+
 struct Paused {
     verdict: Verdict,
     late_write_accepted: bool,
@@ -287,11 +553,16 @@ struct Paused {
     worker_token: Option<u64>,
     other_token: Option<u64>,
     paused_ms: f64,
+    /// From the pause to a lease after it (the paused holder's last renewal came before it): the
+    /// other holder may wait that lease out.
+    window: (u64, u64),
 }
 
 /// Pauses a holder process (`SIGSTOP`) between its read and its write, longer than its lease;
 /// another holder gets in and writes; then the paused one resumes and makes its late write.
-async fn pause_a_holder(kind: &str) -> Paused {
+/// History (`observed`): the worker's acquire (p1), the other holder's acquire and unlock (p2),
+/// the worker's lost signal and its unlock.
+async fn pause_a_holder(kind: &str, observed: &Observed) -> Paused {
     let lock_server = spawned().await;
     let store_server = spawned().await;
     let resource = unique("pause");
@@ -303,22 +574,28 @@ async fn pause_a_holder(kind: &str) -> Paused {
         &resource,
         &name,
         kind,
-        500,
+        PAUSED_LEASE.as_millis() as u64,
         None,
     );
     let held = worker.expect("HELD").await;
+    let hold = observed.held_by_worker(1, &name, &held);
     let read = worker.expect("READ").await;
     assert_eq!(read[2], "0", "not lost before the pause");
     worker.signal(Signal::SIGSTOP);
     let stopped_at = now();
 
     let other = client(&lock_server.url()).await;
-    let guard = within(HANG, "acquire while the holder is paused", async {
+    let acquire = async {
         match kind {
             "fenced" => other.fenced_lock(&name).lock().await,
             _ => other.lock(&name).lock().await,
         }
-    })
+    };
+    let guard = within(
+        HANG,
+        "acquire while the holder is paused",
+        observed.lock(2, &name, acquire),
+    )
     .await
     .unwrap();
     let entered = now();
@@ -333,16 +610,34 @@ async fn pause_a_holder(kind: &str) -> Paused {
     .unwrap();
     assert_eq!(outcome, Outcome::Wrote { accepted: true });
     let other_token = guard.fencing_token();
-    guard.unlock().await.unwrap();
+    observed.unlock(guard).await.unwrap();
 
     worker.go().await;
     worker.signal(Signal::SIGCONT);
     let resumed_at = now();
-    let wrote = worker.expect("WROTE").await;
-    let unlocked = worker.expect("UNLOCKED").await;
+    // The worker's unlock, recorded from its resumption to its answer (`UNLOCKED`).
+    let mut lines = None;
+    let _ = observed
+        .recording
+        .release(&hold, async {
+            let wrote = worker.expect("WROTE").await;
+            let unlocked = worker.expect("UNLOCKED").await;
+            let answer = match unlocked[1].as_str() {
+                "ok" => Ok(true),
+                "notheld" => Ok(false),
+                _ => Err(()),
+            };
+            lines = Some((wrote, unlocked));
+            answer
+        })
+        .await;
+    let (wrote, unlocked) = lines.expect("the worker's lines");
     worker.child.wait().await.unwrap();
 
     let lost_after_resume = wrote[3] == "1";
+    if lost_after_resume {
+        observed.recording.lost(&hold);
+    }
     let mut paused = Section::new("paused", field(&held, 1), field(&wrote, 2));
     paused.token = token_field(&held, 2);
     paused.lost = lost_after_resume.then(|| field(&wrote, 4));
@@ -369,6 +664,7 @@ async fn pause_a_holder(kind: &str) -> Paused {
         worker_token: paused.token,
         other_token,
         paused_ms: millis_between(stopped_at, resumed_at),
+        window: (stopped_at, stopped_at + PAUSED_LEASE.as_nanos() as u64),
     }
 }
 
@@ -377,10 +673,12 @@ const PAUSES: u32 = 3;
 
 #[tokio::test]
 async fn a_paused_fenced_holder_is_lost_and_its_late_write_is_rejected() {
+    let observed = Observed::new(Primitive::Fenced);
     let mut verdict = Verdict::default();
     let mut paused_ms = Vec::new();
+    let mut windows = Vec::new();
     for _ in 0..PAUSES {
-        let paused = pause_a_holder("fenced").await;
+        let paused = pause_a_holder("fenced", &observed).await;
         assert!(paused.lost_after_resume, "the resumed guard reports lost");
         assert_eq!(paused.unlock, "notheld");
         assert!(paused.worker_token < paused.other_token);
@@ -393,22 +691,35 @@ async fn a_paused_fenced_holder_is_lost_and_its_late_write_is_rejected() {
         assert_eq!(one.violations(), 0, "{one:?}");
         verdict.merge(one);
         paused_ms.push(paused.paused_ms);
+        windows.push(paused.window);
     }
+    let record = Record::new("sigstop-fenced", &name_of_test());
+    let (record, figures) = observed.examine(record, &windows);
     verdict
-        .to_record(Record::new("sigstop-fenced", &name_of_test()))
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations() + history_violations(&figures)) as f64,
+        )
         .num("runs", f64::from(PAUSES))
         .nums("paused_ms", &paused_ms)
         .save();
+    assert_clean(&figures);
 }
 
 /// The limit no lease lock removes: without fencing, the same pause overlaps and loses an update.
-/// The checker must see it; the guard reports lost only after the fact.
+/// The checker must see it; the guard reports lost only after the fact. The clients' history is
+/// still linearizable: a hold whose guard reported itself lost may have lapsed at any time, and
+/// the lock's own answers (the other holder's grant, the paused holder's `NotHeld`) agree with
+/// that. The overlap is the application's, outside the lock.
 #[tokio::test]
 async fn a_paused_unfenced_holder_overlaps_and_the_checker_sees_it() {
+    let observed = Observed::new(Primitive::Lock);
     let mut verdict = Verdict::default();
     let mut paused_ms = Vec::new();
+    let mut windows = Vec::new();
     for _ in 0..PAUSES {
-        let paused = pause_a_holder("lock").await;
+        let paused = pause_a_holder("lock", &observed).await;
         assert!(paused.lost_after_resume);
         assert_eq!(paused.unlock, "notheld");
         assert!(
@@ -420,17 +731,27 @@ async fn a_paused_unfenced_holder_overlaps_and_the_checker_sees_it() {
         assert_eq!(one.lost_updates, 1, "{one:?}");
         verdict.merge(one);
         paused_ms.push(paused.paused_ms);
+        windows.push(paused.window);
     }
+    let record = Record::new("sigstop-unfenced", &name_of_test());
+    let (record, figures) = observed.examine(record, &windows);
     verdict
-        .to_record(Record::new("sigstop-unfenced", &name_of_test()))
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations() + history_violations(&figures)) as f64,
+        )
         .num("runs", f64::from(PAUSES))
         .nums("paused_ms", &paused_ms)
         .text("expected", "known limit: a pause without fencing")
         .save();
+    assert_clean(&figures);
 }
 
 // === Connection cuts ===
 
+/// History: the holder's acquire (p1), the other client's try-locks without a wait during and
+/// after the cuts (p2), the holder's unlock. Fault windows: the cuts.
 #[tokio::test]
 async fn a_cut_shorter_than_the_lease_is_survived_and_renewals_resume() {
     let server = spawned().await;
@@ -439,22 +760,25 @@ async fn a_cut_shorter_than_the_lease_is_survived_and_renewals_resume() {
     let holder = client_with(&proxy.url(), timeout).await;
     let other = client(&server.url()).await;
     let name = unique("short-cut");
+    let observed = Observed::new(Primitive::Lock);
     let mut events = KeyEvents::subscribe(server.addr(), &lock_key(&name)).await;
-    let guard = holder.lock(&name).lock().await.unwrap();
+    let guard = observed
+        .lock(1, &name, holder.lock(&name).lock())
+        .await
+        .unwrap();
     let mut resumed = Vec::new();
+    let mut windows = Vec::new();
     let rounds = 3;
     for _ in 0..rounds {
+        let blocked = now();
         proxy.block();
         // The fault's length: a fifth of the lease.
         tokio::time::sleep(timeout / 5).await;
-        assert!(other
-            .lock(&name)
-            .try_lock(Duration::ZERO, None)
-            .await
-            .unwrap()
-            .is_none());
+        let at_once = observed.try_now(2, &other.lock(&name)).await;
+        assert!(at_once.unwrap().is_none());
         proxy.unblock();
         let unblocked = now();
+        windows.push((blocked, unblocked));
         // A renewal after the cut: the key's TTL is set again.
         let renewed = loop {
             let (at, _) = within(HANG, "a renewal after the cut", events.until("expire")).await;
@@ -465,24 +789,26 @@ async fn a_cut_shorter_than_the_lease_is_survived_and_renewals_resume() {
         resumed.push(millis_between(unblocked, renewed));
         assert!(!guard.is_lost());
     }
-    assert!(other
-        .lock(&name)
-        .try_lock(Duration::ZERO, None)
-        .await
-        .unwrap()
-        .is_none());
-    guard.unlock().await.unwrap();
-    Record::new("cut-shorter-than-lease", &name_of_test())
+    let at_once = observed.try_now(2, &other.lock(&name)).await;
+    assert!(at_once.unwrap().is_none());
+    observed.unlock(guard).await.unwrap();
+    let record = Record::new("cut-shorter-than-lease", &name_of_test());
+    let (record, figures) = observed.examine(record, &windows);
+    record
         .num("runs", f64::from(rounds))
         .num("operations", f64::from(rounds))
-        .num("violations", 0.0)
+        .num("violations", history_violations(&figures) as f64)
         .num("lost_signals", 0.0)
         .nums("recovery_ms", &resumed)
         .num("cut_ms", (timeout / 5).as_millis() as f64)
         .num("lease_ms", timeout.as_millis() as f64)
         .save();
+    assert_clean(&figures);
 }
 
+/// History, per round: the holder's acquire (p1), the other client's acquire (p2) and its
+/// unlock, the holder's lost signal and its unlock. Fault windows: from each cut to a lease after
+/// its start (the holder's last renewal came before it; the other client may wait the lease out).
 #[tokio::test]
 async fn a_cut_longer_than_the_lease_marks_the_guard_lost_before_another_holder_gets_in() {
     let server = spawned().await;
@@ -494,12 +820,17 @@ async fn a_cut_longer_than_the_lease_marks_the_guard_lost_before_another_holder_
     let holder = client_with(&proxy.url(), timeout).await;
     let other = client(&server.url()).await;
     let recorder = Recorder::new();
+    let observed = Observed::new(Primitive::Lock);
+    let mut windows = Vec::new();
     let mut lead = Vec::new();
     let mut recovery = Vec::new();
     let rounds = 3;
     for round in 0..rounds {
         let name = unique("long-cut");
-        let guard = holder.lock(&name).lock().await.unwrap();
+        let guard = observed
+            .lock(1, &name, holder.lock(&name).lock())
+            .await
+            .unwrap();
         let acquired = now();
         let lost = guard.lost();
         let lost_task = tokio::spawn(async move {
@@ -508,9 +839,13 @@ async fn a_cut_longer_than_the_lease_marks_the_guard_lost_before_another_holder_
         });
         proxy.block();
         let blocked = now();
-        let next = within(HANG, "acquire after the lease", other.lock(&name).lock())
-            .await
-            .unwrap();
+        let next = within(
+            HANG,
+            "acquire after the lease",
+            observed.lock(2, &name, other.lock(&name).lock()),
+        )
+        .await
+        .unwrap();
         let entered = now();
         // The order that matters, on one clock: when the other holder is in, the first guard
         // already reports lost.
@@ -518,6 +853,7 @@ async fn a_cut_longer_than_the_lease_marks_the_guard_lost_before_another_holder_
             guard.is_lost(),
             "another holder got in before the guard reported lost"
         );
+        observed.lost(&guard);
         let lost_at = within(HANG, "lost() after the cut", lost_task)
             .await
             .unwrap();
@@ -534,14 +870,25 @@ async fn a_cut_longer_than_the_lease_marks_the_guard_lost_before_another_holder_
                 .unwrap();
         assert_eq!(outcome, Outcome::Wrote { accepted: true });
         recorder.record(Section::new(id, entered, released));
-        next.unlock().await.unwrap();
+        observed.unlock(next).await.unwrap();
         proxy.unblock();
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+        windows.push((blocked, blocked + timeout.as_nanos() as u64));
+        let unlocked = observed.unlock(guard).await;
+        assert!(
+            matches!(unlocked, Err(Error::NotHeld { .. })),
+            "{unlocked:?}"
+        );
     }
     let verdict = check(&recorder.sections(), &store.history().await, 1);
     let lost_first = lead.iter().filter(|ms| **ms >= 0.0).count();
+    let record = Record::new("cut-longer-than-lease", &name_of_test());
+    let (record, figures) = observed.examine(record, &windows);
     verdict
-        .to_record(Record::new("cut-longer-than-lease", &name_of_test()))
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations() + history_violations(&figures)) as f64,
+        )
         .num("runs", f64::from(rounds))
         .nums("recovery_ms", &recovery)
         .nums("lost_signal_lead_ms", &lead)
@@ -549,10 +896,15 @@ async fn a_cut_longer_than_the_lease_marks_the_guard_lost_before_another_holder_
         .num("lease_ms", timeout.as_millis() as f64)
         .save();
     assert_eq!(verdict.violations(), 0, "{verdict:?}");
+    assert_clean(&figures);
 }
 
 // === Redis restarted empty ===
 
+/// History: per lock, the holder's acquire (p1), the waiter's acquire (p2) and unlock, the
+/// holder's lost signal and its unlock; then each holder's client takes a lock again (p3). The
+/// fenced lock's history is checked on its own. Fault window: from the restart to a lease after
+/// the server answers again (a waiter may wait out the lease it was told of).
 #[tokio::test]
 async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
     let mut server = spawned().await;
@@ -565,15 +917,24 @@ async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
     for name in &names {
         stores.push(Store::connect(&store_server.url(), name).await);
     }
+    // The first lock is fenced.
+    let (fenced, plain) = (
+        Observed::new(Primitive::Fenced),
+        Observed::new(Primitive::Lock),
+    );
+    let observed = |i: usize| if i == 0 { &fenced } else { &plain };
     let mut holders = Vec::new();
     let mut guards = Vec::new();
     for (i, name) in names.iter().enumerate() {
         let holder = client_with(&url, timeout).await;
-        let guard = if i == 0 {
-            holder.fenced_lock(name).lock().await.unwrap()
-        } else {
-            holder.lock(name).lock().await.unwrap()
+        let acquire = async {
+            if i == 0 {
+                holder.fenced_lock(name).lock().await
+            } else {
+                holder.lock(name).lock().await
+            }
         };
+        let guard = observed(i).lock(1, name, acquire).await.unwrap();
         guards.push((guard, now()));
         holders.push(holder);
     }
@@ -582,12 +943,16 @@ async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
     for (i, name) in names.iter().enumerate() {
         let waiter = client(&url).await;
         let (lock, fenced) = (waiter.lock(name), waiter.fenced_lock(name));
+        let (observed, name) = (observed(i).clone(), name.clone());
         let task = tokio::spawn(async move {
-            let guard = if i == 0 {
-                fenced.lock().await
-            } else {
-                lock.lock().await
-            }?;
+            let acquire = async {
+                if i == 0 {
+                    fenced.lock().await
+                } else {
+                    lock.lock().await
+                }
+            };
+            let guard = observed.lock(2, &name, acquire).await?;
             Ok::<_, Error>((guard, now()))
         });
         until_waiting(&waiter, 1).await;
@@ -605,8 +970,10 @@ async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
             })
         })
         .collect();
+    let restarting = now();
     server.restart_empty().await.unwrap();
     let restarted = now();
+    let window = (restarting, restarted + timeout.as_nanos() as u64);
     let recorders: Vec<Recorder> = names.iter().map(|_| Recorder::new()).collect();
     let mut signal_ms = Vec::new();
     for (i, ((guard, acquired), lost_task)) in guards.iter().zip(lost_tasks).enumerate() {
@@ -614,6 +981,7 @@ async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
             .await
             .unwrap();
         assert!(guard.is_lost());
+        observed(i).lost(guard);
         signal_ms.push(millis_between(restarted, lost_at));
         let mut section = Section::new(format!("holder#{i}"), *acquired, lost_at);
         section.lost = Some(lost_at);
@@ -646,39 +1014,58 @@ async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
         let mut section = Section::new(id, entered, released);
         section.token = guard.fencing_token();
         recorders[i].record(section);
-        guard.unlock().await.unwrap();
+        observed(i).unlock(guard).await.unwrap();
         drop(waiter);
     }
     // The same clients take locks again, without being restarted themselves.
     for holder in &holders {
+        let name = unique("again");
         let again = within(
             HANG,
             "a new acquire after the restart",
-            holder.lock(unique("again")).lock(),
+            plain.lock(3, &name, holder.lock(&name).lock()),
         )
         .await
         .unwrap();
         assert!(!again.is_lost());
-        again.unlock().await.unwrap();
+        plain.unlock(again).await.unwrap();
     }
-    for (guard, _) in guards {
-        assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    for (i, (guard, _)) in guards.into_iter().enumerate() {
+        let unlocked = observed(i).unlock(guard).await;
+        assert!(
+            matches!(unlocked, Err(Error::NotHeld { .. })),
+            "{unlocked:?}"
+        );
     }
     let mut verdict = Verdict::default();
     for (store, recorder) in stores.iter().zip(&recorders) {
         verdict.merge(check(&recorder.sections(), &store.history().await, 1));
     }
+    let record = Record::new("restart-empty", &name_of_test());
+    let (record, fenced_figures) = fenced.examine(record, &[window]);
+    let (record, figures) = plain.examine(record, &[window]);
     verdict
-        .to_record(Record::new("restart-empty", &name_of_test()))
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations()
+                + history_violations(&fenced_figures)
+                + history_violations(&figures)) as f64,
+        )
         .nums("recovery_ms", &recovery)
         .nums("lost_signal_after_restart_ms", &signal_ms)
         .num("guards_lost", signal_ms.len() as f64)
         .save();
     assert_eq!(verdict.violations(), 0, "{verdict:?}");
+    assert_clean(&fenced_figures);
+    assert_clean(&figures);
 }
 
 // === Slow network ===
 
+/// History: every worker's acquires (p0-p3; half of them wait at most 15 ms) and unlocks. No
+/// fault window: the delay is there throughout and small (3-10 ms per chunk), so the stall bound
+/// applies as without a fault.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
     let server = spawned().await;
@@ -687,15 +1074,21 @@ async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
     let store = Store::connect(&store_server.url(), &resource).await;
     let name = unique("slow");
     let recorder = Recorder::new();
+    let observed = Observed::new(Primitive::Lock);
     let mut proxies = Vec::new();
     let mut tasks = Vec::new();
-    for worker in 0..4 {
+    for worker in 0..4u64 {
         let proxy = FaultProxy::start(server.addr()).await.unwrap();
         proxy.set_delay(Duration::from_millis(3));
         proxy.set_jitter(Duration::from_millis(7));
         let client = client_with(&proxy.url(), Duration::from_secs(3)).await;
         proxies.push(proxy);
-        let (name, store, recorder) = (name.clone(), store.clone(), recorder.clone());
+        let (name, store, recorder, observed) = (
+            name.clone(),
+            store.clone(),
+            recorder.clone(),
+            observed.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let lock = client.lock(&name);
             let (mut timed_out, mut done) = (0u32, 0u32);
@@ -706,7 +1099,12 @@ async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
                 } else {
                     Duration::from_millis(15)
                 };
-                let Some(guard) = lock.try_lock(wait, None).await.unwrap() else {
+                let acquire = lock.try_lock(wait, None);
+                let Some(guard) = observed
+                    .try_lock(worker, &name, true, acquire)
+                    .await
+                    .unwrap()
+                else {
                     timed_out += 1;
                     continue;
                 };
@@ -720,7 +1118,7 @@ async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
                     .unwrap();
                 assert_eq!(outcome, Outcome::Wrote { accepted: true });
                 recorder.record(Section::new(id, acquired, released));
-                guard.unlock().await.unwrap();
+                observed.unlock(guard).await.unwrap();
                 done += 1;
             }
             (done, timed_out)
@@ -736,8 +1134,14 @@ async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
     let history = store.history().await;
     let verdict = check(&recorder.sections(), &history, 1);
     assert_eq!(store.counter().await, history.len() as i64);
+    let record = Record::new("slow-network", &name_of_test());
+    let (record, figures) = observed.examine(record, &[]);
     verdict
-        .to_record(Record::new("slow-network", &name_of_test()))
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations() + history_violations(&figures)) as f64,
+        )
         .num("timed_out_waits", f64::from(timed_out))
         .text(
             "network",
@@ -745,6 +1149,7 @@ async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
         )
         .save();
     assert_eq!(verdict.violations(), 0, "{verdict:?}");
+    assert_clean(&figures);
 }
 
 // === Replies lost ===
@@ -752,6 +1157,13 @@ async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
 /// The server runs an acquire or a release, the proxy drops the reply and cuts the connection;
 /// fred re-sends the acquire, lockkit retries the release. Nothing may count twice, be released
 /// twice, or stay stuck.
+///
+/// History, per round: the holder's acquire (p1) and its final unlock, the other client's
+/// try-locks without a wait while it is held and after (p2), and the other's unlock. The
+/// re-entry inside the holder's scope and its release (whose reply is the one dropped in the odd
+/// rounds) are not in it: the capacity spec of `tests/history` knows no re-entry, and the hold
+/// counts are asserted directly. Fault windows: from arming the drop to the answer of the
+/// operation whose reply was dropped.
 #[tokio::test]
 async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
     let server = spawned().await;
@@ -765,6 +1177,8 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
     warm.unlock().await.unwrap();
     let redis = raw(&server.url()).await;
     let recorder = Recorder::new();
+    let observed = Observed::new(Primitive::Lock);
+    let mut windows = Vec::new();
     let mut fired = 0;
     let rounds = 12;
     for round in 0..rounds {
@@ -772,11 +1186,17 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
         let key = lock_key(&name);
         let lock = holder.lock(&name);
         let drop_acquire = round % 2 == 0;
+        let armed = now();
         if drop_acquire {
             proxy.cut_after_request_containing(key.clone());
         }
-        let guard = within(HANG, "acquire", lock.lock()).await.unwrap();
+        let guard = within(HANG, "acquire", observed.lock(1, &name, lock.lock()))
+            .await
+            .unwrap();
         let acquired = now();
+        if drop_acquire {
+            windows.push((armed, acquired));
+        }
         let inner = within(HANG, "re-entry", guard.scope(lock.lock()))
             .await
             .unwrap();
@@ -790,18 +1210,15 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
             "one owner count and two markers: {fields:?}"
         );
         assert_eq!(lock.hold_count().await.unwrap(), 2, "no hold counted twice");
-        assert!(other
-            .lock(&name)
-            .try_lock(Duration::ZERO, None)
-            .await
-            .unwrap()
-            .is_none());
+        let at_once = observed.try_now(2, &other.lock(&name)).await;
+        assert!(at_once.unwrap().is_none());
         let id = format!("r#{round}");
         let (outcome, released) =
             critical_section(&store, &id, None, Duration::ZERO, || guard.is_lost())
                 .await
                 .unwrap();
         assert_eq!(outcome, Outcome::Wrote { accepted: true });
+        let armed = now();
         if !drop_acquire {
             proxy.cut_after_request_containing(key.clone());
         }
@@ -810,33 +1227,42 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
             .unwrap();
         if !drop_acquire {
             fired += usize::from(proxy.triggered());
+            windows.push((armed, now()));
         }
         assert_eq!(
             lock.hold_count().await.unwrap(),
             1,
             "no hold released twice"
         );
-        within(HANG, "release", guard.unlock()).await.unwrap();
+        within(HANG, "release", observed.unlock(guard))
+            .await
+            .unwrap();
         recorder.record(Section::new(id, acquired, released));
         // Nothing stuck: another client gets it at once.
-        let next = other
-            .lock(&name)
-            .try_lock(Duration::ZERO, None)
+        let next = observed
+            .try_now(2, &other.lock(&name))
             .await
             .unwrap()
             .expect("the lock is free after the releases");
         let entered = now();
-        next.unlock().await.unwrap();
+        observed.unlock(next).await.unwrap();
         recorder.record(Section::new(format!("o#{round}"), entered, now()));
     }
     assert_eq!(fired, rounds, "every armed reply was really dropped");
     let verdict = check(&recorder.sections(), &store.history().await, 1);
+    let record = Record::new("reply-lost", &name_of_test());
+    let (record, figures) = observed.examine(record, &windows);
     verdict
-        .to_record(Record::new("reply-lost", &name_of_test()))
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations() + history_violations(&figures)) as f64,
+        )
         .num("runs", rounds as f64)
         .num("replies_dropped", fired as f64)
         .save();
     assert_eq!(verdict.violations(), 0, "{verdict:?}");
+    assert_clean(&figures);
 }
 
 // === Watchdog starved ===
@@ -844,6 +1270,10 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
 /// A client on a current-thread runtime that is blocked longer than its lease: its watchdog
 /// cannot run. Its guard must report lost, another client gets in, and when the starved runtime
 /// runs again its watchdog must not extend the other owner's lock.
+///
+/// History: the starved client's acquire (p1), the other client's acquire (p2), the starved
+/// guard's lost signal, both unlocks (each finds its hold gone). Fault window: from the block to
+/// a lease after it (no renewal came after it; the other client may wait the starved lease out).
 #[tokio::test]
 async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds() {
     let server = spawned().await;
@@ -860,8 +1290,10 @@ async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds(
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
     let (resumed_tx, resumed_rx) = tokio::sync::oneshot::channel();
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let observed = Observed::new(Primitive::Lock);
     let starved = {
-        let (url, name, store) = (url.clone(), name.clone(), store.clone());
+        let (url, name, store, observed) =
+            (url.clone(), name.clone(), store.clone(), observed.clone());
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -869,15 +1301,23 @@ async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds(
                 .unwrap();
             runtime.block_on(async move {
                 let client = client_with(&url, timeout).await;
-                let guard = client.lock(&name).lock().await.unwrap();
+                let guard = observed
+                    .lock(1, &name, client.lock(&name).lock())
+                    .await
+                    .unwrap();
                 let acquired = now();
                 let read = store.read().await.unwrap();
-                acquired_tx.send(acquired).unwrap();
+                // No await from here to the block: no renewal after `blocking`.
+                let blocking = now();
+                acquired_tx.send((acquired, blocking)).unwrap();
                 // Blocks the only runtime thread (no watchdog, no I/O) until the other client
                 // is in: far longer than the lease.
                 go_rx.recv().unwrap();
                 let resumed = now();
                 let lost_on_resume = guard.is_lost();
+                if lost_on_resume {
+                    observed.lost(&guard);
+                }
                 // A careful application checks before writing, and so writes nothing.
                 let wrote = if guard.is_lost() {
                     None
@@ -887,14 +1327,14 @@ async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds(
                 resumed_tx.send((resumed, lost_on_resume, wrote)).unwrap();
                 // Keeps the guard (and the watchdog ticking) until the other owner's lease ended.
                 finish_rx.await.unwrap();
-                let unlocked = guard.unlock().await;
+                let unlocked = observed.unlock(guard).await;
                 client.shutdown().await.unwrap();
                 unlocked
             })
         })
     };
 
-    let starved_acquired = within(HANG, "the starved client acquires", acquired_rx)
+    let (starved_acquired, blocking) = within(HANG, "the starved client acquires", acquired_rx)
         .await
         .unwrap();
     let fields: HashMap<String, String> = raw(&url).await.hgetall(&key).await.unwrap();
@@ -909,7 +1349,7 @@ async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds(
     let guard = within(
         HANG,
         "the other client acquires",
-        other.lock(&name).lock_with_lease(other_lease),
+        observed.lock(2, &name, other.lock(&name).lock_with_lease(other_lease)),
     )
     .await
     .unwrap();
@@ -960,7 +1400,11 @@ async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds(
         matches!(starved_unlock, Err(Error::NotHeld { .. })),
         "{starved_unlock:?}"
     );
-    assert!(matches!(guard.unlock().await, Err(Error::NotHeld { .. })));
+    let unlocked = observed.unlock(guard).await;
+    assert!(
+        matches!(unlocked, Err(Error::NotHeld { .. })),
+        "{unlocked:?}"
+    );
     assert_eq!(
         extended, 0,
         "something extended the other owner's lock: {between:?}"
@@ -970,9 +1414,15 @@ async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds(
     starved_section.lost = Some(resumed);
     let sections = [starved_section, Section::new("other", entered, released)];
     let verdict = check(&sections, &store.history().await, 1);
+    let window = (blocking, blocking + timeout.as_nanos() as u64);
+    let record = Record::new("watchdog-starved", &name_of_test());
+    let (record, figures) = observed.examine(record, &[window]);
     verdict
-        .to_record(Record::new("watchdog-starved", &name_of_test()))
-        .num("violations", (verdict.violations() + extended) as f64)
+        .to_record(record)
+        .num(
+            "violations",
+            (verdict.violations() + extended + history_violations(&figures)) as f64,
+        )
         .num("extensions_of_other_owner", extended as f64)
         .nums("recovery_ms", &[millis_between(starved_acquired, entered)])
         .num("blocked_ms", millis_between(starved_acquired, resumed))
@@ -982,43 +1432,62 @@ async fn a_starved_watchdog_reports_lost_and_renews_nothing_another_owner_holds(
         )
         .save();
     assert_eq!(verdict.violations(), 0, "{verdict:?}");
+    assert_clean(&figures);
 }
 
 /// Found by the soak: after the subscriber connection is re-established, fred's
 /// `manage_subscriptions` re-subscribes with a `PSUBSCRIBE` of no patterns, whose error reply
 /// surfaced as the failure of a waiter's subscription ("redis error during subscribe: ERR wrong
 /// number of arguments for 'psubscribe'"). Waiting across reconnects must never fail that way.
+///
+/// History: the holder's acquires and unlocks (p1), the waiter client's waits (p2; an error
+/// leaves one pending), the parked waiter's acquire (p3), granted when the first lock is unlocked
+/// after every cut: a wake-up lost across the reconnects would show as a stall there. Fault
+/// windows: from each cut to the end of the wait across it.
 #[tokio::test]
 async fn waiting_across_reconnects_never_fails_with_a_subscribe_error() {
     let server = spawned().await;
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let waiter = client(&proxy.url()).await;
     let holder = client(&server.url()).await;
-    let busy = holder.lock(unique("busy")).lock().await.unwrap();
+    let observed = Observed::new(Primitive::Lock);
+    let busy_name = unique("busy");
+    let busy = observed
+        .lock(1, &busy_name, holder.lock(&busy_name).lock())
+        .await
+        .unwrap();
     // A waiter that stays registered, so the subscriber has a channel to restore.
-    let lock = waiter.lock(busy.name());
-    let parked = tokio::spawn(async move { lock.lock().await });
+    let lock = waiter.lock(&busy_name);
+    let parked = {
+        let observed = observed.clone();
+        tokio::spawn(async move { observed.lock(3, &busy_name, lock.lock()).await })
+    };
     until_waiting(&waiter, 1).await;
     let mut errors = Vec::new();
+    let mut windows = Vec::new();
     let rounds = 30;
     for _ in 0..rounds {
         let name = unique("busy-too");
-        let held = holder.lock(&name).lock().await.unwrap();
+        let held = observed
+            .lock(1, &name, holder.lock(&name).lock())
+            .await
+            .unwrap();
+        let cut = now();
         proxy.cut();
-        match within(
-            HANG,
-            "a wait across a reconnect",
-            waiter
-                .lock(&name)
-                .try_lock(Duration::from_millis(100), None),
-        )
-        .await
-        {
+        let lock = waiter.lock(&name);
+        let wait = observed.try_lock(
+            2,
+            &name,
+            true,
+            lock.try_lock(Duration::from_millis(100), None),
+        );
+        match within(HANG, "a wait across a reconnect", wait).await {
             Ok(None) => {}
             Ok(Some(_)) => panic!("acquired a held lock"),
             Err(err) => errors.push(err.to_string()),
         }
-        held.unlock().await.unwrap();
+        windows.push((cut, now()));
+        observed.unlock(held).await.unwrap();
     }
     // The parked waiter's channel was subscribed again after the cuts.
     let channel = lockkit::protocol::keys::Namespace::default()
@@ -1046,18 +1515,18 @@ async fn waiting_across_reconnects_never_fails_with_a_subscribe_error() {
         },
     )
     .await;
-    busy.unlock().await.unwrap();
-    within(HANG, "the parked waiter", parked)
+    observed.unlock(busy).await.unwrap();
+    let parked = within(HANG, "the parked waiter", parked)
         .await
         .unwrap()
-        .unwrap()
-        .unlock()
-        .await
         .unwrap();
-    Record::new("reconnect-while-waiting", &name_of_test())
+    observed.unlock(parked).await.unwrap();
+    let record = Record::new("reconnect-while-waiting", &name_of_test());
+    let (record, figures) = observed.examine(record, &windows);
+    record
         .num("runs", f64::from(rounds))
         .num("operations", f64::from(rounds))
-        .num("violations", 0.0)
+        .num("violations", history_violations(&figures) as f64)
         .num("errors", errors.len() as f64)
         .save();
     assert!(
@@ -1065,81 +1534,28 @@ async fn waiting_across_reconnects_never_fails_with_a_subscribe_error() {
         "{} of {rounds}: {errors:?}",
         errors.len()
     );
+    assert_clean(&figures);
 }
 
 // === Histories under contention, no fault: linearizability and stalls ===
 
-/// A release's answer for the history: released, not held (the hold was gone), unknown.
-fn released(result: Result<(), Error>) -> Result<bool, Error> {
-    match result {
-        Ok(()) => Ok(true),
-        Err(Error::NotHeld { .. }) => Ok(false),
-        Err(err) => Err(err),
-    }
-}
-
 /// The primitives of the contention run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Contended {
-    Lock,
-    Fenced,
-    Fair,
-    Spin,
-    Semaphore,
-    ReadWrite,
-}
-
-const CONTENDED: [Contended; 6] = [
-    Contended::Lock,
-    Contended::Fenced,
-    Contended::Fair,
-    Contended::Spin,
-    Contended::Semaphore,
-    Contended::ReadWrite,
+const CONTENDED: [Primitive; 6] = [
+    Primitive::Lock,
+    Primitive::Fenced,
+    Primitive::Fair,
+    Primitive::Spin,
+    Primitive::Semaphore,
+    Primitive::ReadWrite,
 ];
 const CONTENTION_CLIENTS: u64 = 3;
 const CONTENTION_PERMITS: u64 = 3;
-
-impl Contended {
-    fn id(self) -> &'static str {
-        match self {
-            Contended::Lock => "lock",
-            Contended::Fenced => "fenced",
-            Contended::Fair => "fair",
-            Contended::Spin => "spin",
-            Contended::Semaphore => "semaphore",
-            Contended::ReadWrite => "rw",
-        }
-    }
-
-    fn capacity(self) -> u64 {
-        match self {
-            Contended::Semaphore => CONTENTION_PERMITS,
-            Contended::ReadWrite => CONTENTION_CLIENTS * 2,
-            _ => 1,
-        }
-    }
-
-    /// The reference model that judges its histories.
-    fn model(self) -> history::Model {
-        match self {
-            Contended::Semaphore => history::Model::Semaphore {
-                permits: self.capacity(),
-            },
-            Contended::ReadWrite => history::Model::ReadWrite {
-                capacity: self.capacity(),
-            },
-            Contended::Spin => history::Model::Spin,
-            _ => history::Model::Lock,
-        }
-    }
-}
 
 /// One worker of the contention run: random waits (some a single attempt), holds of 5-150 ms,
 /// some guards dropped instead of unlocked; every invocation and answer goes to `recording`.
 async fn contention_worker(
     client: lockkit::Client,
-    kind: Contended,
+    kind: Primitive,
     name: String,
     process: u64,
     recording: history::Recording,
@@ -1160,7 +1576,7 @@ async fn contention_worker(
         };
         // Semaphore holds are longer: releases are rarer, so a wake-up that goes astray leaves
         // a waiter unserved long enough to show.
-        let hold_for = if kind == Contended::Semaphore {
+        let hold_for = if kind == Primitive::Semaphore {
             rng.millis(20, 400)
         } else {
             rng.millis(5, 150)
@@ -1168,7 +1584,7 @@ async fn contention_worker(
         let drop_it = rng.one_in(6);
         let waits = !wait.is_zero();
         match kind {
-            Contended::Semaphore => {
+            Primitive::Semaphore => {
                 let permits = rng.range(1, 3);
                 let acquiring = recording.acquire(process, &[object], permits, waits);
                 let semaphore = client.semaphore(object);
@@ -1189,7 +1605,7 @@ async fn contention_worker(
                     Err(err) => panic!("semaphore acquire without a fault: {err}"),
                 }
             }
-            Contended::ReadWrite => {
+            Primitive::ReadWrite => {
                 let writer = rng.one_in(3);
                 let weight = if writer { kind.capacity() } else { 1 };
                 let acquiring = recording.acquire(process, &[object], weight, waits);
@@ -1217,9 +1633,9 @@ async fn contention_worker(
             _ => {
                 let acquiring = recording.acquire(process, &[object], 1, waits);
                 let acquired = match kind {
-                    Contended::Lock => client.lock(object).try_lock(wait, lease).await,
-                    Contended::Fenced => client.fenced_lock(object).try_lock(wait, lease).await,
-                    Contended::Fair => client.fair_lock(object).try_lock(wait, lease).await,
+                    Primitive::Lock => client.lock(object).try_lock(wait, lease).await,
+                    Primitive::Fenced => client.fenced_lock(object).try_lock(wait, lease).await,
+                    Primitive::Fair => client.fair_lock(object).try_lock(wait, lease).await,
                     _ => client.spin_lock(object).try_lock(wait, lease).await,
                 };
                 match acquired {
@@ -1270,7 +1686,7 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
     let mut tasks = Vec::new();
     for kind in CONTENDED {
         let name = unique(&format!("contended-{}", kind.id()));
-        if kind == Contended::Semaphore {
+        if kind == Primitive::Semaphore {
             assert!(clients[0]
                 .semaphore(&name)
                 .try_set_permits(CONTENTION_PERMITS)
@@ -1280,7 +1696,7 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
         let recording = history::Recording::new();
         for (c, client) in clients.iter().enumerate() {
             // Three semaphore workers per client: waiters for 1 and 2 permits in one client.
-            let workers = if kind == Contended::Semaphore { 3 } else { 2 };
+            let workers = if kind == Primitive::Semaphore { 3 } else { 2 };
             let mut batch = Vec::new();
             for w in 0..workers {
                 let worker = contention_worker(
@@ -1315,12 +1731,7 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
     let mut failures = String::new();
     let (mut operations, mut violations) = (0, 0);
     for (kind, recording) in &runs {
-        let bound = if *kind == Contended::Spin {
-            history::SPIN_BOUND_NS
-        } else {
-            history::BOUND_NS
-        };
-        let figures = history::examine(recording, |_| kind.model(), bound, &[]);
+        let figures = examine(recording, *kind, &[]);
         history::report(kind.id(), &figures);
         operations += figures.operations;
         record = history::to_record(record, kind.id(), &figures);

@@ -4,7 +4,8 @@
 //!
 //! `lockkit-test-worker <lock-url> <store-url> <resource> <lock-name> <lock|fenced> <watchdog-ms> [fixed-lease-ms]`
 //!
-//! 1. takes the lock (watchdog mode, or the fixed lease) and prints `HELD <acquired> <token|->`;
+//! 1. takes the lock (watchdog mode, or the fixed lease) and prints
+//!    `HELD <acquired> <token|-> <invoked>` (`invoked`: when it called the acquire);
 //! 2. reads the counter and checks its guard, and prints `READ <value> <lost 0|1>`;
 //! 3. waits for a line `GO` on stdin (a test pauses or kills the worker here);
 //! 4. writes `value + 1` (with its token, for a fenced lock, which the store checks) and prints
@@ -37,6 +38,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         None => None,
     };
     let wait = Duration::MAX;
+    let invoked = now();
     let guard = match kind.as_str() {
         "lock" => client.lock(name).try_lock(wait, lease).await?,
         "fenced" => client.fenced_lock(name).try_lock(wait, lease).await?,
@@ -45,7 +47,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     .ok_or("acquire without a bound returned nothing")?;
     let token = guard.fencing_token();
     let token_text = token.map_or_else(|| "-".to_owned(), |t| t.to_string());
-    println!("HELD {} {token_text}", now());
+    println!("HELD {} {token_text} {invoked}", now());
 
     let read = store.read().await?;
     println!("READ {read} {}", u8::from(guard.is_lost()));

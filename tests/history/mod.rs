@@ -329,6 +329,59 @@ impl Recording {
     }
 }
 
+/// Operations made by another process (the fault suite's worker processes), recorded after the
+/// fact with the times that process reported on the same clock.
+impl Recording {
+    /// [`acquire`](Recording::acquire), invoked at `at`.
+    pub fn acquire_at(
+        &self,
+        process: u64,
+        objects: &[&str],
+        weight: u64,
+        waits: bool,
+        at: u64,
+    ) -> Acquiring {
+        let owner = OWNERS.fetch_add(1, Ordering::Relaxed);
+        let calls = objects
+            .iter()
+            .map(|object| {
+                self.history.invoke_at(
+                    process,
+                    object,
+                    Op::Acquire {
+                        owner,
+                        weight,
+                        waits,
+                        lapsable: false,
+                    },
+                    at,
+                )
+            })
+            .collect();
+        Acquiring { calls, owner }
+    }
+
+    /// [`granted`](Recording::granted), answered at `at`.
+    pub fn granted_at(
+        &self,
+        acquiring: &Acquiring,
+        process: u64,
+        objects: &[&str],
+        token: Option<u64>,
+        at: u64,
+    ) -> Hold {
+        for call in &acquiring.calls {
+            self.history.respond_at(*call, Ret::Granted { token }, at);
+        }
+        Hold {
+            calls: acquiring.calls.clone(),
+            objects: objects.iter().map(|o| (*o).to_owned()).collect(),
+            process,
+            owner: acquiring.owner,
+        }
+    }
+}
+
 /// What the checks found in one primitive's histories.
 #[derive(Debug, Clone, Default)]
 pub struct Figures {
