@@ -260,9 +260,39 @@ impl Observed {
         waits: bool,
         acquire: impl Future<Output = Result<Option<LockGuard>, Error>> + 'a,
     ) -> impl Future<Output = Result<Option<Held>, Error>> + 'a {
+        let acquiring = self.recording.acquire(process, &[name], 1, waits);
+        self.answer(process, name, acquiring, acquire)
+    }
+
+    /// A re-entry inside `held`'s scope (`acquire` runs in it), recorded as an acquire by the
+    /// same owner that creates a hold of its own.
+    fn reenter<'a>(
+        &'a self,
+        held: &'a Held,
+        acquire: impl Future<Output = Result<LockGuard, Error>> + 'a,
+    ) -> impl Future<Output = Result<Held, Error>> + 'a {
+        let acquiring = self.recording.reenter(&held.hold, true);
+        let name = held.guard.name();
+        let answered = self.answer(held.hold.process(), name, acquiring, async {
+            held.guard.scope(acquire).await.map(Some)
+        });
+        async {
+            Ok(answered
+                .await?
+                .expect("an acquire without a bound returns a guard"))
+        }
+    }
+
+    /// Records how the acquire `acquiring` ended.
+    fn answer<'a>(
+        &'a self,
+        process: u64,
+        name: &'a str,
+        acquiring: history::Acquiring,
+        acquire: impl Future<Output = Result<Option<LockGuard>, Error>> + 'a,
+    ) -> impl Future<Output = Result<Option<Held>, Error>> + 'a {
         let acquire = Box::pin(acquire);
         async move {
-            let acquiring = self.recording.acquire(process, &[name], 1, waits);
             match acquire.await {
                 Ok(Some(guard)) => {
                     let token = guard.fencing_token();
@@ -1158,12 +1188,10 @@ async fn a_slow_network_grants_no_lock_twice_and_waits_end() {
 /// fred re-sends the acquire, lockkit retries the release. Nothing may count twice, be released
 /// twice, or stay stuck.
 ///
-/// History, per round: the holder's acquire (p1) and its final unlock, the other client's
-/// try-locks without a wait while it is held and after (p2), and the other's unlock. The
-/// re-entry inside the holder's scope and its release (whose reply is the one dropped in the odd
-/// rounds) are not in it: the capacity spec of `tests/history` knows no re-entry, and the hold
-/// counts are asserted directly. Fault windows: from arming the drop to the answer of the
-/// operation whose reply was dropped.
+/// History, per round: the holder's acquire (p1), its re-entry inside the holder's scope and the
+/// re-entry's release (one of the two has its reply dropped), its final unlock, the other
+/// client's try-locks without a wait while it is held and after (p2), and the other's unlock.
+/// Fault windows: from arming the drop to the answer of the operation whose reply was dropped.
 #[tokio::test]
 async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
     let server = spawned().await;
@@ -1197,7 +1225,7 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
         if drop_acquire {
             windows.push((armed, acquired));
         }
-        let inner = within(HANG, "re-entry", guard.scope(lock.lock()))
+        let inner = within(HANG, "re-entry", observed.reenter(&guard, lock.lock()))
             .await
             .unwrap();
         if drop_acquire {
@@ -1222,7 +1250,7 @@ async fn lost_replies_count_nothing_twice_and_leave_nothing_stuck() {
         if !drop_acquire {
             proxy.cut_after_request_containing(key.clone());
         }
-        within(HANG, "release of the inner hold", inner.unlock())
+        within(HANG, "release of the inner hold", observed.unlock(inner))
             .await
             .unwrap();
         if !drop_acquire {

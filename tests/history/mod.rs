@@ -37,13 +37,16 @@ pub enum Op {
     /// waits for the resource (a wait longer than one attempt), so it can stall.
     Acquire {
         owner: u64,
+        /// The hold it creates: unique per acquire (the owner's first hold has the owner's id;
+        /// a re-entry inside the holder's scope, a new one).
+        hold: u64,
         weight: u64,
         waits: bool,
         /// Set after the fact: the hold was reported lost, so it may have lapsed at any time.
         lapsable: bool,
     },
-    /// Give back `owner`'s hold.
-    Release { owner: u64 },
+    /// Give back one hold.
+    Release { hold: u64 },
 }
 
 /// What an operation returned.
@@ -115,14 +118,17 @@ impl Spec for Checked {
             Checked::Lock(spec) => {
                 let op = match op {
                     Op::Acquire {
-                        owner, lapsable, ..
+                        owner,
+                        hold,
+                        lapsable,
+                        ..
                     } => LockOp::Acquire {
                         owner: owner.to_string(),
-                        hold: owner.to_string(),
+                        hold: hold.to_string(),
                         may_lapse: *lapsable,
                     },
-                    Op::Release { owner } => LockOp::Release {
-                        hold: owner.to_string(),
+                    Op::Release { hold } => LockOp::Release {
+                        hold: hold.to_string(),
                     },
                 };
                 let ret = match ret {
@@ -135,12 +141,13 @@ impl Spec for Checked {
                 let op = match op {
                     Op::Acquire {
                         owner,
+                        hold,
                         weight,
                         lapsable,
                         ..
                     } => RwHistoryOp::Acquire {
                         owner: owner.to_string(),
-                        hold: owner.to_string(),
+                        hold: hold.to_string(),
                         mode: if weight == capacity {
                             Mode::Write
                         } else {
@@ -148,8 +155,8 @@ impl Spec for Checked {
                         },
                         may_lapse: *lapsable,
                     },
-                    Op::Release { owner } => RwHistoryOp::Release {
-                        hold: owner.to_string(),
+                    Op::Release { hold } => RwHistoryOp::Release {
+                        hold: hold.to_string(),
                     },
                 };
                 spec.step(&op, &ret).map(|spec| Checked::ReadWrite {
@@ -160,17 +167,17 @@ impl Spec for Checked {
             Checked::Permits(spec) => {
                 let op = match op {
                     Op::Acquire {
-                        owner,
+                        hold,
                         weight,
                         lapsable,
                         ..
                     } => PermitHistoryOp::Acquire {
-                        hold: owner.to_string(),
+                        hold: hold.to_string(),
                         permits: *weight,
                         may_lapse: *lapsable,
                     },
-                    Op::Release { owner } => PermitHistoryOp::Release {
-                        hold: owner.to_string(),
+                    Op::Release { hold } => PermitHistoryOp::Release {
+                        hold: hold.to_string(),
                     },
                 };
                 spec.step(&op, &ret).map(Checked::Permits)
@@ -195,20 +202,30 @@ pub struct Recording {
 
 static OWNERS: AtomicU64 = AtomicU64::new(1);
 
-/// A pending acquire: its calls (one per object, e.g. a multi-lock's members) and its owner.
+/// A pending acquire: its calls (one per object, e.g. a multi-lock's members), its owner and the
+/// hold it creates.
 #[derive(Debug, Clone)]
 pub struct Acquiring {
     calls: Vec<Call>,
     pub owner: u64,
+    hold: u64,
 }
 
-/// A granted hold: the acquire calls (to mark lost) and its owner.
+/// A granted hold: the acquire calls (to mark lost), its owner and its own id.
 #[derive(Debug, Clone)]
 pub struct Hold {
     calls: Vec<Call>,
     objects: Vec<String>,
     process: u64,
     pub owner: u64,
+    id: u64,
+}
+
+impl Hold {
+    /// The process that holds it.
+    pub fn process(&self) -> u64 {
+        self.process
+    }
 }
 
 impl Recording {
@@ -216,25 +233,44 @@ impl Recording {
         Recording::default()
     }
 
-    /// An acquire of `weight` on each of `objects` (all at once: a multi-lock).
+    /// An acquire of `weight` on each of `objects` (all at once: a multi-lock), by an owner of
+    /// its own.
     pub fn acquire(&self, process: u64, objects: &[&str], weight: u64, waits: bool) -> Acquiring {
         let owner = OWNERS.fetch_add(1, Ordering::Relaxed);
+        self.invoke_acquire(process, objects, (owner, owner), weight, waits, None)
+    }
+
+    /// A re-entry inside `held`'s scope: an acquire by the same owner, creating a hold of its own.
+    pub fn reenter(&self, held: &Hold, waits: bool) -> Acquiring {
+        let objects: Vec<&str> = held.objects.iter().map(String::as_str).collect();
+        let hold = OWNERS.fetch_add(1, Ordering::Relaxed);
+        self.invoke_acquire(held.process, &objects, (held.owner, hold), 1, waits, None)
+    }
+
+    fn invoke_acquire(
+        &self,
+        process: u64,
+        objects: &[&str],
+        (owner, hold): (u64, u64),
+        weight: u64,
+        waits: bool,
+        at: Option<u64>,
+    ) -> Acquiring {
+        let op = Op::Acquire {
+            owner,
+            hold,
+            weight,
+            waits,
+            lapsable: false,
+        };
         let calls = objects
             .iter()
-            .map(|object| {
-                self.history.invoke(
-                    process,
-                    object,
-                    Op::Acquire {
-                        owner,
-                        weight,
-                        waits,
-                        lapsable: false,
-                    },
-                )
+            .map(|object| match at {
+                Some(at) => self.history.invoke_at(process, object, op.clone(), at),
+                None => self.history.invoke(process, object, op.clone()),
             })
             .collect();
-        Acquiring { calls, owner }
+        Acquiring { calls, owner, hold }
     }
 
     pub fn granted(
@@ -252,6 +288,7 @@ impl Recording {
             objects: objects.iter().map(|o| (*o).to_owned()).collect(),
             process,
             owner: acquiring.owner,
+            id: acquiring.hold,
         }
     }
 
@@ -298,7 +335,7 @@ impl Recording {
             .iter()
             .map(|object| {
                 self.history
-                    .invoke(hold.process, object, Op::Release { owner: hold.owner })
+                    .invoke(hold.process, object, Op::Release { hold: hold.id })
             })
             .collect();
         let result = release.await;
@@ -322,7 +359,7 @@ impl Recording {
         for object in &hold.objects {
             let call = self
                 .history
-                .invoke(hold.process, object, Op::Release { owner: hold.owner });
+                .invoke(hold.process, object, Op::Release { hold: hold.id });
             self.history
                 .abandon(call, vec![Ret::Released, Ret::NotHeld]);
         }
@@ -342,23 +379,7 @@ impl Recording {
         at: u64,
     ) -> Acquiring {
         let owner = OWNERS.fetch_add(1, Ordering::Relaxed);
-        let calls = objects
-            .iter()
-            .map(|object| {
-                self.history.invoke_at(
-                    process,
-                    object,
-                    Op::Acquire {
-                        owner,
-                        weight,
-                        waits,
-                        lapsable: false,
-                    },
-                    at,
-                )
-            })
-            .collect();
-        Acquiring { calls, owner }
+        self.invoke_acquire(process, objects, (owner, owner), weight, waits, Some(at))
     }
 
     /// [`granted`](Recording::granted), answered at `at`.
@@ -378,6 +399,7 @@ impl Recording {
             objects: objects.iter().map(|o| (*o).to_owned()).collect(),
             process,
             owner: acquiring.owner,
+            id: acquiring.hold,
         }
     }
 }
