@@ -18,10 +18,12 @@ use std::time::Duration;
 
 use fred::interfaces::{HashesInterface, KeysInterface, LuaInterface};
 use lockkit::{Error, LockGuard};
+use lockkit_model::latch::{LatchOp, LatchRet, LatchSpec};
 use lockkit_suite::checker::{
     check, critical_section, millis_between, now, KeyEvents, Outcome, OverlapKind, Record,
     Recorder, Section, Store, Verdict,
 };
+use lockkit_suite::linearizability::History;
 use lockkit_suite::{client, client_with, lock_key, raw, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 use nix::sys::signal::{kill, Signal};
@@ -136,6 +138,8 @@ enum Primitive {
     Fair,
     Spin,
     Semaphore,
+    /// `PermitExpirableSemaphore`: one permit per hold.
+    Permits,
     ReadWrite,
 }
 
@@ -147,13 +151,14 @@ impl Primitive {
             Primitive::Fair => "fair",
             Primitive::Spin => "spin",
             Primitive::Semaphore => "semaphore",
+            Primitive::Permits => "permit",
             Primitive::ReadWrite => "rw",
         }
     }
 
     fn capacity(self) -> u64 {
         match self {
-            Primitive::Semaphore => CONTENTION_PERMITS,
+            Primitive::Semaphore | Primitive::Permits => CONTENTION_PERMITS,
             Primitive::ReadWrite => CONTENTION_CLIENTS * 2,
             _ => 1,
         }
@@ -162,7 +167,7 @@ impl Primitive {
     /// The reference model that judges its histories.
     fn model(self) -> history::Model {
         match self {
-            Primitive::Semaphore => history::Model::Semaphore {
+            Primitive::Semaphore | Primitive::Permits => history::Model::Semaphore {
                 permits: self.capacity(),
             },
             Primitive::ReadWrite => history::Model::ReadWrite {
@@ -1568,12 +1573,13 @@ async fn waiting_across_reconnects_never_fails_with_a_subscribe_error() {
 // === Histories under contention, no fault: linearizability and stalls ===
 
 /// The primitives of the contention run.
-const CONTENDED: [Primitive; 6] = [
+const CONTENDED: [Primitive; 7] = [
     Primitive::Lock,
     Primitive::Fenced,
     Primitive::Fair,
     Primitive::Spin,
     Primitive::Semaphore,
+    Primitive::Permits,
     Primitive::ReadWrite,
 ];
 const CONTENTION_CLIENTS: u64 = 3;
@@ -1604,7 +1610,7 @@ async fn contention_worker(
         };
         // Semaphore holds are longer: releases are rarer, so a wake-up that goes astray leaves
         // a waiter unserved long enough to show.
-        let hold_for = if kind == Primitive::Semaphore {
+        let hold_for = if matches!(kind, Primitive::Semaphore | Primitive::Permits) {
             rng.millis(20, 400)
         } else {
             rng.millis(5, 150)
@@ -1631,6 +1637,31 @@ async fn contention_worker(
                     }
                     Ok(None) => recording.timed_out(&acquiring),
                     Err(err) => panic!("semaphore acquire without a fault: {err}"),
+                }
+            }
+            Primitive::Permits => {
+                let acquiring = recording.acquire(process, &[object], 1, waits);
+                let semaphore = client.permit_expirable_semaphore(object);
+                let lease = lease.unwrap_or(Duration::from_secs(5));
+                match semaphore.try_acquire(wait, lease).await {
+                    Ok(Some(permit)) => {
+                        let hold = recording.granted(&acquiring, process, &[object], None);
+                        tokio::time::sleep(hold_for).await;
+                        if drop_it {
+                            // Released by id, as another part of the program would: the guard
+                            // lets go of the permit, which lives on until the release.
+                            let id = permit.into_id();
+                            let _ = recording
+                                .release(&hold, async { released(semaphore.release(&id).await) })
+                                .await;
+                        } else {
+                            let _ = recording
+                                .release(&hold, async { released(permit.release().await) })
+                                .await;
+                        }
+                    }
+                    Ok(None) => recording.timed_out(&acquiring),
+                    Err(err) => panic!("permit acquire without a fault: {err}"),
                 }
             }
             Primitive::ReadWrite => {
@@ -1688,6 +1719,72 @@ async fn contention_worker(
     }
 }
 
+/// The latch's part of the contention run: rounds of `try_set_count(3)` by a coordinator, three
+/// count-downs after random delays from the three clients, and two waiters with random timeouts,
+/// until `end`; every invocation and answer is recorded on one latch, checked against
+/// `LatchSpec` (a wait that returns `true` needs the count at zero; a waiter left waiting while
+/// the latch was open is a stall).
+async fn latch_rounds(
+    clients: Vec<lockkit::Client>,
+    name: String,
+    history: History<LatchOp, LatchRet>,
+    end: tokio::time::Instant,
+) {
+    let mut rng = lockkit_suite::checker::Rng::new(now());
+    while tokio::time::Instant::now() < end {
+        let coordinator = clients[0].count_down_latch(&name);
+        let call = history.invoke(
+            100,
+            &name,
+            LatchOp::TrySetCount {
+                request: String::new(),
+                count: 3,
+            },
+        );
+        let set = coordinator.try_set_count(3).await.expect("no fault");
+        history.respond(call, LatchRet::Set(set));
+        let mut tasks = Vec::new();
+        for i in 0..5u64 {
+            let latch = clients[i as usize % clients.len()].count_down_latch(&name);
+            let history = history.clone();
+            let (delay, timeout) = (rng.millis(0, 120), rng.millis(40, 400));
+            let object = name.clone();
+            tasks.push(tokio::spawn(async move {
+                if i < 3 {
+                    tokio::time::sleep(delay).await;
+                    let down = LatchOp::CountDown {
+                        request: String::new(),
+                    };
+                    let call = history.invoke(101 + i, &object, down);
+                    let ret = match latch.count_down().await {
+                        Ok(count) => LatchRet::Counted { count },
+                        Err(Error::Refused { .. }) => LatchRet::AlreadyZero,
+                        Err(err) => panic!("count_down without a fault: {err}"),
+                    };
+                    history.respond(call, ret);
+                } else {
+                    let call = history.invoke(101 + i, &object, LatchOp::Wait);
+                    let opened = latch.wait(timeout).await.expect("no fault");
+                    let ret = if opened {
+                        LatchRet::Opened
+                    } else {
+                        LatchRet::TimedOut
+                    };
+                    history.respond(call, ret);
+                }
+            }));
+        }
+        for task in tasks {
+            within(HANG, "a latch round", task).await.unwrap();
+        }
+    }
+}
+
+/// The result a waiting latch operation waits for (for the stall measure).
+fn latch_serve(op: &LatchOp) -> Option<LatchRet> {
+    matches!(op, LatchOp::Wait).then_some(LatchRet::Opened)
+}
+
 /// How long the contention run lasts: `LOCKKIT_HISTORY_SECS`, default 8 s per primitive (all
 /// primitives run at once).
 fn history_secs() -> u64 {
@@ -1717,6 +1814,13 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
         if kind == Primitive::Semaphore {
             assert!(clients[0]
                 .semaphore(&name)
+                .try_set_permits(CONTENTION_PERMITS)
+                .await
+                .unwrap());
+        }
+        if kind == Primitive::Permits {
+            assert!(clients[0]
+                .permit_expirable_semaphore(&name)
                 .try_set_permits(CONTENTION_PERMITS)
                 .await
                 .unwrap());
@@ -1752,6 +1856,13 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
         }
         runs.push((kind, recording));
     }
+    let latch_history = History::<LatchOp, LatchRet>::new();
+    tasks.push(tokio::spawn(latch_rounds(
+        clients.clone(),
+        unique("contended-latch"),
+        latch_history.clone(),
+        end,
+    )));
     for task in tasks {
         within(HANG, "a contention worker", task).await.unwrap();
     }
@@ -1767,6 +1878,20 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
         if figures.violations + figures.stalls > 0 {
             failures.push_str(&figures.explain);
         }
+    }
+    let figures = history::examine_history(
+        &latch_history,
+        |_| LatchSpec::new(),
+        latch_serve,
+        history::BOUND_NS,
+        &[],
+    );
+    history::report("latch", &figures);
+    operations += figures.operations;
+    record = history::to_record(record, "latch", &figures);
+    violations += figures.violations + figures.stalls;
+    if figures.violations + figures.stalls > 0 {
+        failures.push_str(&figures.explain);
     }
     record
         .num("operations", operations as f64)

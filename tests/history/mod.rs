@@ -429,7 +429,26 @@ pub fn examine(
     bound_ns: u64,
     excluded: &[(u64, u64)],
 ) -> Figures {
-    let report = check(&recording.history, |object| model(object).spec(), budget());
+    examine_history(
+        &recording.history,
+        |object| model(object).spec(),
+        serve,
+        bound_ns,
+        excluded,
+    )
+}
+
+/// Checks any history per object against `spec(object)`, and measures the stalls of the waiting
+/// operations (`serve`: the result a waiting operation waits for) beyond `bound_ns` outside
+/// `excluded`.
+pub fn examine_history<S: Spec>(
+    history: &History<S::Op, S::Ret>,
+    spec: impl Fn(&str) -> S,
+    serve: impl Fn(&S::Op) -> Option<S::Ret> + Copy,
+    bound_ns: u64,
+    excluded: &[(u64, u64)],
+) -> Figures {
+    let report = check(history, &spec, budget());
     let mut figures = Figures {
         histories: report.histories(),
         operations: report.operations(),
@@ -443,7 +462,7 @@ pub fn examine(
         let Verdict::Linearizable { order } = &checked.verdict else {
             continue;
         };
-        for stall in stalls(&model(object).spec(), &checked.ops, order, serve, excluded) {
+        for stall in stalls(&spec(object), &checked.ops, order, serve, excluded) {
             let ms = stall.len_ns() as f64 / 1e6;
             figures.longest_stall_ms = figures.longest_stall_ms.max(ms);
             if stall.len_ns() > bound_ns {

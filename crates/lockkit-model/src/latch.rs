@@ -19,6 +19,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::spec::Spec;
 use crate::timed::Timed;
 
 /// The largest count (4,294,967,295).
@@ -198,6 +199,56 @@ impl Timed for Latch {
     }
 }
 
+/// The latch's contract without time, for checking concurrent client histories (operations and
+/// results as [`LatchOp`] / [`LatchRet`], request markers unused: every recorded request is sent
+/// once by the client, and a re-send inside fred is the script's business, checked by the model
+/// tests): a round starts only at zero; each count-down takes one off, and is refused at zero; a
+/// `Wait` that returns `true` needs the count at zero at some instant of the call, while one that
+/// gives up is always allowed (whether it should have been woken is the stall measure's question).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct LatchSpec {
+    count: u64,
+}
+
+impl LatchSpec {
+    /// A latch at zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Spec for LatchSpec {
+    type Op = LatchOp;
+    type Ret = LatchRet;
+
+    fn step(&self, op: &LatchOp, ret: &LatchRet) -> Option<Self> {
+        let count = self.count;
+        let next = match (op, ret) {
+            (LatchOp::TrySetCount { count: n, .. }, LatchRet::Set(set)) => {
+                if *set != (count == 0) {
+                    return None;
+                }
+                if *set {
+                    *n
+                } else {
+                    count
+                }
+            }
+            (LatchOp::CountDown { .. }, LatchRet::Counted { count: left })
+                if count > 0 && *left == count - 1 =>
+            {
+                *left
+            }
+            (LatchOp::CountDown { .. }, LatchRet::AlreadyZero) if count == 0 => 0,
+            (LatchOp::Count, LatchRet::Count(n)) if *n == count => count,
+            (LatchOp::Wait, LatchRet::Opened) if count == 0 => 0,
+            (LatchOp::Wait, LatchRet::TimedOut) => count,
+            _ => return None,
+        };
+        Some(Self { count: next })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,5 +289,28 @@ mod tests {
         assert_eq!(l.apply(5, &set("#6", 0)), LatchRet::InvalidArgument);
         l.apply(5, &LatchOp::Foreign);
         assert_eq!(l.apply(5, &set("#7", 1)), LatchRet::WrongType);
+    }
+
+    #[test]
+    fn spec_opens_only_at_zero() {
+        let set = |n| LatchOp::TrySetCount {
+            request: String::new(),
+            count: n,
+        };
+        let down = LatchOp::CountDown {
+            request: String::new(),
+        };
+        let s = LatchSpec::new();
+        assert!(s.step(&LatchOp::Wait, &LatchRet::Opened).is_some());
+        let s = s.step(&set(2), &LatchRet::Set(true)).unwrap();
+        assert!(s.step(&set(5), &LatchRet::Set(true)).is_none());
+        assert!(s.step(&LatchOp::Wait, &LatchRet::Opened).is_none());
+        assert!(s.step(&LatchOp::Wait, &LatchRet::TimedOut).is_some());
+        let s = s.step(&down, &LatchRet::Counted { count: 1 }).unwrap();
+        assert!(s.step(&down, &LatchRet::Counted { count: 1 }).is_none());
+        let s = s.step(&down, &LatchRet::Counted { count: 0 }).unwrap();
+        assert!(s.step(&down, &LatchRet::AlreadyZero).is_some());
+        assert!(s.step(&LatchOp::Wait, &LatchRet::Opened).is_some());
+        assert!(s.step(&LatchOp::Count, &LatchRet::Count(0)).is_some());
     }
 }
