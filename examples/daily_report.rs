@@ -8,7 +8,7 @@
 //! window skips it, however late its tick.
 //!
 //! ```text
-//! cargo run --example daily_report -- --url redis://127.0.0.1:6379
+//! cargo run -p lockkit-examples --example daily_report -- --url redis://127.0.0.1:6379
 //! ```
 //!
 //! Each run of the example uses its own job name (`report:daily:<date>:run-<n>`), so it can be run

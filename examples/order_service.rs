@@ -9,7 +9,7 @@
 //! the token check, A's write would silently undo B's sale.
 //!
 //! ```text
-//! cargo run --example order_service -- --url redis://127.0.0.1:6379
+//! cargo run -p lockkit-examples --example order_service -- --url redis://127.0.0.1:6379
 //! ```
 //!
 //! Exits with status 1 if the stale write was accepted (or B's sale is not the stock's final

@@ -9,8 +9,8 @@
 //! `ticket-sale:<run id>` stops two buyers from selling the same ticket.
 //!
 //! ```text
-//! cargo run --release --example ticket_sale -- --url redis://127.0.0.1:6379
-//! cargo run --release --example ticket_sale -- --no-lock     # the same sale without the lock
+//! cargo run -p lockkit-examples --example ticket_sale -- --url redis://127.0.0.1:6379
+//! cargo run -p lockkit-examples --example ticket_sale -- --no-lock     # the same sale without the lock
 //! ```
 //!
 //! Exits with status 1 when a ticket was oversold or the outcome is not the expected one

@@ -1,4 +1,4 @@
-//! Shared helpers of the lockkit integration suite (tests, benches, examples).
+//! Shared helpers of the lockkit integration suite (tests and benches).
 //!
 //! Every test talks to a real `redis-server`: [`redis`] starts one on a free loopback port (or
 //! uses `REDIS_URL` when set), and [`unique`] gives each test its own object names so tests can
