@@ -476,7 +476,10 @@ async fn maxmemory_policy(redis: &RedisClient, key: &str) -> Option<String> {
     match reply {
         Ok(mut config) => config.remove("maxmemory-policy"),
         Err(err) => {
-            tracing::debug!("inspect: cannot read maxmemory-policy: {err}");
+            tracing::debug!(
+                "inspect: cannot read maxmemory-policy: {}",
+                crate::error::Chain(&err)
+            );
             None
         }
     }

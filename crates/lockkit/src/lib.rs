@@ -122,6 +122,7 @@
 
 mod acquire;
 mod client;
+mod connect;
 mod core;
 mod count_down_latch;
 mod error;
@@ -157,7 +158,7 @@ pub use client::{
     Client, ClientBuilder, PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
 pub use count_down_latch::CountDownLatch;
-pub use error::{Error, RedisError};
+pub use error::{ConnectFailure, Error, RedisError};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
 pub use inspect::{Holder, Inspection, ListedObject};
