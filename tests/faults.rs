@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use fred::interfaces::HashesInterface;
-use lockkit::Error;
+use lockkit::{ConnectFailure, Error};
 use lockkit_suite::{client, lock_key, raw, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 
@@ -86,10 +86,51 @@ async fn a_release_retried_after_a_lost_reply_releases_once() {
     assert!(!lock.is_locked().await.unwrap());
 }
 
+/// The exact message of a refused connection (the README's quick start with no Redis running):
+/// one sentence with the address and a hint, and no source that a reporter would print again.
+fn assert_refused(result: Result<lockkit::Client, Error>, port: u16) {
+    let err = match result {
+        Err(err) => err,
+        Ok(client) => panic!("connected to the closed port {port}: {client:?}"),
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot connect to 127.0.0.1:{port}: connection refused (is Redis running? set REDIS_URL)"
+        )
+    );
+    assert!(
+        matches!(
+            &err,
+            Error::Connect { addr, reason: ConnectFailure::Refused, .. } if *addr == format!("127.0.0.1:{port}")
+        ),
+        "{err:?}"
+    );
+    assert!(std::error::Error::source(&err).is_none(), "{err:?}");
+}
+
+#[tokio::test]
+async fn connecting_to_a_closed_port_says_so_in_one_sentence() {
+    // A free loopback port: bound, then released, so nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let result = within(
+        HANG,
+        "connect to a closed port",
+        lockkit::Client::connect(url),
+    )
+    .await;
+    assert_refused(result, port);
+}
+
 #[tokio::test]
 async fn connecting_to_a_server_that_is_down_fails_clearly() {
     let mut server = spawned().await;
     let url = server.url();
+    let port = server.addr().port();
     server.kill();
     let result = within(
         HANG,
@@ -100,10 +141,7 @@ async fn connecting_to_a_server_that_is_down_fails_clearly() {
             .build(),
     )
     .await;
-    match result {
-        Err(Error::Redis(err)) => assert_eq!(err.operation(), "connect"),
-        other => panic!("expected a connect error, got {other:?}"),
-    }
+    assert_refused(result, port);
 }
 
 #[tokio::test]
@@ -144,7 +182,28 @@ async fn a_wrong_password_is_refused_clearly() {
         lockkit::Client::connect(bad),
     )
     .await;
-    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    match &result {
+        Err(
+            err @ Error::Connect {
+                reason: ConnectFailure::Auth,
+                ..
+            },
+        ) => {
+            let shown = err.to_string();
+            assert!(shown.starts_with("cannot connect to 127.0.0.1:"), "{shown}");
+            assert!(shown.contains("authentication failed"), "{shown}");
+            assert!(!shown.contains("wrong"), "no password in errors: {shown}");
+            // Redis' own reply is the source, shown once by reporters.
+            let source = std::error::Error::source(err).map(ToString::to_string);
+            assert!(
+                source
+                    .as_deref()
+                    .is_some_and(|text| text.contains("WRONGPASS")),
+                "{source:?}"
+            );
+        }
+        other => panic!("expected an authentication failure, got {other:?}"),
+    }
     let good = format!("redis://:s3cret@{}", server.addr());
     let client = lockkit::Client::connect(good).await.unwrap();
     let name = unique("auth");

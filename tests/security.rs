@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use lockkit::{Client, Error};
+use lockkit::{Client, ConnectFailure, Error};
 use lockkit_suite::{unique, until_waiting, within};
 use lockkit_testkit::{RedisServer, RespValue, ServerOptions, TestCertificates};
 
@@ -92,14 +92,23 @@ async fn build(builder: lockkit::ClientBuilder) -> Client {
     within(HANG, "connect", builder.build()).await.unwrap()
 }
 
-fn connect_error(result: Result<Client, Error>) -> String {
+/// The refusal `result` must be, and its message with its sources (as a reporter shows it).
+fn connect_error(result: Result<Client, Error>, expected: ConnectFailure) -> String {
     match result {
-        Err(Error::Redis(err)) => {
-            assert_eq!(err.operation(), "connect", "{err}");
-            err.to_string()
-        }
-        other => panic!("expected a connect error, got {other:?}"),
+        Err(err @ Error::Connect { reason, .. }) if reason == expected => chain(&err),
+        other => panic!("expected a connect error ({expected:?}), got {other:?}"),
     }
+}
+
+/// `err` and its sources, joined by `: `.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line = format!("{line}: {cause}");
+        source = cause.source();
+    }
+    line
 }
 
 // === TLS ===
@@ -157,7 +166,7 @@ async fn a_client_that_does_not_trust_the_servers_certificate_is_refused_clearly
 
     // The system's roots (the default) do not include the test CA.
     let system = within(HANG, "connect", short(Client::builder()).build()).await;
-    let shown = connect_error(system);
+    let shown = connect_error(system, ConnectFailure::Tls);
     assert!(shown.contains("certificate"), "{shown}");
 
     // Another CA does not vouch for this server either.
@@ -169,7 +178,7 @@ async fn a_client_that_does_not_trust_the_servers_certificate_is_refused_clearly
             .build(),
     )
     .await;
-    let shown = connect_error(wrong);
+    let shown = connect_error(wrong, ConnectFailure::Tls);
     assert!(shown.contains("certificate"), "{shown}");
 
     // Plain text to a TLS port is refused, never answered in clear.
@@ -182,7 +191,7 @@ async fn a_client_that_does_not_trust_the_servers_certificate_is_refused_clearly
             .build(),
     )
     .await;
-    connect_error(plain);
+    connect_error(plain, ConnectFailure::Handshake);
 
     // The CA's own client is let in.
     let client = build(tls_client(&server, &certs)).await;
@@ -206,7 +215,7 @@ async fn a_server_that_asks_for_client_certificates_admits_only_clients_with_one
             .build(),
     )
     .await;
-    connect_error(without);
+    connect_error(without, ConnectFailure::Tls);
 
     let (chain, key) = certs.client_pem().unwrap();
     let client = build(tls_client(&server, &certs).tls_client_certificate_pem(chain, key)).await;
@@ -322,7 +331,7 @@ async fn passwords_and_acl_users_are_checked_at_connect() {
             Client::connect(url.clone()),
         )
         .await;
-        let shown = connect_error(result);
+        let shown = connect_error(result, ConnectFailure::Auth);
         assert!(!shown.contains("wrong"), "no password in errors: {shown}");
     }
     // The password user (`default`) and the ACL user both get in.
@@ -520,7 +529,7 @@ fn refused<T: std::fmt::Debug>(result: Result<T, Error>, operation: &str) {
     match result {
         Err(Error::Redis(err)) => {
             assert_eq!(err.operation(), operation, "{err}");
-            assert!(err.to_string().contains("NOPERM"), "{err}");
+            assert!(chain(&err).contains("NOPERM"), "{err:?}");
         }
         other => panic!("{operation}: expected a refusal, got {other:?}"),
     }
@@ -745,7 +754,7 @@ async fn a_user_without_channels_is_told_so_and_never_waits_forever() {
     let late = match wait {
         Err(Error::Redis(err)) => {
             assert_eq!(err.operation(), "subscribe", "{err}");
-            assert!(err.to_string().contains("NOPERM"), "{err}");
+            assert!(chain(&err).contains("NOPERM"), "{err:?}");
             None
         }
         Ok(Some(guard)) => {

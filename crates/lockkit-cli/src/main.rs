@@ -123,8 +123,23 @@ impl From<Error> for Failure {
             Error::InvalidArgument(_) => USAGE,
             _ => REDIS,
         };
-        Failure::new(code, err.to_string())
+        Failure::new(code, chain(&err))
     }
+}
+
+/// `err` and its sources on one line, joined by `: `. lockkit's errors leave their source's text
+/// out of their own, so each cause shows once: a refused connection is the one line
+/// `cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)`,
+/// a failed command `redis error during <operation>: <Redis' reply>`.
+fn chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line
 }
 
 impl From<fred::error::Error> for Failure {

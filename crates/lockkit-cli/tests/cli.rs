@@ -279,6 +279,35 @@ async fn exit_codes_for_missing_objects_bad_usage_and_unreachable_redis() {
     );
 }
 
+/// With nothing listening at `REDIS_URL`, the command says so in one line, the library's
+/// message, and exits with the Redis error code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_prints_one_readable_line() {
+    // A free loopback port: bound, then released, so nothing listens there.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut command = Command::new(BIN);
+    command
+        .arg("list")
+        .env("REDIS_URL", format!("redis://127.0.0.1:{port}"))
+        .stdin(Stdio::null());
+    let output = within("the lockkit command", command.output())
+        .await
+        .expect("lockkit runs");
+    assert_eq!(code(&output), Some(3), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        format!(
+            "lockkit: cannot connect to 127.0.0.1:{port}: connection refused \
+             (is Redis running? set REDIS_URL)\n"
+        )
+    );
+    assert!(output.stdout.is_empty(), "{output:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_prints_a_holder_change() {
     let redis = server().await;

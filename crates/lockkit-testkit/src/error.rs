@@ -7,6 +7,11 @@ use std::time::Duration;
 
 /// Everything that can go wrong while starting, controlling or talking to a
 /// test `redis-server`, or while running a [`FaultProxy`](crate::FaultProxy).
+///
+/// A variant with an underlying error returns it from
+/// [`source`](std::error::Error::source) and leaves its text out of its own
+/// `Display`, so reporters that walk the chain show it once (`{err:?}` of an
+/// `unwrap` shows both).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TestkitError {
@@ -22,7 +27,7 @@ pub enum TestkitError {
     },
 
     /// An I/O operation failed.
-    #[error("{context}: {source}")]
+    #[error("{context}")]
     Io {
         /// What the kit was doing.
         context: String,
@@ -69,7 +74,7 @@ pub enum TestkitError {
 
     /// Every attempt to start a server on a fresh port failed because the
     /// port was taken.
-    #[error("redis-server could not be started after {attempts} attempts on fresh ports: {last}")]
+    #[error("redis-server could not be started after {attempts} attempts on fresh ports")]
     PortsExhausted {
         /// How many ports were tried.
         attempts: usize,
@@ -146,7 +151,7 @@ pub enum TestkitError {
     },
 
     /// A temporary directory could not be created.
-    #[error("creating temporary directory under {base}: {source}")]
+    #[error("creating temporary directory under {base}")]
     TempDir {
         /// The parent directory.
         base: PathBuf,
@@ -157,9 +162,7 @@ pub enum TestkitError {
 
     /// A Redis container (feature `testcontainers`) could not be started or inspected: no
     /// Docker engine answered, the image could not be pulled, or the server did not start.
-    #[error(
-        "{context}: {source} (a Docker engine is needed: is it running, and may this user use it?)"
-    )]
+    #[error("{context} (a Docker engine is needed: is it running, and may this user use it?)")]
     Container {
         /// What the kit was doing.
         context: String,
@@ -183,6 +186,51 @@ impl TestkitError {
         TestkitError::Io {
             context: context.into(),
             source,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::io;
+    use std::path::PathBuf;
+
+    use super::TestkitError;
+
+    fn io_error() -> io::Error {
+        io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "permission denied on purpose",
+        )
+    }
+
+    /// Every variant with a source, built with one: its `Display` must not repeat the source's.
+    #[test]
+    fn display_never_repeats_the_source() {
+        let variants = [
+            TestkitError::io("spawning redis-server", io_error()),
+            TestkitError::PortsExhausted {
+                attempts: 3,
+                last: Box::new(TestkitError::NotRunning { port: 1 }),
+            },
+            TestkitError::TempDir {
+                base: PathBuf::from("/tmp"),
+                source: io_error(),
+            },
+            TestkitError::Container {
+                context: "starting the container".into(),
+                source: Box::new(io_error()),
+            },
+        ];
+        for err in &variants {
+            let shown = err.to_string();
+            let source = err.source().map(ToString::to_string);
+            let source = source.unwrap_or_else(|| panic!("{err:?} has a source"));
+            assert!(
+                !shown.contains(&source),
+                "{err:?}: `{shown}` repeats its source `{source}`"
+            );
         }
     }
 }

@@ -57,6 +57,9 @@
 //! Everything here is meant for tests: servers listen on loopback only and
 //! run without a password unless one is passed in [`ServerOptions`].
 
+// docs.rs (`--cfg docsrs`, nightly) marks every feature-gated item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod cluster;
 #[cfg(feature = "testcontainers")]
 mod container;
@@ -69,6 +72,7 @@ mod tls;
 
 pub use cluster::RedisCluster;
 #[cfg(feature = "testcontainers")]
+#[cfg_attr(docsrs, doc(cfg(feature = "testcontainers")))]
 pub use container::{RedisContainer, REDIS_IMAGE, REDIS_IMAGE_TAG};
 pub use error::TestkitError;
 pub use proxy::FaultProxy;

@@ -407,6 +407,7 @@ pub enum TestRedis {
     External(String),
     /// A server in a Docker container, removed when this value is dropped.
     #[cfg(feature = "testcontainers")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "testcontainers")))]
     Container(crate::RedisContainer),
 }
 

@@ -8,12 +8,11 @@ use fred::types::Builder;
 use lockkit_protocol::keys::{Namespace, DEFAULT_PREFIX};
 use tokio_util::sync::CancellationToken;
 
+use crate::connect::{connect, Target};
 use crate::core::ClientInner;
 pub use crate::core::PubSubMode;
 use crate::core::Settings;
-#[cfg(feature = "tls")]
-use crate::error::RedisError;
-use crate::error::{redis, Error};
+use crate::error::{redis, ConnectFailure, Error};
 use crate::exec::Exec;
 pub use crate::limits::{DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT};
 use crate::lock::Lock;
@@ -77,8 +76,9 @@ impl Client {
     /// `redis://[user:password@]host:port[/db]`; see [`ClientBuilder::url`] for the other schemes.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Redis`] when the server cannot be
-    /// reached or refuses the credentials.
+    /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Connect`] when the server cannot be
+    /// reached or refuses the credentials, for instance
+    /// `cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)`.
     pub async fn connect(url: impl Into<String>) -> Result<Client, Error> {
         Self::builder().url(url).build().await
     }
@@ -380,9 +380,11 @@ impl ClientBuilder {
     /// # Errors
     /// [`Error::InvalidArgument`] for bad settings: among them a TLS URL or TLS settings in a
     /// build without the `tls` feature, TLS settings with a plain `redis://` URL, PEM input
-    /// without a valid certificate or key. [`Error::Redis`] (operation `connect`) when the server
-    /// cannot be reached in time, refuses the credentials, or fails the TLS handshake (an
-    /// untrusted or mismatched certificate).
+    /// without a valid certificate or key. [`Error::Connect`] when the server cannot be reached
+    /// in time, refuses the credentials, or fails the TLS handshake (an untrusted or mismatched
+    /// certificate); its [`ConnectFailure`](crate::ConnectFailure) says which.
+    /// [`Error::Redis`] when a connected server fails the pub/sub probe of
+    /// [`PubSubMode::Auto`] on a cluster.
     pub async fn build(self) -> Result<Client, Error> {
         if self.watchdog_timeout < MIN_WATCHDOG_TIMEOUT || self.watchdog_timeout > MAX_LEASE {
             return Err(Error::InvalidArgument(format!(
@@ -448,6 +450,7 @@ impl ClientBuilder {
             config.tls = Some(crate::tls::config(&self.tls)?);
         }
         let clustered = config.server.is_clustered();
+        let target = Target::new(&config, tls, self.connect_timeout);
 
         let mut builder = Builder::from_config(config);
         builder
@@ -461,7 +464,9 @@ impl ClientBuilder {
             // Without a reconnect policy fred never reconnects.
             .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2));
 
-        let redis_client = builder.build().map_err(redis("connect"))?;
+        let redis_client = builder
+            .build()
+            .map_err(|err| target.error(ConnectFailure::Other, Some(Box::new(err))))?;
         // The subscriber's message queue: when the hub falls behind by more than this, messages
         // are dropped and every waiter must re-check (a burst of refused attempts).
         builder.with_performance_config(|perf| {
@@ -469,11 +474,9 @@ impl ClientBuilder {
         });
         let sub = builder
             .build_subscriber_client()
-            .map_err(redis("connect"))?;
-        connect(&redis_client, self.connect_timeout)
-            .await
-            .map_err(explain_tls)?;
-        if let Err(err) = connect(&sub, self.connect_timeout).await {
+            .map_err(|err| target.error(ConnectFailure::Other, Some(Box::new(err))))?;
+        connect(&redis_client, &target).await?;
+        if let Err(err) = connect(&sub, &target).await {
             let _ = redis_client.quit().await;
             return Err(err);
         }
@@ -564,43 +567,6 @@ async fn supports_sharded_pubsub(redis_client: &fred::prelude::Client) -> Result
         Value::Array(entries) => entries.first().is_some_and(|entry| !entry.is_null()),
         _ => false,
     })
-}
-
-/// Connects a fred client, giving up after `timeout`.
-async fn connect<C: ClientLike>(client: &C, timeout: Duration) -> Result<(), Error> {
-    match tokio::time::timeout(timeout, client.init()).await {
-        Ok(Ok(_task)) => Ok(()),
-        Ok(Err(err)) => Err(redis("connect")(err)),
-        Err(_elapsed) => {
-            let _ = client.quit().await;
-            Err(redis("connect")(fred::error::Error::new(
-                fred::error::ErrorKind::Timeout,
-                format!("could not connect within {timeout:?}"),
-            )))
-        }
-    }
-}
-
-/// Makes a refused server certificate say so in words (fred reports it as an I/O error showing
-/// rustls' error value), with what to do about it.
-fn explain_tls(err: Error) -> Error {
-    #[cfg(feature = "tls")]
-    if let Error::Redis(redis) = &err {
-        if redis.source_details().contains("Certificate") {
-            return Error::Redis(RedisError::new(
-                "connect",
-                fred::error::Error::new(
-                    fred::error::ErrorKind::Tls,
-                    format!(
-                        "the server's TLS certificate was not accepted ({}); trust the CA that \
-                         signed it with ClientBuilder::tls_root_certificates_pem",
-                        redis.source_details()
-                    ),
-                ),
-            ));
-        }
-    }
-    err
 }
 
 /// Accepts the schemes lockkit supports and says whether the URL asks for TLS; rejects the rest

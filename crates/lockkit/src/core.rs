@@ -27,6 +27,21 @@ use crate::watchdog::Watchdog;
 /// does not hear a `PUBLISH`, and the other way round. A missed notification costs a waiter at
 /// most the holder's remaining lease (it re-checks then), never a hang, but it turns event-driven
 /// waiting into waiting out leases.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lockkit::Error> {
+/// use lockkit::{Client, PubSubMode};
+///
+/// // Every client of the deployment is built with the same explicit mode (they must agree),
+/// // here classic pub/sub on a cluster, where `Auto` would pick sharded pub/sub.
+/// let client = Client::builder()
+///     .url("redis-cluster://10.0.0.1:7001?node=10.0.0.2:7002&node=10.0.0.3:7003")
+///     .pubsub(PubSubMode::Classic)
+///     .build()
+///     .await?;
+/// assert_eq!(client.pubsub_mode(), PubSubMode::Classic);
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum PubSubMode {

@@ -1,14 +1,61 @@
 //! The one error type of lockkit.
+//!
+//! Every error keeps to one rule (the Rust API guidelines' C-GOOD-ERR): its `Display` says what
+//! went wrong at its own level, and the underlying error, if any, is returned by
+//! [`source`](std::error::Error::source) and never repeated in the text. Reporters that walk the
+//! chain (`anyhow`, `eyre`, the `lockkit` command) show each cause once; a plain `{err}` shows a
+//! complete sentence.
 
 use std::fmt;
+use std::time::Duration;
 
 use lockkit_protocol::{keys::KeyError, DecodeError};
 
 /// Everything that can go wrong in lockkit.
 ///
 /// Bad input is reported as [`Error::InvalidArgument`] before anything is sent to Redis; a lock
-/// that is no longer yours is [`Error::NotHeld`]; Redis trouble is [`Error::Redis`], which says
-/// what lockkit was doing at the time.
+/// that is no longer yours is [`Error::NotHeld`]; a server that cannot be reached when the client
+/// is built is [`Error::Connect`]; Redis trouble afterwards is [`Error::Redis`], which says what
+/// lockkit was doing at the time.
+///
+/// The enum is `#[non_exhaustive]`: match the variants you handle and keep a catch-all arm.
+///
+/// ```no_run
+/// use lockkit::Error;
+///
+/// # async fn demo(client: lockkit::Client) -> Result<(), Error> {
+/// let guard = client.lock("order:42").lock().await?;
+/// // ... the critical section ...
+/// match guard.unlock().await {
+///     Ok(()) => {}
+///     // The lease ran out (or the lock was force-unlocked) before the release: another holder
+///     // may have run at the same time. Reconcile instead of assuming exclusivity.
+///     Err(Error::NotHeld { name, .. }) => eprintln!("`{name}` was lost before its release"),
+///     // The connection broke or the command timed out: the release may or may not have run.
+///     // Either way the hold is no longer renewed and runs out its lease.
+///     Err(Error::Redis(err)) if err.is_ambiguous() => eprintln!("release of unknown outcome: {err}"),
+///     Err(err) => return Err(err),
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// The first error a new setup usually meets, with no Redis running, reads:
+///
+/// ```
+/// # async fn demo() {
+/// # let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+/// # let url = format!("redis://127.0.0.1:{port}");
+/// match lockkit::Client::connect(&url).await {
+///     Err(err @ lockkit::Error::Connect { .. }) => {
+///         // "cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)"
+///         # assert_eq!(err.to_string(), format!("cannot connect to 127.0.0.1:{port}: connection refused (is Redis running? set REDIS_URL)"));
+///         eprintln!("error: {err}");
+///     }
+///     other => panic!("expected a connect error, got {other:?}"),
+/// }
+/// # }
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(demo());
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -27,7 +74,7 @@ pub enum Error {
         /// The object's name.
         name: String,
         /// How long the caller waited.
-        waited: std::time::Duration,
+        waited: Duration,
     },
     /// The acquisition reached the primary, but fewer replicas than the client's replica
     /// acknowledgement policy requires
@@ -66,7 +113,28 @@ pub enum Error {
         /// Why the operation was refused.
         reason: String,
     },
-    /// Redis could not be reached, did not answer in time, or refused a command.
+    /// Building a client ([`Client::connect`](crate::Client::connect),
+    /// [`ClientBuilder::build`](crate::ClientBuilder::build)) could not connect to Redis.
+    ///
+    /// Shown as `cannot connect to <host:port>: <reason>`, for instance
+    /// `cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)`.
+    /// Nothing was sent, so nothing is held.
+    #[error("cannot connect to {addr}: {reason}")]
+    #[non_exhaustive]
+    Connect {
+        /// The server's `host:port` as the URL names it (a cluster's or Sentinel group's
+        /// addresses, separated by `, `).
+        addr: String,
+        /// Why, as far as lockkit can tell.
+        reason: ConnectFailure,
+        /// The underlying error where it says more than `reason` does: Redis' reply to refused
+        /// credentials, the TLS library's reason for refusing a certificate, the name resolver's
+        /// answer. `None` when `reason` is the whole story (refused, unreachable, timed out).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    },
+    /// Redis could not be reached, did not answer in time, or refused a command, once the client
+    /// was connected. [`RedisError::is_ambiguous`] says whether the command may have run.
     #[error(transparent)]
     Redis(#[from] RedisError),
     /// The client was shut down with [`Client::shutdown`](crate::Client::shutdown).
@@ -84,7 +152,75 @@ impl From<KeyError> for Error {
     }
 }
 
-/// A Redis failure, with what lockkit was doing when it happened.
+/// Why a client could not connect, the `reason` of [`Error::Connect`].
+///
+/// Its `Display` is the part of the message after the address, with a hint where one fits.
+///
+/// ```
+/// use lockkit::ConnectFailure;
+///
+/// assert_eq!(
+///     ConnectFailure::Refused.to_string(),
+///     "connection refused (is Redis running? set REDIS_URL)"
+/// );
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConnectFailure {
+    /// Nothing listens at the address (the TCP connection was refused): Redis is not running
+    /// there, or the URL names the wrong host or port.
+    Refused,
+    /// The host or its network cannot be reached (no route).
+    Unreachable,
+    /// The host name does not resolve.
+    UnknownHost,
+    /// Neither connected nor refused within the connect timeout
+    /// ([`ClientBuilder::connect_timeout`](crate::ClientBuilder::connect_timeout)): a firewall
+    /// that drops packets, a paused server, a wrong address that nobody answers.
+    TimedOut(Duration),
+    /// Redis refused the credentials (`WRONGPASS`, or `NOAUTH`: a password is needed).
+    Auth,
+    /// The TLS handshake failed: the server's certificate is not trusted or does not name the
+    /// host, the server asks for a client certificate that was not given, or the server does not
+    /// speak TLS.
+    Tls,
+    /// The server accepted the connection but the Redis handshake failed: it closed the
+    /// connection (a TLS-only server reached by `redis://`, something else listening on the
+    /// port), or answered with an error (a cluster URL for a server without cluster mode, a
+    /// Sentinel group that does not know the service).
+    Handshake,
+    /// Anything else; the error's source says more.
+    Other,
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const HINT: &str = "is Redis running? set REDIS_URL";
+        match self {
+            ConnectFailure::Refused => write!(f, "connection refused ({HINT})"),
+            ConnectFailure::Unreachable => write!(f, "host unreachable ({HINT})"),
+            ConnectFailure::UnknownHost => {
+                f.write_str("unknown host (check the host name in the URL or REDIS_URL)")
+            }
+            ConnectFailure::TimedOut(after) => write!(f, "no answer within {after:?} ({HINT})"),
+            ConnectFailure::Auth => {
+                f.write_str("authentication failed (check the user name and password in the URL)")
+            }
+            ConnectFailure::Tls => f.write_str(
+                "the TLS handshake failed (is the server's CA trusted? see \
+                 ClientBuilder::tls_root_certificates_pem; is the certificate valid for this \
+                 host? does the server want a client certificate?)",
+            ),
+            ConnectFailure::Handshake => f.write_str("connected, but the Redis handshake failed"),
+            ConnectFailure::Other => f.write_str("the connection failed"),
+        }
+    }
+}
+
+/// A Redis failure after the client connected, with what lockkit was doing when it happened.
+///
+/// Shown as `redis error during <operation>`; the client library's error (Redis' reply, the
+/// broken connection, the timeout) is its [`source`](std::error::Error::source).
 #[derive(Debug)]
 pub struct RedisError {
     operation: &'static str,
@@ -96,25 +232,48 @@ impl RedisError {
         Self { operation, source }
     }
 
-    /// What lockkit was doing: a script's name (`lock_acquire`, ...), `connect`, `subscribe`, ...
+    /// What lockkit was doing: a script's name (`lock_acquire`, ...), `subscribe`, ...
     pub fn operation(&self) -> &'static str {
         self.operation
     }
 
-    /// The underlying client error's own text.
-    #[cfg(feature = "tls")]
-    pub(crate) fn source_details(&self) -> &str {
-        self.source.details()
-    }
-
-    /// Whether the command was certainly never sent: the client had no connection to route it
-    /// to (during a reconnect). Sending it again is safe and cannot run it twice.
+    /// Whether the command was certainly not sent by its last attempt: fred had no connection to
+    /// route it to (a reconnect was under way). A command sent at most once (releases) was then
+    /// never sent, and sending it again cannot run it twice; a command fred may re-send
+    /// (acquires, renewals, subscriptions) may have been written by an earlier attempt, which is
+    /// harmless because those are idempotent per request.
+    ///
+    /// fred 10 has no error kind for this: it reports the failure as `ErrorKind::Unknown` (as it
+    /// does Redis' own error replies and "Too many failed write attempts", which may follow a
+    /// send), or as `ErrorKind::Routing` with its `replicas` feature (as it does "Max attempts
+    /// reached"). Only the message tells it apart, so it is matched here and pinned by the test
+    /// `error::tests::an_unroutable_command_is_reported_as_not_sent` against a real
+    /// `redis-server`: if fred rewords the message, that test fails instead of this method
+    /// silently answering `false` (which would turn a safe resend into an error for the caller).
     pub(crate) fn was_not_sent(&self) -> bool {
-        self.source.details().starts_with("Failed to route command")
+        use fred::error::ErrorKind;
+        matches!(self.source.kind(), ErrorKind::Unknown | ErrorKind::Routing)
+            && self.source.details().starts_with(UNROUTABLE)
     }
 
     /// Whether the failure leaves the outcome unknown: the connection broke or the command timed
     /// out, so the command may or may not have run.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// let exports = client.semaphore("exports");
+    /// // `try_set_permits` sets the total only if none is set, so asking again after an
+    /// // ambiguous failure cannot set it twice (it answers `false` if the first try did set it).
+    /// let set_here = loop {
+    ///     match exports.try_set_permits(3).await {
+    ///         Ok(set) => break set,
+    ///         Err(lockkit::Error::Redis(err)) if err.is_ambiguous() => continue,
+    ///         Err(err) => return Err(err),
+    ///     }
+    /// };
+    /// # let _ = set_here;
+    /// # Ok(()) }
+    /// ```
     pub fn is_ambiguous(&self) -> bool {
         use fred::error::ErrorKind;
         matches!(
@@ -124,15 +283,36 @@ impl RedisError {
     }
 }
 
+/// The start of fred's message for a command it had no connection to route to
+/// (`fred::router::commands::write_command`).
+const UNROUTABLE: &str = "Failed to route command";
+
 impl fmt::Display for RedisError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "redis error during {}: {}", self.operation, self.source)
+        // The source's text is left to `source()`: reporters print it once.
+        write!(f, "redis error during {}", self.operation)
     }
 }
 
 impl std::error::Error for RedisError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         Some(&self.source)
+    }
+}
+
+/// An error followed by its sources, joined by `: `, for log lines (where no reporter walks the
+/// chain).
+pub(crate) struct Chain<'a>(pub(crate) &'a (dyn std::error::Error + 'static));
+
+impl fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, ": {cause}")?;
+            source = cause.source();
+        }
+        Ok(())
     }
 }
 
@@ -157,5 +337,265 @@ pub(crate) fn command_error<'a>(
         } else {
             Error::Redis(RedisError::new(operation, source))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::time::Duration;
+
+    use fred::error::{Error as FredError, ErrorKind};
+    use lockkit_protocol::DecodeError;
+
+    use super::{ConnectFailure, Error, RedisError};
+
+    /// One value of every `ConnectFailure`; the match fails to compile when one is added.
+    fn every_connect_failure() -> Vec<ConnectFailure> {
+        let all = [
+            ConnectFailure::Refused,
+            ConnectFailure::Unreachable,
+            ConnectFailure::UnknownHost,
+            ConnectFailure::TimedOut(Duration::from_secs(5)),
+            ConnectFailure::Auth,
+            ConnectFailure::Tls,
+            ConnectFailure::Handshake,
+            ConnectFailure::Other,
+        ];
+        for reason in all {
+            match reason {
+                ConnectFailure::Refused
+                | ConnectFailure::Unreachable
+                | ConnectFailure::UnknownHost
+                | ConnectFailure::TimedOut(_)
+                | ConnectFailure::Auth
+                | ConnectFailure::Tls
+                | ConnectFailure::Handshake
+                | ConnectFailure::Other => {}
+            }
+        }
+        all.to_vec()
+    }
+
+    /// Every variant of `Error` that can be built, each with the kinds of sources it carries in
+    /// practice (the texts are fred's and Redis' own).
+    fn every_error() -> Vec<Error> {
+        let redis = |operation, kind, details: &str| {
+            Error::Redis(RedisError::new(
+                operation,
+                FredError::new(kind, details.to_owned()),
+            ))
+        };
+        let mut errors = vec![
+            Error::NotHeld {
+                name: "order:42".into(),
+            },
+            Error::NotAcquired {
+                name: "order:42".into(),
+                waited: Duration::from_secs(5),
+            },
+            Error::NotReplicated {
+                name: "order:42".into(),
+                acknowledged: 0,
+                required: 1,
+            },
+            Error::InvalidArgument("the name is empty".into()),
+            Error::WrongType {
+                key: "lockkit:lock:{order:42}".into(),
+                kind: "lock",
+            },
+            Error::Refused {
+                kind: "semaphore",
+                name: "gpus".into(),
+                reason: "3 permits asked, 2 in all".into(),
+            },
+            redis(
+                "lock_acquire",
+                ErrorKind::Unknown,
+                "NOPERM this user has no permissions to access one of the keys used as arguments",
+            ),
+            redis(
+                "lock_release",
+                ErrorKind::IO,
+                "Os { code: 104, kind: ConnectionReset, message: \"Connection reset by peer\" }",
+            ),
+            redis("subscribe", ErrorKind::Timeout, "Request timed out."),
+            redis("lock_renew", ErrorKind::Unknown, "Failed to route command."),
+            Error::Shutdown,
+            Error::Protocol(DecodeError {
+                script: "lock_acquire",
+                detail: "[7, 7]".into(),
+            }),
+        ];
+        for reason in every_connect_failure() {
+            errors.push(Error::Connect {
+                addr: "127.0.0.1:6379".into(),
+                reason,
+                source: None,
+            });
+            errors.push(Error::Connect {
+                addr: "127.0.0.1:6379".into(),
+                reason,
+                source: Some(Box::new(FredError::new(
+                    ErrorKind::Auth,
+                    "WRONGPASS invalid username-password pair or user is disabled.",
+                ))),
+            });
+        }
+        // Fails to compile when a variant is added, so this list cannot fall behind.
+        for err in &errors {
+            match err {
+                Error::NotHeld { .. }
+                | Error::NotAcquired { .. }
+                | Error::NotReplicated { .. }
+                | Error::InvalidArgument(_)
+                | Error::WrongType { .. }
+                | Error::Refused { .. }
+                | Error::Connect { .. }
+                | Error::Redis(_)
+                | Error::Shutdown
+                | Error::Protocol(_) => {}
+            }
+        }
+        errors
+    }
+
+    #[test]
+    fn bounds() {
+        fn error<T: std::error::Error + Send + Sync + 'static>() {}
+        error::<Error>();
+        error::<RedisError>();
+    }
+
+    /// The API guidelines' rule: an error's `Display` does not repeat its source's, so reporters
+    /// that print the chain (anyhow, eyre, the CLI) show each cause once.
+    #[test]
+    fn display_never_repeats_a_source() {
+        for err in every_error() {
+            let mut level: &(dyn std::error::Error + 'static) = &err;
+            loop {
+                let shown = level.to_string();
+                assert!(!shown.is_empty(), "{err:?}");
+                let mut below = level.source();
+                while let Some(source) = below {
+                    let text = source.to_string();
+                    assert!(
+                        !shown.contains(&text),
+                        "{err:?}: `{shown}` repeats the text of its source `{text}`"
+                    );
+                    below = source.source();
+                }
+                match level.source() {
+                    Some(source) => level = source,
+                    None => break,
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_reads_as_one_sentence_with_no_source() {
+        let err = Error::Connect {
+            addr: "127.0.0.1:6379".into(),
+            reason: ConnectFailure::Refused,
+            source: None,
+        };
+        assert_eq!(
+            err.to_string(),
+            "cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)"
+        );
+        assert!(err.source().is_none());
+    }
+
+    #[test]
+    fn a_redis_error_keeps_fred_s_text_in_its_source() {
+        let err = Error::Redis(RedisError::new(
+            "lock_acquire",
+            FredError::new(ErrorKind::Unknown, "NOPERM no permissions"),
+        ));
+        assert_eq!(err.to_string(), "redis error during lock_acquire");
+        let source = err.source().map(ToString::to_string);
+        assert_eq!(
+            source.as_deref(),
+            Some("Unknown Error: NOPERM no permissions")
+        );
+        assert_eq!(
+            super::Chain(&err).to_string(),
+            "redis error during lock_acquire: Unknown Error: NOPERM no permissions"
+        );
+    }
+
+    /// `was_not_sent` recognises fred's unroutable-command error by its message (fred 10 has no
+    /// error kind of its own for it). This pins that message against a real server: a command
+    /// aimed at a server the client has no connection to takes fred's "no connection to route
+    /// to" path in `write_command` (the same as a command that meets a dropped connection before
+    /// the reconnect), and must come back as not sent. If fred rewords the message or changes
+    /// its kind, this fails instead of the resend of unsent commands silently stopping.
+    #[tokio::test]
+    async fn an_unroutable_command_is_reported_as_not_sent() {
+        use fred::interfaces::{ClientLike, KeysInterface};
+        use fred::prelude::{Config, Options, ReconnectPolicy, Server};
+        use fred::types::Builder;
+
+        let server = lockkit_testkit::RedisServer::start()
+            .await
+            .unwrap_or_else(|err| panic!("redis-server: {err:?}"));
+        let config = Config::from_url(&server.url()).unwrap_or_else(|err| panic!("{err}"));
+        let client = Builder::from_config(config)
+            .set_policy(ReconnectPolicy::new_exponential(0, 50, 2_000, 2))
+            .build()
+            .unwrap_or_else(|err| panic!("{err}"));
+        client.init().await.unwrap_or_else(|err| panic!("{err}"));
+
+        // A port where no server of this client is: nothing to route to.
+        let elsewhere = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .unwrap_or_else(|err| panic!("{err}"))
+            .port();
+        let unroutable = Options {
+            cluster_node: Some(Server::new("127.0.0.1", elsewhere)),
+            // As lockkit's sent-at-most-once commands (releases).
+            max_attempts: Some(1),
+            ..Options::default()
+        };
+        let result = client
+            .with_options(&unroutable)
+            .incr::<i64, _>("pinned:unsent")
+            .await;
+        let err = match result {
+            Err(err) => RedisError::new("pin", err),
+            Ok(value) => panic!("an unroutable INCR answered {value}"),
+        };
+        assert!(
+            err.was_not_sent(),
+            "fred's unroutable-command error changed: {:?}; update `RedisError::was_not_sent`",
+            err.source
+        );
+        assert!(!err.is_ambiguous(), "{:?}", err.source);
+
+        // It really was not sent: the key was never incremented.
+        let value: Option<i64> = tokio::time::timeout(
+            Duration::from_secs(10),
+            client.get::<Option<i64>, _>("pinned:unsent"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("GET after the reconnect timed out"))
+        .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(value, None);
+
+        // Ordinary failures are not mistaken for it: a Redis error reply, a broken connection.
+        let reply: Result<i64, _> = client
+            .custom(
+                fred::types::CustomCommand::new_static("NOSUCHCOMMAND", None, false),
+                Vec::<String>::new(),
+            )
+            .await;
+        match reply {
+            Err(err) => assert!(!RedisError::new("pin", err).was_not_sent()),
+            Ok(value) => panic!("an unknown command answered {value}"),
+        }
+        let broken = FredError::new(ErrorKind::IO, "Connection closed abruptly");
+        assert!(!RedisError::new("pin", broken).was_not_sent());
+        let _ = client.quit().await;
     }
 }

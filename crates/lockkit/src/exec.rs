@@ -146,7 +146,7 @@ where
     loop {
         match op().await {
             Err(Error::Redis(err)) if err.was_not_sent() && tries < UNSENT_RETRIES => {
-                tracing::debug!("{err}; sending again in {pause:?}");
+                tracing::debug!("{}; sending again in {pause:?}", crate::error::Chain(&err));
                 tokio::time::sleep(pause).await;
                 pause *= 2;
                 tries += 1;

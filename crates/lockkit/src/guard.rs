@@ -151,7 +151,7 @@ impl HoldGuard {
             "acquisition not acknowledged by enough replicas; giving it back"
         );
         if let Err(err) = self.release().await {
-            tracing::warn!(name = %name, "giving back an unreplicated hold failed: {err}");
+            tracing::warn!(name = %name, "giving back an unreplicated hold failed: {}", crate::error::Chain(&err));
         }
         Err(Error::NotReplicated {
             name,

@@ -262,7 +262,11 @@ pub(crate) async fn release_marker(
                 };
             }
             Err(Error::Redis(err)) if err.is_ambiguous() && resent + 1 < RELEASE_ATTEMPTS => {
-                tracing::debug!(name, "release interrupted ({err}); sending it again");
+                tracing::debug!(
+                    name,
+                    "release interrupted ({}); sending it again",
+                    crate::error::Chain(&err)
+                );
                 ambiguous = true;
                 resent += 1;
             }

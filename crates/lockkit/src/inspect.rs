@@ -17,6 +17,26 @@ use crate::error::{command_error, redis as redis_failure, Error};
 
 /// A snapshot of one object as it is in Redis, from [`Client::inspect`].
 ///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use lockkit::protocol::keys::Kind;
+///
+/// // Who holds `order:42`, and for how much longer? (`None` would look at every kind.)
+/// for found in client.inspect(Some(Kind::Lock), "order:42").await? {
+///     println!("{} `{}` (key {}), lease left {:?}", found.kind.describe(), found.name, found.key, found.ttl);
+///     for holder in &found.holders {
+///         println!("  held {} time(s) by {}", holder.holds, holder.owner);
+///     }
+///     if !found.waiters.is_empty() {
+///         println!("  {} waiting, longest first: {:?}", found.waiters.len(), found.waiters);
+///     }
+///     for warning in &found.warnings {
+///         println!("  warning: {warning}");
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+///
 /// Fields that do not apply to the object's kind are empty or `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -476,7 +496,10 @@ async fn maxmemory_policy(redis: &RedisClient, key: &str) -> Option<String> {
     match reply {
         Ok(mut config) => config.remove("maxmemory-policy"),
         Err(err) => {
-            tracing::debug!("inspect: cannot read maxmemory-policy: {err}");
+            tracing::debug!(
+                "inspect: cannot read maxmemory-policy: {}",
+                crate::error::Chain(&err)
+            );
             None
         }
     }

@@ -14,7 +14,25 @@ use crate::hold::lease_millis;
 use crate::object::Object;
 use crate::scoped::Lease;
 
-/// Whether a guarded job ran here or was skipped because another instance has it.
+/// Whether a guarded job ran here or was skipped because another instance has it: the result of
+/// [`Client::run_exclusive`] and [`Client::once_per`].
+///
+/// ```
+/// use lockkit::JobOutcome;
+///
+/// fn log(outcome: JobOutcome<usize>) -> String {
+///     match outcome {
+///         JobOutcome::Ran(rows) => format!("report written here: {rows} rows"),
+///         JobOutcome::Skipped => "another instance has the report".to_owned(),
+///     }
+/// }
+///
+/// // `client.run_exclusive("report:daily", |_lease| build_report()).await?` returns one of these.
+/// assert_eq!(log(JobOutcome::Ran(12)), "report written here: 12 rows");
+/// assert_eq!(log(JobOutcome::Skipped), "another instance has the report");
+/// assert!(JobOutcome::Ran(12).ran());
+/// assert_eq!(JobOutcome::<usize>::Skipped.into_output(), None);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[must_use = "a skipped job did not run"]
 pub enum JobOutcome<T> {

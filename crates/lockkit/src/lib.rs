@@ -51,7 +51,30 @@
 //!   - inspection: [`Client::inspect`] and [`Client::list`] (what the `lockkit` command prints);
 //!   - the `#[lockkit::locked]` attribute (feature `macros`) and metrics (feature `metrics`).
 //!
-//! `docs/guide.md` in the repository says which to use when, and how each behaves under failure.
+//! [The guide](https://github.com/lockkit-rs/lockkit/blob/main/docs/guide.md) says which to use
+//! when, and how each behaves under failure.
+//!
+//! # Coming from `tokio::sync`
+//!
+//! The names follow tokio's where the behaviour matches; where lockkit's name differs, searching
+//! the docs for tokio's name finds lockkit's method (`#[doc(alias)]`). Two differences matter
+//! most: **`try_lock` takes a `wait`** and waits up to it (tokio's never waits: pass
+//! `Duration::ZERO` for that), and every hold has a **lease** (`None`: renewed by the watchdog
+//! while the guard lives).
+//!
+//! | `tokio::sync` (one process) | lockkit (every process sharing the Redis) |
+//! |---|---|
+//! | `Mutex::lock().await`, `lock_owned()` | [`Lock::lock`]: waits without bound; the guard is always owned (`'static`, `Send`), so it can move into `spawn` and be unlocked there |
+//! | `Mutex::try_lock()` (never waits) | [`Lock::try_lock`]`(Duration::ZERO, None)` → `Ok(None)` when taken |
+//! | `timeout(d, mutex.lock())` | [`Lock::try_lock`]`(d, None)` → `Ok(None)` after `d`; `Some(lease)` for a fixed lease instead of the watchdog |
+//! | dropping the guard | dropping the guard releases in the background; [`LockGuard::unlock`] releases now and says whether the hold was still yours ([`Error::NotHeld`]) |
+//! | (no counterpart: a lost lock is impossible in-process) | [`LockGuard::is_lost`], [`LockGuard::lost`]: the lease ran out or Redis lost it |
+//! | `RwLock::read()`, `write()`, `try_read()`, `try_write()` | [`ReadWriteLock::read_lock`], [`write_lock`](ReadWriteLock::write_lock), [`try_read_lock`](ReadWriteLock::try_read_lock)`(wait, lease)`, [`try_write_lock`](ReadWriteLock::try_write_lock)`(wait, lease)` |
+//! | `Semaphore::acquire_many(n)`, `acquire_many_owned(n)` | [`Semaphore::acquire`]`(n)`: leased permits, given back if the holder dies |
+//! | `Semaphore::try_acquire_many(n)` (never waits) | [`Semaphore::try_acquire`]`(n, Duration::ZERO, None)` |
+//! | `Semaphore::add_permits(n)`, `available_permits()` | [`Semaphore::add_permits`]`(n)` (negative to take away), [`Semaphore::available_permits`]; set the total once with [`Semaphore::try_set_permits`] |
+//! | `Barrier::wait()` (N tasks wait for each other) | no direct counterpart; [`CountDownLatch`]: any number of waiters ([`wait`](CountDownLatch::wait)) until N [`count_down`](CountDownLatch::count_down) calls |
+//! | re-locking a held `Mutex` in the same task deadlocks | the same outside the holder's scope; inside it ([`LockGuard::scope`], [`Lock::with_lock`], `#[locked]`) re-entry is granted |
 //!
 //! # Ownership
 //!
@@ -104,14 +127,17 @@
 //! - `tls`: `rediss://` (and `rediss-cluster://`, `rediss-sentinel://`) URLs, through rustls; see
 //!   [`ClientBuilder::tls_root_certificates_pem`] and
 //!   [`ClientBuilder::tls_client_certificate_pem`]. Off by default; without it TLS URLs are
-//!   refused, never used in plain text.
+//!   refused, never used in plain text. The two TLS methods exist in every build, so code
+//!   compiles the same either way; without the feature, [`ClientBuilder::build`] refuses them.
 //! - `metrics`: wait- and hold-time histograms, acquisition, timeout, renewal and lost-lease
 //!   counters and a waiters gauge, labelled by kind, through the `metrics` crate facade (install
 //!   any recorder). Off by default; `tracing` spans `lockkit.acquire` and `lockkit.release`
-//!   (debug level) are always there.
+//!   (debug level) are always there. The feature adds no items to the API.
 //! - `macros`: the `locked` attribute, `#[lockkit::locked(client = .., key = "ticket:{id}",
 //!   wait = "5s")]` on an `async fn`: its body runs under a lock named after its arguments and
 //!   released after the body completed; not acquired within `wait` is [`Error::NotAcquired`].
+//!
+//! On docs.rs every item that needs a feature says so.
 //!
 //! # Cancellation
 //!
@@ -119,9 +145,12 @@
 //! behind, and dropping an `unlock()` future lets the release finish in the background.
 
 #![cfg_attr(not(test), warn(clippy::unwrap_used, clippy::expect_used))]
+// docs.rs (`--cfg docsrs`, nightly) marks every feature-gated item with the feature it needs.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod acquire;
 mod client;
+mod connect;
 mod core;
 mod count_down_latch;
 mod error;
@@ -157,7 +186,7 @@ pub use client::{
     Client, ClientBuilder, PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
 pub use count_down_latch::CountDownLatch;
-pub use error::{Error, RedisError};
+pub use error::{ConnectFailure, Error, RedisError};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
 pub use inspect::{Holder, Inspection, ListedObject};
@@ -172,6 +201,8 @@ pub use semaphore::{Semaphore, SemaphorePermit};
 pub use spin_lock::SpinLock;
 
 #[cfg(feature = "macros")]
+#[cfg_attr(docsrs, doc(cfg(feature = "macros")))]
+#[doc(inline)]
 pub use lockkit_macros::locked;
 /// The protocol crate: scripts, key naming, cluster slots.
 pub use lockkit_protocol as protocol;

@@ -164,6 +164,7 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down,
     /// [`Error::InvalidArgument`] for an invalid name.
+    #[doc(alias = "lock_owned")]
     pub async fn lock(&self) -> Result<LockGuard, Error> {
         self.lock_inner(None).await
     }

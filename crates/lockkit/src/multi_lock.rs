@@ -166,7 +166,10 @@ impl MultiLock {
 async fn release_all(guards: Vec<LockGuard>) {
     for result in join_all(guards.into_iter().map(LockGuard::unlock)).await {
         if let Err(err) = result {
-            tracing::debug!("multi-lock: releasing a partial acquisition: {err}");
+            tracing::debug!(
+                "multi-lock: releasing a partial acquisition: {}",
+                crate::error::Chain(&err)
+            );
         }
     }
 }

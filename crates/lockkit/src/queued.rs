@@ -116,8 +116,7 @@ impl Drop for Queued<'_> {
                     kind = kind.segment(),
                     %name,
                     waiter = %id,
-                    "a waiter that gave up could not leave; its entry runs out on its own: {err}"
-                ),
+                    "a waiter that gave up could not leave; its entry runs out on its own: {}", crate::error::Chain(&err)),
             }
         });
     }

@@ -113,6 +113,7 @@ impl ReadWriteLock {
     /// [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down,
     /// [`Error::InvalidArgument`] for an invalid name, [`Error::WrongType`] when the lock's key
     /// holds something else.
+    #[doc(alias = "read", alias = "read_owned")]
     pub async fn read_lock(&self) -> Result<LockGuard, Error> {
         self.wait_for(Mode::Read, None).await
     }
@@ -156,6 +157,7 @@ impl ReadWriteLock {
     /// }
     /// # Ok(()) }
     /// ```
+    #[doc(alias = "try_read", alias = "try_read_owned")]
     pub async fn try_read_lock(
         &self,
         wait: Duration,
@@ -174,6 +176,7 @@ impl ReadWriteLock {
     /// whose owner holds no write hold (a reader cannot upgrade: it would wait for itself
     /// forever); otherwise as
     /// [`read_lock`](ReadWriteLock::read_lock).
+    #[doc(alias = "write", alias = "write_owned")]
     pub async fn write_lock(&self) -> Result<LockGuard, Error> {
         self.wait_for(Mode::Write, None).await
     }
@@ -204,6 +207,7 @@ impl ReadWriteLock {
     /// # Errors
     /// [`Error::Refused`] at once for an upgrade, whatever `wait`; otherwise as
     /// [`write_lock_with_lease`](ReadWriteLock::write_lock_with_lease).
+    #[doc(alias = "try_write", alias = "try_write_owned")]
     pub async fn try_write_lock(
         &self,
         wait: Duration,

@@ -20,7 +20,37 @@ use crate::exec::Exec;
 /// How many replicas must have an acquisition before it counts as held.
 ///
 /// Set with [`ClientBuilder::replica_ack`](crate::ClientBuilder::replica_ack); the default is
-/// [`ReplicaAck::None`]. See `docs/topologies.md` for what it buys and what it costs.
+/// [`ReplicaAck::None`]. See
+/// [`docs/topologies.md`](https://github.com/lockkit-rs/lockkit/blob/main/docs/topologies.md) for
+/// what it buys and what it costs.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lockkit::Error> {
+/// use std::time::Duration;
+///
+/// use lockkit::{Client, Error, ReplicaAck};
+///
+/// let client = Client::builder()
+///     .url("redis-sentinel://10.0.0.5:26379/0?sentinelServiceName=locks")
+///     // An acquisition counts only once a replica has it too (within 50 ms), so a failover
+///     // right after it does not lose it.
+///     .replica_ack(ReplicaAck::AtLeast(1), Duration::from_millis(50))
+///     .build()
+///     .await?;
+/// match client.lock("order:42").try_lock(Duration::from_secs(5), None).await {
+///     Ok(Some(guard)) => {
+///         // ... the critical section ...
+///         guard.unlock().await?;
+///     }
+///     Ok(None) => println!("another instance holds it"),
+///     // Replication lagged: the hold was given back, nothing is held. Try again later.
+///     Err(Error::NotReplicated { acknowledged, required, .. }) => {
+///         println!("only {acknowledged} of {required} replica(s) acknowledged in time")
+///     }
+///     Err(err) => return Err(err),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum ReplicaAck {

@@ -160,6 +160,7 @@ impl Semaphore {
     ///   semaphore's total, or its permits were never set; also when the total is reduced below
     ///   `permits` while waiting;
     /// - [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down.
+    #[doc(alias = "acquire_many", alias = "acquire_many_owned")]
     pub async fn acquire(&self, permits: u64) -> Result<SemaphorePermit, Error> {
         self.acquire_unbounded(permits, None).await
     }
@@ -220,6 +221,7 @@ impl Semaphore {
     /// }
     /// # Ok(()) }
     /// ```
+    #[doc(alias = "try_acquire_many", alias = "try_acquire_many_owned")]
     pub async fn try_acquire(
         &self,
         permits: u64,

@@ -241,7 +241,7 @@ impl Drop for Waiter {
                 hub.sub.unsubscribe(channel.as_str()).await
             };
             if let Err(err) = result {
-                tracing::debug!(%channel, "unsubscribe failed: {err}");
+                tracing::debug!(%channel, "unsubscribe failed: {}", crate::error::Chain(&err));
             }
         });
     }
@@ -323,7 +323,10 @@ async fn resubscribe(hub: Arc<HubInner>) {
                 Err(err) => Err(err),
             };
             if let Err(err) = restored {
-                tracing::warn!("re-subscribing after a reconnect failed: {err}");
+                tracing::warn!(
+                    "re-subscribing after a reconnect failed: {}",
+                    crate::error::Chain(&err)
+                );
             }
         }
     }
@@ -354,7 +357,8 @@ async fn resubscribe_sharded(hub: &HubInner) {
         if let Err(err) = hub.sub.ssubscribe(channels).await {
             tracing::warn!(
                 slot,
-                "re-subscribing shard channels after a reconnect failed: {err}"
+                "re-subscribing shard channels after a reconnect failed: {}",
+                crate::error::Chain(&err)
             );
         }
     }
@@ -383,7 +387,10 @@ fn spawn_slot_check(hub: Arc<HubInner>, refresh: bool) {
 async fn check_slot_owners(hub: &HubInner, refresh: bool) {
     if refresh {
         if let Err(err) = hub.sub.sync_cluster().await {
-            tracing::debug!("reading the cluster's slot owners failed: {err}");
+            tracing::debug!(
+                "reading the cluster's slot owners failed: {}",
+                crate::error::Chain(&err)
+            );
             return;
         }
     }
@@ -430,7 +437,8 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
         if let Err(err) = hub.sub.ssubscribe(channels).await {
             tracing::warn!(
                 slot,
-                "re-subscribing shard channels after their slot moved failed: {err}"
+                "re-subscribing shard channels after their slot moved failed: {}",
+                crate::error::Chain(&err)
             );
         }
         hub.channels

@@ -195,8 +195,7 @@ impl Worker {
                 }
                 Err(err) => tracing::warn!(
                     name = %hold.name,
-                    "could not release a dropped guard, its lease will run out: {err}"
-                ),
+                    "could not release a dropped guard, its lease will run out: {}", crate::error::Chain(&err)),
             }
             hold.finish();
         });
@@ -325,7 +324,8 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
         Err(err) => {
             tracing::warn!(
                 holds = batch.len(),
-                "lease renewal failed, will retry next tick: {err}"
+                "lease renewal failed, will retry next tick: {}",
+                crate::error::Chain(&err)
             );
             let now = Instant::now();
             for hold in &batch {

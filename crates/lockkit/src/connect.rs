@@ -1,0 +1,200 @@
+//! Connecting a fred client, and saying in words why it failed ([`Error::Connect`]).
+//!
+//! fred reports a refused TCP connection as `ErrorKind::IO` with the `Debug` text of the
+//! `std::io::Error` as its message, so the `io::ErrorKind` is gone. Rather than parse that text,
+//! a failed connect that fred calls an I/O error is followed by a TCP probe of the same addresses:
+//! its `io::ErrorKind` tells a refused port from an unreachable host or a name that does not
+//! resolve, and a probe that connects shows the trouble lies beyond TCP (TLS, the Redis
+//! handshake). The probe runs only after a failure, once per address.
+
+use std::io;
+use std::time::Duration;
+
+use fred::error::ErrorKind;
+use fred::prelude::{ClientLike, Config, ServerConfig};
+
+use crate::error::{ConnectFailure, Error};
+
+/// The longest a probe of one address may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Where a client connects, for its error messages.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    /// `host:port` of every server the URL names.
+    hosts: Vec<(String, u16)>,
+    /// Whether the URL asks for TLS.
+    tls: bool,
+    /// The connect timeout.
+    timeout: Duration,
+}
+
+impl Target {
+    pub(crate) fn new(config: &Config, tls: bool, timeout: Duration) -> Self {
+        let mut hosts: Vec<(String, u16)> = config
+            .server
+            .hosts()
+            .into_iter()
+            .map(|server| (server.host.to_string(), server.port))
+            .collect();
+        // fred lists a cluster's or Sentinel group's `?node=` hosts first and the URL's own host
+        // last; show them in the URL's order.
+        if !matches!(config.server, ServerConfig::Centralized { .. }) {
+            hosts.rotate_right(1);
+        }
+        Self {
+            hosts,
+            tls,
+            timeout,
+        }
+    }
+
+    /// The servers' addresses as the message shows them: `host:port`, IPv6 hosts in brackets,
+    /// several separated by `, `.
+    pub(crate) fn addr(&self) -> String {
+        let shown: Vec<String> = self
+            .hosts
+            .iter()
+            .map(|(host, port)| {
+                // An IPv6 address needs brackets (fred keeps the URL's).
+                if host.contains(':') && !host.starts_with('[') {
+                    format!("[{host}]:{port}")
+                } else {
+                    format!("{host}:{port}")
+                }
+            })
+            .collect();
+        shown.join(", ")
+    }
+
+    /// [`Error::Connect`] for this target.
+    pub(crate) fn error(
+        &self,
+        reason: ConnectFailure,
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Error {
+        Error::Connect {
+            addr: self.addr(),
+            reason,
+            source,
+        }
+    }
+
+    /// [`Error::Connect`] for a failure that fred reported as `err`, probing the addresses when
+    /// fred's error does not say enough.
+    pub(crate) async fn failed(&self, err: fred::error::Error) -> Error {
+        let reason = match err.kind() {
+            ErrorKind::Auth => ConnectFailure::Auth,
+            ErrorKind::Timeout => ConnectFailure::TimedOut(self.timeout),
+            #[cfg(feature = "tls")]
+            ErrorKind::Tls => ConnectFailure::Tls,
+            ErrorKind::IO => match self.probe().await {
+                Probe::Failed(reason, None) => return self.error(reason, None),
+                Probe::Failed(reason, Some(io)) => return self.error(reason, Some(Box::new(io))),
+                Probe::Connected if self.tls => ConnectFailure::Tls,
+                Probe::Connected => ConnectFailure::Handshake,
+                Probe::Inconclusive => ConnectFailure::Other,
+            },
+            ErrorKind::Config | ErrorKind::Protocol | ErrorKind::Sentinel | ErrorKind::Cluster => {
+                ConnectFailure::Handshake
+            }
+            _ => ConnectFailure::Other,
+        };
+        let source: Option<Box<dyn std::error::Error + Send + Sync>> = match reason {
+            // The reason says it all; fred's text would only repeat it.
+            ConnectFailure::TimedOut(_) => None,
+            _ => Some(Box::new(err)),
+        };
+        self.error(reason, source)
+    }
+
+    /// Tries a TCP connection to each address in turn.
+    async fn probe(&self) -> Probe {
+        let mut first_failure = None;
+        for (host, port) in &self.hosts {
+            let probe = probe_one(host, *port);
+            match tokio::time::timeout(PROBE_TIMEOUT.min(self.timeout), probe).await {
+                Ok(Probe::Connected) => return Probe::Connected,
+                Ok(failure @ Probe::Failed(..)) => {
+                    first_failure.get_or_insert(failure);
+                }
+                Ok(Probe::Inconclusive) | Err(_) => {}
+            }
+        }
+        first_failure.unwrap_or(Probe::Inconclusive)
+    }
+}
+
+/// What a TCP probe of the server found.
+#[derive(Debug)]
+enum Probe {
+    /// A TCP connection was established: the trouble lies beyond it.
+    Connected,
+    /// It failed for a reason that [`ConnectFailure`] names, with the error worth keeping.
+    Failed(ConnectFailure, Option<io::Error>),
+    /// It failed in another way, or took too long.
+    Inconclusive,
+}
+
+async fn probe_one(host: &str, port: u16) -> Probe {
+    let addrs: Vec<std::net::SocketAddr> = match tokio::net::lookup_host((host, port)).await {
+        Ok(addrs) => addrs.collect(),
+        // The resolver's answer ("Name or service not known", "Temporary failure in name
+        // resolution") says more than the reason.
+        Err(err) => return Probe::Failed(ConnectFailure::UnknownHost, Some(err)),
+    };
+    match tokio::net::TcpStream::connect(&addrs[..]).await {
+        Ok(_stream) => Probe::Connected,
+        Err(err) => match err.kind() {
+            io::ErrorKind::ConnectionRefused => Probe::Failed(ConnectFailure::Refused, None),
+            io::ErrorKind::HostUnreachable | io::ErrorKind::NetworkUnreachable => {
+                Probe::Failed(ConnectFailure::Unreachable, None)
+            }
+            _ => Probe::Inconclusive,
+        },
+    }
+}
+
+/// Connects a fred client, giving up after the target's timeout.
+pub(crate) async fn connect<C: ClientLike>(client: &C, target: &Target) -> Result<(), Error> {
+    match tokio::time::timeout(target.timeout, client.init()).await {
+        Ok(Ok(_task)) => Ok(()),
+        Ok(Err(err)) => Err(target.failed(err).await),
+        Err(_elapsed) => {
+            let _ = client.quit().await;
+            Err(target.error(ConnectFailure::TimedOut(target.timeout), None))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use fred::prelude::Config;
+
+    use super::Target;
+
+    fn target(url: &str) -> Target {
+        let config = Config::from_url(url).unwrap();
+        Target::new(&config, false, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn addresses_are_shown_as_the_url_names_them() {
+        assert_eq!(target("redis://127.0.0.1:6379").addr(), "127.0.0.1:6379");
+        assert_eq!(
+            target("redis://u:pw@cache.internal:7000/2").addr(),
+            "cache.internal:7000"
+        );
+        assert_eq!(target("redis://[::1]:6380").addr(), "[::1]:6380");
+        assert_eq!(
+            target("redis-cluster://h1:7001?node=h2:7002").addr(),
+            "h1:7001, h2:7002"
+        );
+        assert_eq!(
+            target("redis-sentinel://s1:26379/0?sentinelServiceName=m&node=s2:26380").addr(),
+            "s1:26379, s2:26380"
+        );
+    }
+}
