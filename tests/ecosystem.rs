@@ -1,8 +1,10 @@
-//! lockkit against the crates around it: the `serde` feature's JSON of an inspection.
+//! lockkit against the crates around it: the `serde` feature's JSON of an inspection, and the
+//! protocol crate's cluster key slots against fred's, so the two cannot drift apart.
 
 use std::time::Duration;
 
 use lockkit::protocol::keys::Kind;
+use lockkit::protocol::slot::key_slot;
 use lockkit_suite::{client, redis, unique};
 use serde_json::{json, Value};
 
@@ -81,4 +83,34 @@ async fn an_inspection_of_a_held_lock_serializes_as_the_cli_prints_it() {
     again.unlock().await.unwrap();
     guard.unlock().await.unwrap();
     client.shutdown().await.unwrap();
+}
+
+/// Every key of length 0 to 6 over an alphabet with the hash-tag braces: the protocol crate's
+/// slot (CRC16/XMODEM of the hash tag) agrees with the one fred routes by.
+#[test]
+fn key_slots_agree_with_freds_for_every_short_key_with_braces() {
+    // The braces, two letters, the separator lockkit's keys use, and a byte >= 0x80.
+    const ALPHABET: [u8; 6] = [b'a', b'b', b'{', b'}', b':', 0xFF];
+    const MAX_LEN: u32 = 6;
+    let mut checked = 0usize;
+    let mut key = Vec::with_capacity(MAX_LEN as usize);
+    for len in 0..=MAX_LEN {
+        // Every key of `len` symbols: the base-6 digits of 0..6^len.
+        for mut index in 0..ALPHABET.len().pow(len) {
+            key.clear();
+            for _ in 0..len {
+                key.push(ALPHABET[index % ALPHABET.len()]);
+                index /= ALPHABET.len();
+            }
+            assert_eq!(
+                key_slot(&key),
+                fred::util::redis_keyslot(&key),
+                "key {:?}",
+                String::from_utf8_lossy(&key)
+            );
+            checked += 1;
+        }
+    }
+    // 1 + 6 + 36 + ... + 6^6 = (6^7 - 1) / 5.
+    assert_eq!(checked, 55_987);
 }
