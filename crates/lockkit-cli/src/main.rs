@@ -108,8 +108,9 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         tickets: u64,
     },
-    /// Print a shell completion script (for bash: `lockkit completions bash >
-    /// ~/.local/share/bash-completion/completions/lockkit`)
+    /// Print a shell completion script
+    ///
+    /// For bash: `lockkit completions bash > ~/.local/share/bash-completion/completions/lockkit`
     Completions {
         /// The shell
         shell: Shell,
