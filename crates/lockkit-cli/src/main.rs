@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::{Parser, Subcommand};
+use clap::builder::PossibleValue;
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use clap_complete::Shell;
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, PubsubInterface};
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::{Client, Error, Inspection, PubSubMode};
@@ -37,10 +39,16 @@ Exit codes:
 #[derive(Debug, Parser)]
 #[command(name = "lockkit", version, after_help = EXIT_CODES)]
 struct Cli {
-    /// Redis URL (redis://, redis-cluster://, redis-sentinel://) [default: $REDIS_URL, else
-    /// redis://127.0.0.1:6379]
-    #[arg(long, global = true)]
-    url: Option<String>,
+    /// Redis URL (redis://, rediss://, redis-cluster://, redis-sentinel://)
+    // `hide_env_values`: the URL may carry a password, which `--help` must not print.
+    #[arg(
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    url: String,
     /// Key prefix of the application's objects (ClientBuilder::key_prefix)
     #[arg(long, global = true, default_value = lockkit::protocol::keys::DEFAULT_PREFIX)]
     prefix: String,
@@ -57,9 +65,9 @@ enum Command {
     Inspect {
         /// The object's name
         name: String,
-        /// Only this kind (lock, fenced, fair, rwlock, spin, semaphore, psemaphore, latch, once)
-        #[arg(long, value_parser = parse_kind)]
-        kind: Option<Kind>,
+        /// Only this kind
+        #[arg(long)]
+        kind: Option<KindArg>,
     },
     /// List the objects whose name matches a glob pattern (`*`, `?`), by SCAN (never KEYS)
     List {
@@ -71,8 +79,8 @@ enum Command {
         /// The object's name
         name: String,
         /// Only this kind
-        #[arg(long, value_parser = parse_kind)]
-        kind: Option<Kind>,
+        #[arg(long)]
+        kind: Option<KindArg>,
         /// Stop after this many changes [default: until Ctrl-C]
         #[arg(long)]
         count: Option<u64>,
@@ -82,8 +90,8 @@ enum Command {
         /// The lock's name
         name: String,
         /// Only this kind (lock, fenced, fair, rwlock, spin)
-        #[arg(long, value_parser = parse_kind)]
-        kind: Option<Kind>,
+        #[arg(long)]
+        kind: Option<KindArg>,
         /// Do not ask for confirmation
         #[arg(long)]
         yes: bool,
@@ -100,6 +108,40 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         tickets: u64,
     },
+    /// Print a shell completion script
+    ///
+    /// For bash: `lockkit completions bash > ~/.local/share/bash-completion/completions/lockkit`
+    Completions {
+        /// The shell
+        shell: Shell,
+    },
+}
+
+/// A `--kind` value: one of lockkit's kinds, named by its key segment (`lock`, `fenced`,
+/// `fair`, ...). The values are [`Kind::ALL`], so a new kind is accepted (and completed) without
+/// a change here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct KindArg(Kind);
+
+/// [`Kind::ALL`] as `--kind` values.
+const KIND_ARGS: [KindArg; Kind::ALL.len()] = {
+    let mut args = [KindArg(Kind::Lock); Kind::ALL.len()];
+    let mut index = 0;
+    while index < args.len() {
+        args[index] = KindArg(Kind::ALL[index]);
+        index += 1;
+    }
+    args
+};
+
+impl ValueEnum for KindArg {
+    fn value_variants<'a>() -> &'a [Self] {
+        &KIND_ARGS
+    }
+
+    fn to_possible_value(&self) -> Option<PossibleValue> {
+        Some(PossibleValue::new(self.0.segment()))
+    }
 }
 
 /// A failure with the exit code it maps to.
@@ -148,14 +190,15 @@ impl From<fred::error::Error> for Failure {
     }
 }
 
-fn parse_kind(text: &str) -> Result<Kind, String> {
-    Kind::ALL
-        .into_iter()
-        .find(|kind| kind.segment() == text)
-        .ok_or_else(|| {
-            let known: Vec<&str> = Kind::ALL.iter().map(|kind| kind.segment()).collect();
-            format!("unknown kind {text:?}; one of: {}", known.join(", "))
-        })
+/// Writes the completion script of `shell` to standard output (like `println!`, a failed write
+/// panics).
+fn completions(shell: Shell) {
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "lockkit",
+        &mut std::io::stdout(),
+    );
 }
 
 fn main() -> ExitCode {
@@ -185,11 +228,12 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let url = cli
-        .url
-        .clone()
-        .or_else(|| std::env::var("REDIS_URL").ok())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    if let Command::Completions { shell } = cli.command {
+        // Needs no Redis.
+        completions(shell);
+        return Ok(());
+    }
+    let url = cli.url.clone();
     let client = Client::builder()
         .url(url.clone())
         .key_prefix(cli.prefix.clone())
@@ -197,23 +241,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         .build()
         .await?;
     let result = match cli.command {
-        Command::Inspect { ref name, kind } => inspect(&client, &cli, kind, name).await,
+        Command::Inspect { ref name, kind } => {
+            inspect(&client, &cli, kind.map(|k| k.0), name).await
+        }
         Command::List { ref pattern } => list(&client, &cli, pattern.as_deref()).await,
         Command::Watch {
             ref name,
             kind,
             count,
-        } => watch(&client, &cli, &url, kind, name, count).await,
+        } => watch(&client, &cli, &url, kind.map(|k| k.0), name, count).await,
         Command::ForceUnlock {
             ref name,
             kind,
             yes,
-        } => force_unlock(&client, &cli, kind, name, yes).await,
+        } => force_unlock(&client, &cli, kind.map(|k| k.0), name, yes).await,
         Command::Demo {
             clients,
             tasks,
             tickets,
         } => demo(&cli, &url, clients, tasks, tickets).await,
+        // Printed above, without connecting.
+        Command::Completions { .. } => Ok(()),
     };
     let _ = client.shutdown().await;
     result
@@ -227,7 +275,7 @@ async fn inspect(
 ) -> Result<(), Failure> {
     let found = client.inspect(kind, name).await?;
     if cli.json {
-        println!("{}", Value::Array(found.iter().map(to_json).collect()));
+        println!("{}", serde_json::to_value(&found).map_err(json_error)?);
     } else {
         for object in &found {
             print!("{}", table(object));
@@ -242,11 +290,7 @@ async fn inspect(
 async fn list(client: &Client, cli: &Cli, pattern: Option<&str>) -> Result<(), Failure> {
     let objects = client.list(pattern).await?;
     if cli.json {
-        let rows: Vec<Value> = objects
-            .iter()
-            .map(|object| json!({"kind": object.kind.segment(), "name": object.name}))
-            .collect();
-        println!("{}", Value::Array(rows));
+        println!("{}", serde_json::to_value(&objects).map_err(json_error)?);
     } else {
         println!("{:<12} NAME", "KIND");
         for object in &objects {
@@ -378,11 +422,11 @@ async fn watch(
     tokio::pin!(interrupted);
     loop {
         let found = client.inspect(kind, name).await?;
-        let essence = Value::Array(found.iter().map(essence).collect());
+        let objects = serde_json::to_value(&found).map_err(json_error)?;
+        let essence = essence(objects.clone());
         if last.as_ref() != Some(&essence) {
             let elapsed = started.elapsed().as_secs_f64();
             if cli.json {
-                let objects: Vec<Value> = found.iter().map(to_json).collect();
                 println!("{}", json!({"elapsed_s": elapsed, "objects": objects}));
             } else if found.is_empty() {
                 println!("[+{elapsed:.3}s] {name:?}: no such object");
@@ -465,57 +509,28 @@ fn human(duration: Option<Duration>) -> String {
     }
 }
 
-fn millis(duration: Option<Duration>) -> Value {
-    duration.map_or(Value::Null, |duration| {
-        Value::from(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
-    })
+/// A failure of `serde_json::to_value` on lockkit's inspections or listed objects (their shape
+/// comes from lockkit's `serde` feature). Cannot happen for these types (plain fields, no maps);
+/// reported should that ever change.
+fn json_error(err: serde_json::Error) -> Failure {
+    Failure::new(REDIS, format!("cannot write the reply as JSON: {err}"))
 }
 
-/// An inspection as JSON.
-fn to_json(object: &Inspection) -> Value {
-    let holders: Vec<Value> = object
-        .holders
-        .iter()
-        .map(|holder| {
-            json!({
-                "owner": holder.owner,
-                "holds": holder.holds,
-                "access": holder.access,
-                "lease_ms": millis(holder.lease),
-            })
-        })
-        .collect();
-    json!({
-        "kind": object.kind.segment(),
-        "name": object.name,
-        "key": object.key,
-        "ttl_ms": millis(object.ttl),
-        "holders": holders,
-        "waiters": object.waiters,
-        "fencing_token": object.fencing_token,
-        "mode": object.mode,
-        "permits": object.permits,
-        "used_permits": object.used_permits,
-        "count": object.count,
-        "evictions": object.evictions,
-        "warnings": object.warnings,
-    })
-}
-
-/// What `watch` compares: the inspection without the times that change on their own.
-fn essence(object: &Inspection) -> Value {
-    let mut value = to_json(object);
-    if let Some(map) = value.as_object_mut() {
-        map.remove("ttl_ms");
-        if let Some(Value::Array(holders)) = map.get_mut("holders") {
-            for holder in holders {
-                if let Some(holder) = holder.as_object_mut() {
-                    holder.remove("lease_ms");
+/// What `watch` compares: inspections (as JSON) without the times that change on their own.
+fn essence(mut found: Value) -> Value {
+    for object in found.as_array_mut().into_iter().flatten() {
+        if let Some(map) = object.as_object_mut() {
+            map.remove("ttl_ms");
+            if let Some(Value::Array(holders)) = map.get_mut("holders") {
+                for holder in holders {
+                    if let Some(holder) = holder.as_object_mut() {
+                        holder.remove("lease_ms");
+                    }
                 }
             }
         }
     }
-    value
+    found
 }
 
 /// One line about an object, for `watch`.
@@ -719,4 +734,26 @@ async fn demo(cli: &Cli, url: &str, clients: u32, tasks: u32, tickets: u64) -> R
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn every_kind_is_a_value_named_by_its_key_segment() {
+        assert_eq!(KindArg::value_variants().len(), Kind::ALL.len());
+        for kind in Kind::ALL {
+            assert_eq!(
+                KindArg::from_str(kind.segment(), false),
+                Ok(KindArg(kind)),
+                "{kind:?}"
+            );
+        }
+    }
 }

@@ -126,13 +126,10 @@ pub enum TestkitError {
         addr: SocketAddr,
     },
 
-    /// Test certificates could not be generated with the `openssl` command.
-    #[error(
-        "generating test certificates failed: {detail}; the `openssl` command is needed \
-         (Debian package `openssl`)"
-    )]
+    /// Test certificates ([`TestCertificates`](crate::TestCertificates)) could not be made.
+    #[error("generating test certificates failed: {detail}")]
     Certificates {
-        /// What went wrong: the command and its output.
+        /// What went wrong.
         detail: String,
     },
 

@@ -11,7 +11,7 @@ use tokio::net::TcpSocket;
 use tokio::time::Instant;
 
 use crate::resp::{exchange, COMMAND_TIMEOUT};
-use crate::server::{reserve_port, TempDir};
+use crate::server::{reserve_port, temp_dir};
 use crate::{FaultProxy, RedisServer, RespValue, ServerOptions, TestkitError};
 
 /// The service name the sentinels monitor.
@@ -231,15 +231,15 @@ struct Sentinel {
     child: Child,
     _reservation: TcpSocket,
     // After `child`: the process dies before its directory goes.
-    _dir: TempDir,
+    _dir: tempfile::TempDir,
 }
 
 impl Sentinel {
     async fn start(primary_port: u16, quorum: usize) -> Result<Self, TestkitError> {
         let (reservation, port) = reserve_port()?;
-        let dir = TempDir::new()?;
-        let conf = dir.path.join("sentinel.conf");
-        let log = dir.path.join("sentinel.log");
+        let dir = temp_dir()?;
+        let conf = dir.path().join("sentinel.conf");
+        let log = dir.path().join("sentinel.log");
         let text = format!(
             "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\n\
              dir {dir}\nlogfile {log}\n\
@@ -248,12 +248,12 @@ impl Sentinel {
              sentinel down-after-milliseconds {SENTINEL_SERVICE_NAME} {DOWN_AFTER_MS}\n\
              sentinel failover-timeout {SENTINEL_SERVICE_NAME} {FAILOVER_TIMEOUT_MS}\n\
              sentinel parallel-syncs {SENTINEL_SERVICE_NAME} 1\n",
-            dir = dir.path.display(),
+            dir = dir.path().display(),
             log = log.display(),
         );
         fs::write(&conf, text)
             .map_err(|e| TestkitError::io(format!("writing {}", conf.display()), e))?;
-        let stdio = dir.path.join("stdio.log");
+        let stdio = dir.path().join("stdio.log");
         let out = File::create(&stdio)
             .map_err(|e| TestkitError::io(format!("creating {}", stdio.display()), e))?;
         let err = out

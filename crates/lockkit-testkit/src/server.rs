@@ -5,9 +5,9 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use tempfile::TempDir;
 use tokio::net::TcpSocket;
 use tokio::time::Instant;
 
@@ -194,13 +194,13 @@ impl RedisServer {
     /// up to 5 times.
     pub async fn start_with(options: ServerOptions) -> Result<RedisServer, TestkitError> {
         let binary = find_binary(&options)?;
-        let dir = TempDir::new()?;
+        let dir = temp_dir()?;
         let mut attempt = 0;
         loop {
             attempt += 1;
             let (reservation, port) = reserve_port()?;
             let generation = u32::try_from(attempt).unwrap_or(u32::MAX);
-            match start_on(&binary, port, &dir.path, generation, &options).await {
+            match start_on(&binary, port, dir.path(), generation, &options).await {
                 Ok(process) => {
                     return Ok(RedisServer {
                         port,
@@ -268,7 +268,7 @@ impl RedisServer {
 
     /// The temporary directory of the server (its `--dir` and its logs).
     pub fn dir(&self) -> &Path {
-        &self.dir.path
+        self.dir.path()
     }
 
     /// Kills the server with `SIGKILL`, starts a new one with no data on the
@@ -277,7 +277,7 @@ impl RedisServer {
     pub async fn restart_empty(&mut self) -> Result<(), TestkitError> {
         self.kill();
         for file in PERSISTENCE_FILES {
-            let path = self.dir.path.join(file);
+            let path = self.dir.path().join(file);
             let removed = if path.is_dir() {
                 fs::remove_dir_all(&path)
             } else {
@@ -332,7 +332,7 @@ impl RedisServer {
             match start_on(
                 &self.binary,
                 self.port,
-                &self.dir.path,
+                self.dir.path(),
                 self.generation,
                 &self.options,
             )
@@ -376,7 +376,7 @@ impl RedisServer {
             commands.push(vec!["AUTH", password]);
         }
         commands.push(args.to_vec());
-        let unix = unix_socket(&self.dir.path, self.generation, &self.options);
+        let unix = unix_socket(self.dir.path(), self.generation, &self.options);
         let mut replies = match unix {
             Some(path) => exchange_unix(&path, self.addr(), &commands, COMMAND_TIMEOUT).await?,
             None => exchange(self.addr(), &commands, COMMAND_TIMEOUT).await?,
@@ -817,48 +817,16 @@ fn find_binary(options: &ServerOptions) -> Result<PathBuf, TestkitError> {
     })
 }
 
-/// A directory under the system temporary directory, removed on drop.
-#[derive(Debug)]
-pub(crate) struct TempDir {
-    pub(crate) path: PathBuf,
-}
-
-impl TempDir {
-    pub(crate) fn new() -> Result<TempDir, TestkitError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let base = std::env::temp_dir();
-        let mut last_err = None;
-        for _ in 0..16 {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.subsec_nanos())
-                .unwrap_or(0);
-            let name = format!(
-                "lockkit-testkit-{}-{}-{nanos:08x}",
-                std::process::id(),
-                COUNTER.fetch_add(1, Ordering::Relaxed)
-            );
-            let path = base.join(name);
-            match fs::create_dir(&path) {
-                Ok(()) => return Ok(TempDir { path }),
-                Err(err) if err.kind() == io::ErrorKind::AlreadyExists => last_err = Some(err),
-                Err(source) => return Err(TestkitError::TempDir { base, source }),
-            }
-        }
-        Err(TestkitError::TempDir {
-            base,
-            source: last_err
-                .unwrap_or_else(|| io::Error::new(io::ErrorKind::AlreadyExists, "name clash")),
+/// A new directory `lockkit-testkit-*` under the system temporary directory, removed when the
+/// returned value is dropped.
+pub(crate) fn temp_dir() -> Result<TempDir, TestkitError> {
+    tempfile::Builder::new()
+        .prefix("lockkit-testkit-")
+        .tempdir()
+        .map_err(|source| TestkitError::TempDir {
+            base: std::env::temp_dir(),
+            source,
         })
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if let Err(err) = fs::remove_dir_all(&self.path) {
-            tracing::debug!(path = %self.path.display(), %err, "removing temporary directory failed");
-        }
-    }
 }
 
 #[cfg(test)]
@@ -913,10 +881,10 @@ mod tests {
 
     #[test]
     fn temp_dirs_are_unique_and_removed() {
-        let a = TempDir::new().unwrap();
-        let b = TempDir::new().unwrap();
-        assert_ne!(a.path, b.path);
-        let path = a.path.clone();
+        let a = temp_dir().unwrap();
+        let b = temp_dir().unwrap();
+        assert_ne!(a.path(), b.path());
+        let path = a.path().to_owned();
         assert!(path.is_dir());
         drop(a);
         assert!(!path.exists());

@@ -39,9 +39,15 @@ use crate::error::{command_error, redis as redis_failure, Error};
 ///
 /// Fields that do not apply to the object's kind are empty or `None`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[doc = ""]
+#[doc = "With the `serde` feature it implements `serde::Serialize`, giving what"]
+#[doc = "`lockkit inspect --json` prints: `kind` as its key segment (`\"lock\"`, `\"fenced\"`, ...),"]
+#[doc = "`ttl` as `ttl_ms` and a holder's `lease` as `lease_ms` (whole milliseconds, `null` for none)."]
 #[non_exhaustive]
 pub struct Inspection {
     /// The object's kind.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "serde_fields::kind"))]
     pub kind: Kind,
     /// The object's name.
     pub name: String,
@@ -49,6 +55,10 @@ pub struct Inspection {
     pub key: String,
     /// The main key's remaining time to live: the lease of a held lock. `None` when the main key
     /// does not exist or never expires.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "ttl_ms", serialize_with = "serde_fields::millis")
+    )]
     pub ttl: Option<Duration>,
     /// Who holds the object, and how many times (or how many permits).
     pub holders: Vec<Holder>,
@@ -80,6 +90,9 @@ pub struct Inspection {
 
 /// One holder of an object, in an [`Inspection`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[doc = ""]
+#[doc = "With the `serde` feature it implements `serde::Serialize` (see [`Inspection`])."]
 #[non_exhaustive]
 pub struct Holder {
     /// The owner id, `<client id>:<sequence>`: one plain acquire and the re-entries made in its
@@ -95,14 +108,23 @@ pub struct Holder {
     pub access: Option<String>,
     /// What is left of the hold's lease (`None`: no expiry); for an owner with several holds of
     /// a lock, fenced lock or fair lock, of the latest one's.
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "lease_ms", serialize_with = "serde_fields::millis")
+    )]
     pub lease: Option<Duration>,
 }
 
 /// An object found by [`Client::list`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[doc = ""]
+#[doc = "With the `serde` feature it implements `serde::Serialize`, giving what `lockkit list --json`"]
+#[doc = "prints for it: `{\"kind\": \"lock\", \"name\": \"order:42\"}`."]
 #[non_exhaustive]
 pub struct ListedObject {
     /// The object's kind.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "serde_fields::kind"))]
     pub kind: Kind,
     /// The object's name.
     pub name: String,
@@ -558,6 +580,36 @@ pub(crate) fn glob_match(pattern: &str, text: &str) -> bool {
         }
     }
     pattern[p..].iter().all(|c| *c == '*')
+}
+
+/// How the `serde` feature writes the fields that have no `Serialize` of their own, as the CLI's
+/// JSON has them.
+#[cfg(feature = "serde")]
+mod serde_fields {
+    use std::time::Duration;
+
+    use lockkit_protocol::keys::Kind;
+
+    /// A kind as its key segment (`"lock"`, `"fenced"`, ...).
+    pub(super) fn kind<S: serde::Serializer>(
+        kind: &Kind,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(kind.segment())
+    }
+
+    /// A duration as whole milliseconds (saturating), `None` as none.
+    pub(super) fn millis<S: serde::Serializer>(
+        duration: &Option<Duration>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match duration {
+            Some(duration) => {
+                serializer.serialize_some(&u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+            }
+            None => serializer.serialize_none(),
+        }
+    }
 }
 
 #[cfg(test)]
