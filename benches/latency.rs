@@ -97,16 +97,17 @@ impl Fixture {
         let marker = hold_marker(client.id(), 1_000_000);
         let lease = client.watchdog_timeout().as_millis().to_string();
         // Every key of the lock (the lock HASH and its handoff key), as lockkit sends them.
-        let frame = |sha: &str, keys: &[String], args: [&str; 3]| -> Vec<Value> {
+        let frame = |sha: &str, keys: &[String], args: &[&str]| -> Vec<Value> {
             let mut frame = vec![Value::from(sha), Value::from(keys.len() as i64)];
             frame.extend(keys.iter().map(|key| Value::from(key.as_str())));
             frame.extend(args.iter().map(|arg| Value::from(*arg)));
             frame
         };
-        let trivial_frame = frame(&trivial_sha, &free.keys, [&owner, &marker, &lease]);
-        let acquire_frame = frame(&acquire_sha, &free.keys, [&owner, &marker, &lease]);
-        let release_frame = frame(&release_sha, &free.keys, [&marker, &free.channel, "0"]);
-        let busy_frame = frame(&acquire_sha, &busy.keys, [&owner, &marker, &lease]);
+        // The acquire's fourth argument, the keep-alive: 0, a try that never joins the waiting set.
+        let trivial_frame = frame(&trivial_sha, &free.keys, &[&owner, &marker, &lease]);
+        let acquire_frame = frame(&acquire_sha, &free.keys, &[&owner, &marker, &lease, "0"]);
+        let release_frame = frame(&release_sha, &free.keys, &[&marker, &free.channel, "0"]);
+        let busy_frame = frame(&acquire_sha, &busy.keys, &[&owner, &marker, &lease, "0"]);
 
         let fixture = Fixture {
             client,
@@ -124,7 +125,7 @@ impl Fixture {
         let other = frame(
             &acquire_sha,
             &busy.keys,
-            ["someone-else", "#someone-else:1", "3600000"],
+            &["someone-else", "#someone-else:1", "3600000", "0"],
         );
         let taken = fixture.evalsha(&other, &fixture.busy_route).await;
         assert_eq!(taken, [1, 1], "the busy key could not be taken");
