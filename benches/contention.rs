@@ -1,8 +1,9 @@
 //! Contention: W workers fighting for one lock, lockkit's primitives and the peer libraries, against
 //! the floors of one raw `EVALSHA` round trip and of one raw pub/sub handoff.
 //!
-//! One process spawns one `redis-server` on a loopback port. For each of `Lock`, `FairLock` and
-//! `SpinLock`, for each row (W workers, hold H, think T), W tokio tasks on one multi-thread
+//! One process spawns one `redis-server` on a loopback port. For each of `Lock`, `FencedLock`,
+//! `FairLock`, `SpinLock`, `ReadWriteLock` (every worker a writer) and `Semaphore` (one permit),
+//! for each row (W workers, hold H, think T), W tokio tasks on one multi-thread
 //! runtime, each with its **own** `lockkit::Client` (its own connections), loop for D seconds:
 //! acquire (`lock()`, watchdog mode), hold H (a tokio sleep), release (`unlock()`), think T.
 //! Then every installed peer library (`benches/peers/install`) runs the same rows against the same
@@ -20,7 +21,11 @@
 //!   call to the new holder's acquire return; p50 and p99;
 //! - overlapping holds: a hold that began before the previous one ended (0 for a correct lock);
 //! - the measured hold (acquire return to unlock call) and the net overhead per acquisition,
-//!   `D / acquisitions − mean measured hold`.
+//!   `D / acquisitions − mean measured hold`;
+//! - lockkit rows: **attempts per acquisition**, Redis' own count of script calls during the row
+//!   (`INFO commandstats`) less one release per hold, over the holds: 1.0 is one acquire script
+//!   per acquisition, anything above it is wasted tries (woken waiters that were refused, the
+//!   spin lock's polls, waiters' keep-alive retries).
 //!
 //! The floors are measured in the same run: the median of 200 `EVALSHA` round trips of a trivial
 //! script through a plain fred client, configured and framed as in `benches/latency.rs` (RTT),
@@ -48,7 +53,10 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use lockkit::protocol::keys::Namespace;
 use lockkit::protocol::lock::hold_marker;
 use lockkit::protocol::slot::key_slot;
-use lockkit::{Client, Error, FairLock, Lock, LockGuard, SpinLock};
+use lockkit::{
+    Client, Error, FairLock, FencedLock, Lock, LockGuard, ReadWriteLock, Semaphore,
+    SemaphorePermit, SpinLock,
+};
 use serde_json::json;
 
 /// Round trips of the floor, and samples of the pub/sub floor.
@@ -71,44 +79,83 @@ const PEERS: [&str; 5] = [
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Primitive {
     Lock,
+    FencedLock,
     FairLock,
     SpinLock,
+    /// `ReadWriteLock`, every worker a writer.
+    RwWriter,
+    /// `Semaphore` of one permit, every worker taking it.
+    Semaphore,
 }
 
 impl Primitive {
-    const ALL: [Primitive; 3] = [Primitive::Lock, Primitive::FairLock, Primitive::SpinLock];
+    const ALL: [Primitive; 6] = [
+        Primitive::Lock,
+        Primitive::FencedLock,
+        Primitive::FairLock,
+        Primitive::SpinLock,
+        Primitive::RwWriter,
+        Primitive::Semaphore,
+    ];
 
     fn name(self) -> &'static str {
         match self {
             Primitive::Lock => "Lock",
+            Primitive::FencedLock => "FencedLock",
             Primitive::FairLock => "FairLock",
             Primitive::SpinLock => "SpinLock",
+            Primitive::RwWriter => "ReadWriteLock",
+            Primitive::Semaphore => "Semaphore",
         }
     }
 }
 
-/// One worker's handle on the contended lock.
+/// One worker's handle on the contended object.
 enum Handle {
     Lock(Lock),
+    FencedLock(FencedLock),
     FairLock(FairLock),
     SpinLock(SpinLock),
+    RwWriter(ReadWriteLock),
+    Semaphore(Semaphore),
+}
+
+/// What a worker holds.
+enum Held {
+    Guard(LockGuard),
+    Permit(SemaphorePermit),
+}
+
+impl Held {
+    async fn unlock(self) -> Result<(), Error> {
+        match self {
+            Held::Guard(guard) => guard.unlock().await,
+            Held::Permit(permit) => permit.release().await,
+        }
+    }
 }
 
 impl Handle {
     fn new(client: &Client, primitive: Primitive, name: &str) -> Handle {
         match primitive {
             Primitive::Lock => Handle::Lock(client.lock(name)),
+            Primitive::FencedLock => Handle::FencedLock(client.fenced_lock(name)),
             Primitive::FairLock => Handle::FairLock(client.fair_lock(name)),
             Primitive::SpinLock => Handle::SpinLock(client.spin_lock(name)),
+            Primitive::RwWriter => Handle::RwWriter(client.read_write_lock(name)),
+            Primitive::Semaphore => Handle::Semaphore(client.semaphore(name)),
         }
     }
 
     /// Waits without bound, watchdog mode.
-    async fn lock(&self) -> Result<LockGuard, Error> {
+    async fn lock(&self) -> Result<Held, Error> {
         match self {
-            Handle::Lock(lock) => lock.lock().await,
-            Handle::FairLock(lock) => lock.lock().await,
-            Handle::SpinLock(lock) => lock.lock().await,
+            Handle::Lock(lock) => lock.lock().await.map(Held::Guard),
+            Handle::FencedLock(lock) => lock.lock().await.map(Held::Guard),
+            Handle::FairLock(lock) => lock.lock().await.map(Held::Guard),
+            Handle::SpinLock(lock) => lock.lock().await.map(Held::Guard),
+            Handle::RwWriter(lock) => lock.write_lock().await.map(Held::Guard),
+            Handle::Semaphore(semaphore) => semaphore.acquire(1).await.map(Held::Permit),
         }
     }
 }
@@ -155,6 +202,10 @@ struct Outcome {
     /// Holds that began before the previous one ended (must be 0 for lockkit).
     overlaps: usize,
     errors: u64,
+    /// lockkit rows: acquire script calls per acquisition (Redis' own count of `EVALSHA` calls
+    /// during the row, less one release per hold, over the holds); 1.0 means no wasted try.
+    /// `None` for the peers, whose commands are not comparable.
+    attempts: Option<f64>,
     /// The floor (median raw `EVALSHA` round trip) measured just before this row: the yardstick
     /// of its RTT columns. It drifts by tens of percent within a run (CPU placement), so each row
     /// gets its own.
@@ -242,6 +293,7 @@ fn analyse(record: Record) -> Outcome {
         mean_hold,
         overlaps,
         errors,
+        attempts: None,
         rtt: Duration::ZERO,
     }
 }
@@ -280,13 +332,13 @@ async fn worker(
     let mut events = Vec::with_capacity(4096);
     while Instant::now() < deadline {
         let called = Instant::now();
-        let guard = handle.lock().await.expect("lock");
+        let held = handle.lock().await.expect("lock");
         let acquired = Instant::now();
         if acquired < deadline && !workload.hold.is_zero() {
             tokio::time::sleep(workload.hold).await;
         }
         let unlocking = Instant::now();
-        guard.unlock().await.expect("unlock");
+        held.unlock().await.expect("unlock");
         events.push([index as u64, ns(called), ns(acquired), ns(unlocking)]);
         if !workload.think.is_zero() && Instant::now() < deadline {
             tokio::time::sleep(workload.think).await;
@@ -298,11 +350,17 @@ async fn worker(
 /// One lockkit row.
 async fn run_lockkit(
     clients: &[Client],
+    raw: &RedisClient,
     primitive: Primitive,
     workload: Workload,
     window: Duration,
 ) -> Outcome {
     let name = lockkit_suite::unique(&format!("bench-contention-{}", primitive.name()));
+    if primitive == Primitive::Semaphore {
+        let set = clients[0].semaphore(&name).try_set_permits(1).await;
+        assert!(set.expect("try_set_permits"), "a fresh semaphore");
+    }
+    let scripts_before = script_calls(raw).await;
     let origin = Instant::now();
     let deadline = origin + window;
     let tasks: Vec<_> = clients[..workload.workers]
@@ -319,11 +377,14 @@ async fn run_lockkit(
         futures::future::join_all(tasks),
     )
     .await;
+    let scripts = script_calls(raw).await.saturating_sub(scripts_before);
     let mut events = Vec::new();
     for result in joined {
         events.extend(result.expect("a worker panicked"));
     }
-    analyse(Record {
+    let holds = events.len().max(1) as f64;
+    let attempts = (scripts as f64 - events.len() as f64) / holds;
+    let mut outcome = analyse(Record {
         library: primitive.name().to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         workload,
@@ -331,7 +392,37 @@ async fn run_lockkit(
         deadline_ns: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
         events,
         errors: 0,
-    })
+    });
+    outcome.attempts = Some(attempts);
+    outcome
+}
+
+/// Redis' count of script calls so far (`EVALSHA`, `EVAL` and their read-only forms, `FCALL`),
+/// from `INFO commandstats`: each counts one round trip that runs a script, so the difference over
+/// a row is the row's script calls.
+async fn script_calls(raw: &RedisClient) -> u64 {
+    let info: String = raw
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::Random, false),
+            vec!["commandstats"],
+        )
+        .await
+        .expect("INFO commandstats");
+    info.lines()
+        .filter_map(|line| {
+            let (name, stats) = line.split_once(':')?;
+            let script = matches!(
+                name,
+                "cmdstat_evalsha"
+                    | "cmdstat_eval"
+                    | "cmdstat_evalsha_ro"
+                    | "cmdstat_eval_ro"
+                    | "cmdstat_fcall"
+            );
+            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
+            script.then(|| calls.parse::<u64>().ok()).flatten()
+        })
+        .sum()
 }
 
 /// Where `benches/peers/install` put the peers.
@@ -597,12 +688,12 @@ fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
 fn print_table(outcomes: &[Outcome], floors: &Floors) {
     let rtt_us = micros(floors.rtt);
     println!(
-        "| library | W | H ms | T ms | acquisitions | acq/s | min/max | owner changes | handoffs \
+        "| library | W | H ms | T ms | acquisitions | acq/s | attempts/acq | min/max | owner changes | handoffs \
          | handoff p50 µs | p99 µs | RTT µs | p50 RTT | p99 RTT | p50 / pubsub floor \
          | mean hold ms | net overhead µs | net RTT | overlaps |"
     );
     println!(
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for o in outcomes {
         let row_rtt_us = micros(o.rtt);
@@ -621,12 +712,13 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
             String::new()
         };
         println!(
-            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {:.2} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
+            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {} | {:.2} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
             o.workload.workers,
             o.workload.hold.as_millis(),
             o.workload.think.as_millis(),
             o.acquisitions,
             o.acquisitions as f64 / o.window.as_secs_f64(),
+            fmt_opt(o.attempts, 2),
             o.min_max,
             o.owner_changes,
             o.handoffs.len(),
@@ -704,6 +796,7 @@ fn write_json(outcomes: &[Outcome], floors: &Floors, window: Duration) {
                 "window_s": o.window.as_secs_f64(),
                 "acquisitions": o.acquisitions,
                 "acq_per_s": o.acquisitions as f64 / o.window.as_secs_f64(),
+                "attempts_per_acquisition": o.attempts,
                 "min_max": o.min_max,
                 "owner_changes": o.owner_changes,
                 "handoffs": o.handoffs.len(),
@@ -835,7 +928,7 @@ async fn bench(url: &str, smoke: bool) {
     for &primitive in &primitives {
         for &workload in &workloads {
             let rtt = floor.median(Duration::ZERO).await;
-            let mut outcome = run_lockkit(&clients, primitive, workload, window).await;
+            let mut outcome = run_lockkit(&clients, &floor.raw, primitive, workload, window).await;
             outcome.rtt = rtt;
             log(&outcome);
             outcomes.push(outcome);
