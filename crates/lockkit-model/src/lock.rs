@@ -37,7 +37,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use crate::spec::HoldState;
-use crate::spec::{Seen, Spec};
+use crate::spec::{release_seen, Seen, Spec};
 
 /// A point in logical time: the server's clock (`TIME`) in milliseconds and microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -738,18 +738,10 @@ impl Spec for LockSpec {
                     .entry(hold.clone())
                     .or_insert(Seen::maybe(owner, (), *may_lapse));
             }
-            (LockOp::Release { hold }, LockRet::Released) => match next.holds.remove(hold) {
-                Some(seen) if seen.state != HoldState::Gone => {}
-                _ => return None,
-            },
-            (LockOp::Release { hold }, LockRet::NotHeld) => {
-                next.holds.remove(hold);
-            }
-            (LockOp::Release { hold } | LockOp::Renew { hold }, LockRet::Error) => {
+            (LockOp::Release { hold }, ret) => release_seen(&mut next.holds, hold, ret)?,
+            (LockOp::Renew { hold }, LockRet::Error) => {
                 if let Some(seen) = next.holds.get_mut(hold) {
-                    if seen.state == HoldState::Live {
-                        seen.state = HoldState::Maybe;
-                    }
+                    seen.state = seen.state.max(HoldState::Maybe);
                 }
             }
             (LockOp::Renew { hold }, LockRet::Live) => match next.holds.get_mut(hold) {

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 
 use crate::lock::LockRet;
-use crate::spec::{Seen, Spec};
+use crate::spec::{release_seen, Seen, Spec};
 use crate::timed::Timed;
 
 /// The longest lease accepted (`lockkit::MAX_LEASE`, 365 days), in milliseconds.
@@ -460,18 +460,7 @@ impl Spec for RwSpec {
                     .entry(hold.clone())
                     .or_insert(Seen::maybe(owner, *mode, *may_lapse));
             }
-            (RwHistoryOp::Release { hold }, LockRet::Released) => match next.holds.remove(hold) {
-                Some(seen) if seen.in_force() => {}
-                _ => return None,
-            },
-            (RwHistoryOp::Release { hold }, LockRet::NotHeld) => {
-                next.holds.remove(hold);
-            }
-            (RwHistoryOp::Release { hold }, LockRet::Error) => {
-                if let Some(seen) = next.holds.get_mut(hold) {
-                    seen.state = seen.state.max(crate::spec::HoldState::Maybe);
-                }
-            }
+            (RwHistoryOp::Release { hold }, ret) => release_seen(&mut next.holds, hold, ret)?,
             _ => return None,
         }
         Some(next)

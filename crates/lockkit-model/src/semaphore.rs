@@ -29,7 +29,7 @@
 use std::collections::BTreeMap;
 
 use crate::lock::LockRet;
-use crate::spec::{Seen, Spec};
+use crate::spec::{release_seen, Seen, Spec};
 use crate::timed::Timed;
 
 pub use crate::rwlock::MAX_LEASE_MS;
@@ -512,19 +512,8 @@ impl Spec for PermitSpec {
                     .entry(hold.clone())
                     .or_insert(Seen::maybe(hold, *permits, *may_lapse));
             }
-            (PermitHistoryOp::Release { hold }, LockRet::Released) => {
-                match next.holds.remove(hold) {
-                    Some(seen) if seen.in_force() => {}
-                    _ => return None,
-                }
-            }
-            (PermitHistoryOp::Release { hold }, LockRet::NotHeld) => {
-                next.holds.remove(hold);
-            }
-            (PermitHistoryOp::Release { hold }, LockRet::Error) => {
-                if let Some(seen) = next.holds.get_mut(hold) {
-                    seen.state = seen.state.max(crate::spec::HoldState::Maybe);
-                }
+            (PermitHistoryOp::Release { hold }, ret) => {
+                release_seen(&mut next.holds, hold, ret)?;
             }
             _ => return None,
         }

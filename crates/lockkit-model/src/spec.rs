@@ -1,7 +1,10 @@
 //! The interface between a sequential model and the linearizability checker.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::hash::Hash;
+
+use crate::lock::LockRet;
 
 /// A sequential specification: a state, and which observed results an operation may have from
 /// it. Nondeterminism (a timed-out acquire, a lease that may or may not have lapsed) is allowed:
@@ -87,5 +90,30 @@ impl<K> Seen<K> {
         }
         self.state = HoldState::Gone;
         true
+    }
+}
+
+/// A release of `hold` that answered `ret`, in any time-free spec: `Released` gives back a hold
+/// in force (a violation if it was known gone or never taken), `NotHeld` is always allowed (the
+/// hold ended before, or is gone now), an ambiguous `Error` leaves a live hold only maybe held.
+/// `None`: a violation, or not a release's result.
+pub fn release_seen<K>(
+    holds: &mut BTreeMap<String, Seen<K>>,
+    hold: &str,
+    ret: &LockRet,
+) -> Option<()> {
+    match ret {
+        LockRet::Released => holds.remove(hold).filter(Seen::in_force).map(|_| ()),
+        LockRet::NotHeld => {
+            holds.remove(hold);
+            Some(())
+        }
+        LockRet::Error => {
+            if let Some(seen) = holds.get_mut(hold) {
+                seen.state = seen.state.max(HoldState::Maybe);
+            }
+            Some(())
+        }
+        _ => None,
     }
 }
