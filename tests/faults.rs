@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fred::interfaces::HashesInterface;
 use lockkit::{ConnectFailure, Error};
-use lockkit_suite::{client, lock_key, raw, spawned, unique, until_waiting, within};
+use lockkit_suite::{client, client_with, lock_key, raw, spawned, unique, until_waiting, within};
 use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(60);
@@ -124,6 +124,36 @@ async fn connecting_to_a_closed_port_says_so_in_one_sentence() {
     )
     .await;
     assert_refused(result, port);
+}
+
+/// The release's reply is lost on every send: it is sent three times in all (each resend is safe,
+/// the marker names the hold), then `unlock` reports the connection error rather than retrying
+/// without bound. The first send ran, so the lock is free.
+#[tokio::test]
+async fn a_release_whose_reply_is_lost_on_every_send_gives_up_after_three_sends() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    // No watchdog round during the test (rounds every 20 minutes): only the release sends the
+    // lock's key through the proxy.
+    let holder = client_with(&proxy.url(), Duration::from_secs(3600)).await;
+    let observer = client(&server.url()).await;
+    let name = unique("release-gives-up");
+    warm_up(&holder).await;
+    let guard = holder
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap();
+
+    proxy.cut_after_requests_containing(lock_key(&name), 3);
+    let result = within(HANG, "a release across three cuts", guard.unlock()).await;
+    assert!(matches!(result, Err(Error::Redis(_))), "{result:?}");
+    assert_eq!(
+        proxy.times_triggered(),
+        3,
+        "the release was sent three times"
+    );
+    assert!(!observer.lock(&name).is_locked().await.unwrap());
 }
 
 #[tokio::test]

@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use lockkit_suite::{client, redis, unique, until_waiting, within};
+use lockkit::protocol::keys::Namespace;
+use lockkit::{Client, PubSubMode};
+use lockkit_suite::{client, redis, spawned, unique, until_waiting, within};
 
 const HANG: Duration = Duration::from_secs(60);
 
@@ -150,4 +152,71 @@ async fn a_release_wakes_the_waiter_it_reserved_the_lock_for() {
     for task in tasks {
         within(HANG, "a waiter", task).await.unwrap();
     }
+}
+
+/// The server's subscriber count of `channel`, sharded (`PUBSUB SHARDNUMSUB`).
+async fn shard_subscribers(server: &lockkit_testkit::RedisServer, channel: &str) -> Option<i64> {
+    let reply = lockkit_testkit::send_command(server.addr(), &["PUBSUB", "SHARDNUMSUB", channel])
+        .await
+        .unwrap();
+    reply
+        .as_array()
+        .and_then(|a| a.get(1))
+        .and_then(|n| n.as_int())
+}
+
+/// In sharded mode the hub restores the shard subscriptions itself after its subscriber
+/// connection is re-established (fred does not): a waiter parked across the reconnect is still
+/// woken by the release message, long before the holder's lease (300 s) would let it in.
+#[tokio::test]
+async fn a_sharded_waiter_parked_across_a_reconnect_is_woken_by_the_release() {
+    let server = spawned().await;
+    let sharded = |url: String| async move {
+        Client::builder()
+            .url(url)
+            .pubsub(PubSubMode::Sharded)
+            .build()
+            .await
+            .unwrap()
+    };
+    let holder = sharded(server.url()).await;
+    let waiter = sharded(server.url()).await;
+    let name = unique("sharded-reconnect");
+    let channel = Namespace::default().lock(&name).unwrap().channel;
+    let guard = holder
+        .lock(&name)
+        .lock_with_lease(Duration::from_secs(300))
+        .await
+        .unwrap();
+    let lock = waiter.lock(&name);
+    let parked = tokio::spawn(async move { lock.lock().await });
+    within(HANG, "the waiter's shard subscription", async {
+        while shard_subscribers(&server, &channel).await != Some(1) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    // Closes the waiter's subscriber connection (the only client with a subscription); the
+    // server drops its shard subscriptions with it. The client reconnects by itself.
+    lockkit_testkit::send_command(server.addr(), &["CLIENT", "KILL", "TYPE", "pubsub"])
+        .await
+        .unwrap();
+    // CLIENT KILL frees the connection before it replies: a subscriber counted from here on is
+    // a new subscription.
+    within(HANG, "the shard subscription to be restored", async {
+        while shard_subscribers(&server, &channel).await != Some(1) {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+
+    guard.unlock().await.unwrap();
+    within(HANG, "the parked waiter", parked)
+        .await
+        .unwrap()
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
 }

@@ -67,6 +67,8 @@ impl FaultProxy {
                 closed: false,
                 trigger: Trigger::Idle,
                 trigger_generation: 0,
+                shots_left: 0,
+                fires: 0,
             }),
             delay_nanos: AtomicU64::new(0),
             jitter_nanos: AtomicU64::new(0),
@@ -166,11 +168,22 @@ impl FaultProxy {
     /// in flight. Arming again replaces the pattern and resets
     /// [`triggered`](FaultProxy::triggered) to `false`.
     pub fn cut_after_request_containing(&self, pattern: impl Into<Vec<u8>>) {
+        self.cut_after_requests_containing(pattern, 1);
+    }
+
+    /// As [`cut_after_request_containing`](FaultProxy::cut_after_request_containing), for the
+    /// next `times` requests containing `pattern` (at least one): each firing re-arms the
+    /// trigger before it closes the connection, so the client's next such request, on a new
+    /// connection, loses its reply too. [`triggered`](FaultProxy::triggered) is `true` from the
+    /// first firing; [`times_triggered`](FaultProxy::times_triggered) counts them.
+    pub fn cut_after_requests_containing(&self, pattern: impl Into<Vec<u8>>, times: u32) {
         let pattern: Arc<[u8]> = pattern.into().into();
         let mut state = self.shared.state.lock();
-        tracing::debug!(addr = %self.addr, pattern = %String::from_utf8_lossy(&pattern), "trigger armed");
+        tracing::debug!(addr = %self.addr, pattern = %String::from_utf8_lossy(&pattern), times, "trigger armed");
         state.trigger = Trigger::Armed(pattern);
         state.trigger_generation += 1;
+        state.shots_left = times.saturating_sub(1);
+        state.fires = 0;
         self.shared.fired.send_replace(false);
     }
 
@@ -179,6 +192,11 @@ impl FaultProxy {
     /// has fired.
     pub fn triggered(&self) -> bool {
         *self.shared.fired.borrow()
+    }
+
+    /// How many times the trigger armed last has fired.
+    pub fn times_triggered(&self) -> u32 {
+        self.shared.state.lock().fires
     }
 
     /// Resolves once the armed trigger has fired (at once if it already has).
@@ -241,6 +259,10 @@ struct State {
     /// Counts arming, so a claim made before re-arming cannot fire the new
     /// trigger. Starts at 1 with the first arming; 0 means "no claim".
     trigger_generation: u64,
+    /// Firings still to come after the one armed or claimed now.
+    shots_left: u32,
+    /// Firings of the trigger armed last.
+    fires: u32,
 }
 
 impl State {
@@ -254,8 +276,9 @@ impl State {
 enum Trigger {
     Idle,
     Armed(Arc<[u8]>),
-    /// A connection matched; it fires when the server answers.
-    Claimed,
+    /// A connection matched (the pattern, to re-arm); it fires when the
+    /// server answers.
+    Claimed(Arc<[u8]>),
     Fired,
 }
 
@@ -300,22 +323,31 @@ impl Shared {
     /// `None` if it is not armed (any more).
     fn claim_trigger(&self) -> Option<u64> {
         let mut state = self.state.lock();
-        if matches!(state.trigger, Trigger::Armed(_)) {
-            state.trigger = Trigger::Claimed;
-            Some(state.trigger_generation)
-        } else {
-            None
-        }
+        let Trigger::Armed(pattern) = &state.trigger else {
+            return None;
+        };
+        let pattern = Arc::clone(pattern);
+        state.trigger = Trigger::Claimed(pattern);
+        Some(state.trigger_generation)
     }
 
-    /// Fires the trigger claimed as `generation`; false if it was re-armed
-    /// since.
+    /// Fires the trigger claimed as `generation` (and arms it again while
+    /// shots are left); false if it was re-armed since.
     fn fire_trigger(&self, generation: u64) -> bool {
         let mut state = self.state.lock();
-        if state.trigger_generation != generation || !matches!(state.trigger, Trigger::Claimed) {
-            return false;
-        }
-        state.trigger = Trigger::Fired;
+        let pattern = match &state.trigger {
+            Trigger::Claimed(pattern) if state.trigger_generation == generation => {
+                Arc::clone(pattern)
+            }
+            _ => return false,
+        };
+        state.trigger = if state.shots_left > 0 {
+            state.shots_left -= 1;
+            Trigger::Armed(pattern)
+        } else {
+            Trigger::Fired
+        };
+        state.fires += 1;
         self.fired.send_replace(true);
         true
     }

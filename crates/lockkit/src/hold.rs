@@ -290,4 +290,12 @@ mod tests {
         );
         assert_eq!(lease_millis(Duration::from_micros(1500)), 2);
     }
+
+    /// The longest lease accepted is the documented 365 days (`MAX_LEASE`), not a day less.
+    #[test]
+    fn a_lease_of_365_days_is_the_longest_accepted() {
+        let year = Duration::from_secs(365 * 24 * 60 * 60);
+        assert_eq!(validate_lease(year).ok(), Some(year));
+        assert!(validate_lease(year + Duration::from_millis(1)).is_err());
+    }
 }

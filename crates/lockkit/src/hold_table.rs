@@ -89,3 +89,64 @@ impl<H: Registered> HoldTable<H> {
         self.by_seq.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    struct H(u64);
+
+    impl Registered for H {
+        fn seq(&self) -> u64 {
+            self.0
+        }
+    }
+
+    fn sorted(mut holds: Vec<H>) -> Vec<H> {
+        holds.sort_by_key(|hold| hold.0);
+        holds
+    }
+
+    /// A renewal round starts with every registered hold; its reply reaches each hold still
+    /// registered, with that hold's own presence, and skips a hold released meanwhile.
+    #[test]
+    fn a_round_covers_the_registered_holds_and_its_reply_only_those_still_registered() {
+        let mut table = HoldTable::default();
+        for seq in 1..=3 {
+            assert!(table.register(H(seq)));
+        }
+        assert_eq!(table.len(), 3);
+        let batch = sorted(table.snapshot());
+        assert_eq!(batch, [H(1), H(2), H(3)]);
+
+        // Hold 2 is released while the round is in flight; hold 3 is gone from Redis.
+        assert_eq!(table.unregister(2), Some(H(2)));
+        assert_eq!(table.unregister(2), None);
+        assert_eq!(table.len(), 2);
+        let present = batch.iter().map(|hold| hold.0 != 3);
+        let mut replies = Vec::new();
+        table.apply_reply(&batch, present, |hold, present| {
+            replies.push((hold.0, present));
+        });
+        assert_eq!(replies, [(1, true), (3, false)]);
+    }
+
+    /// The shutdown takes every hold (to release them) and leaves nothing to renew; a grant
+    /// after it is refused and not registered.
+    #[test]
+    fn the_shutdown_drains_the_table_and_refuses_later_grants() {
+        let mut table = HoldTable::default();
+        assert!(table.register(H(1)));
+        assert!(table.register(H(2)));
+        assert_eq!(sorted(table.close()), [H(1), H(2)]);
+        assert_eq!(table.len(), 0);
+        assert!(table.snapshot().is_empty());
+        assert!(
+            !table.register(H(3)),
+            "a grant after the shutdown is refused"
+        );
+        assert_eq!(table.len(), 0);
+        assert_eq!(table.unregister(3), None);
+    }
+}

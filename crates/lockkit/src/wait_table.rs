@@ -339,4 +339,119 @@ mod tests {
         assert!(table.tried(CHANNEL, two, true));
         assert!(table.is_pending(CHANNEL, one));
     }
+
+    /// Only a refused try hands on, and only a wake-up the waiter had in hand: a try that
+    /// acquired used its wake-up up, and a waiter refused on a try no wake-up prompted (its
+    /// first, before it sleeps) has nothing to hand on.
+    #[test]
+    fn only_a_refused_try_with_a_wake_up_in_hand_hands_it_on() {
+        let (mut table, two, one) = two_waiters(2, 1);
+        assert!(!table.tried(CHANNEL, two, true), "no wake-up in hand");
+        assert!(!table.is_pending(CHANNEL, one));
+
+        table.apply(CHANNEL, &Wake::One);
+        table.take_wake(CHANNEL, two);
+        assert!(!table.tried(CHANNEL, two, false), "acquired: used up");
+        assert!(!table.is_pending(CHANNEL, one));
+    }
+
+    /// `n:k` (k permits came back) wakes the k longest-registered waiters not already woken, and
+    /// no more; fewer when fewer wait.
+    #[test]
+    fn a_release_of_k_wakes_k_waiters_not_already_woken() {
+        let mut table = WaitTable::<()>::default();
+        let ids: Vec<WaiterId> = (0..4)
+            .map(|_| table.register(CHANNEL, None, 1).id)
+            .collect();
+        table.apply(CHANNEL, &Wake::One);
+        table.apply(CHANNEL, &Wake::Many(2));
+        let woken: Vec<bool> = ids
+            .iter()
+            .map(|&id| table.is_pending(CHANNEL, id))
+            .collect();
+        assert_eq!(
+            woken,
+            [true, true, true, false],
+            "the first was already woken"
+        );
+
+        table.apply(CHANNEL, &Wake::Many(10));
+        assert!(ids.iter().all(|&id| table.is_pending(CHANNEL, id)));
+    }
+
+    /// A message naming a waiter (`w:<id>`, the fair lock's next in line) wakes that waiter and
+    /// nobody else, nobody when it does not wait here; one preferring a waiter (`p:<id>`, the
+    /// lock's reservation) wakes it if it waits here, else the longest-registered one.
+    #[test]
+    fn a_message_naming_a_waiter_wakes_that_waiter() {
+        let mut table = WaitTable::<()>::default();
+        let a = table.register(CHANNEL, Some("a"), 1).id;
+        let b = table.register(CHANNEL, Some("b"), 1).id;
+        let c = table.register(CHANNEL, Some("c"), 1).id;
+        let pending = |table: &WaitTable<()>| -> Vec<bool> {
+            [a, b, c]
+                .iter()
+                .map(|&id| table.is_pending(CHANNEL, id))
+                .collect()
+        };
+
+        table.apply(CHANNEL, &Wake::Waiter("elsewhere".into()));
+        assert_eq!(pending(&table), [false, false, false]);
+        table.apply(CHANNEL, &Wake::Waiter("b".into()));
+        assert_eq!(pending(&table), [false, true, false]);
+        table.apply(CHANNEL, &Wake::Prefer("c".into()));
+        assert_eq!(pending(&table), [false, true, true]);
+        table.apply(CHANNEL, &Wake::Prefer("elsewhere".into()));
+        assert_eq!(pending(&table), [true, true, true]);
+    }
+
+    /// `wake_all_where` (a slot that moved to another node) wakes every waiter of the channels it
+    /// selects and no other.
+    #[test]
+    fn waking_the_selected_channels_wakes_only_their_waiters() {
+        let mut table = WaitTable::<()>::default();
+        let moved = [
+            table.register("moved:1", None, 1).id,
+            table.register("moved:1", None, 1).id,
+            table.register("moved:2", None, 1).id,
+        ];
+        let stayed = table.register("stayed", None, 1).id;
+        table.wake_all_where(|channel| channel.starts_with("moved:"));
+        assert!(table.is_pending("moved:1", moved[0]));
+        assert!(table.is_pending("moved:1", moved[1]));
+        assert!(table.is_pending("moved:2", moved[2]));
+        assert!(!table.is_pending("stayed", stayed));
+    }
+
+    /// What the hub reads from the table: which channels have waiters (to keep or drop their
+    /// subscriptions, to re-subscribe them after a reconnect or a slot move), whether anyone
+    /// waits, and how many wait (`Client::waiting_count`).
+    #[test]
+    fn the_table_knows_which_channels_have_waiters_and_how_many() {
+        let mut table = WaitTable::<()>::default();
+        assert!(table.is_empty());
+        assert_eq!(table.waiting(), 0);
+        assert!(!table.contains("a"));
+        assert_eq!(table.channels().count(), 0);
+
+        let a1 = table.register("a", None, 1).id;
+        let a2 = table.register("a", None, 1).id;
+        let b = table.register("b", None, 1).id;
+        assert!(!table.is_empty());
+        assert_eq!(table.waiting(), 3);
+        assert!(table.contains("a") && table.contains("b"));
+        assert!(!table.contains("c"));
+        let mut channels: Vec<&str> = table.channels().collect();
+        channels.sort_unstable();
+        assert_eq!(channels, ["a", "b"]);
+
+        assert!(!table.cancel("a", a1), "a waiter of `a` is left");
+        assert!(table.contains("a"));
+        assert!(table.cancel("a", a2), "the last waiter of `a` is gone");
+        assert!(!table.contains("a"));
+        assert_eq!(table.channels().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(table.waiting(), 1);
+        assert!(table.cancel("b", b));
+        assert!(table.is_empty());
+    }
 }

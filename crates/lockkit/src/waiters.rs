@@ -537,4 +537,115 @@ mod tests {
         waiters[1].tried(true);
         assert_eq!(woken(&waiters), 0, "no hand-over between equal needs");
     }
+
+    /// Subscriptions live while a local task waits on the channel: when the last waiter leaves,
+    /// the hub unsubscribes (in the background), so Redis stops sending the channel's releases
+    /// to this client; a waiter that leaves while another waits keeps the subscription.
+    #[tokio::test]
+    async fn the_last_waiter_to_leave_unsubscribes() {
+        use std::time::Duration;
+
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let channel = format!("test:unsubscribe:{}", client.id());
+        let hub = &client.inner.hub;
+        let raw = client.inner.exec.redis();
+        // PUBLISH answers how many subscribers got the message (`n:0` wakes nobody).
+        let subscribers = || async {
+            let receivers: i64 = raw.publish(&channel, "n:0").await.unwrap();
+            receivers
+        };
+        // A hang guard, not a time bound: the unsubscribe runs in a spawned task.
+        let until_unsubscribed = || async {
+            let gone = tokio::time::timeout(Duration::from_secs(30), async {
+                while subscribers().await != 0 {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await;
+            assert!(gone.is_ok(), "still subscribed after the last waiter left");
+        };
+
+        let only = hub.register(&channel, None, 1).await.unwrap();
+        assert_eq!(subscribers().await, 1);
+        drop(only);
+        until_unsubscribed().await;
+
+        let first = hub.register(&channel, None, 1).await.unwrap();
+        let second = hub.register(&channel, None, 1).await.unwrap();
+        assert_eq!(subscribers().await, 1, "one subscription for both waiters");
+        drop(first);
+        assert_eq!(subscribers().await, 1, "the other waiter still waits");
+        drop(second);
+        assert_eq!(client.waiting_count(), 0);
+        until_unsubscribed().await;
+    }
+
+    /// Sharded mode: a slot-owner check re-subscribes and wakes the waiters of a slot whose owner
+    /// changed since the hub subscribed (a release published on the new owner meanwhile was
+    /// missed), and leaves the waiters of a slot whose owner did not change asleep.
+    #[tokio::test]
+    async fn a_slot_check_wakes_the_waiters_of_a_moved_slot_and_no_others() {
+        use fred::types::config::Server;
+        use lockkit_protocol::slot::key_slot;
+
+        use super::check_slot_owners;
+        use crate::PubSubMode;
+
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::builder()
+            .url(redis.url())
+            .pubsub(PubSubMode::Sharded)
+            .build()
+            .await
+            .unwrap();
+        let hub = &client.inner.hub;
+        let channel = format!("test:slot:{{{}}}", client.id());
+        let waiter = hub.register(&channel, None, 1).await.unwrap();
+
+        // One server, not a cluster: the subscriber client routes no slot, so the owner recorded
+        // at SSUBSCRIBE (none) is still the owner now.
+        check_slot_owners(&hub.inner, false).await;
+        assert!(
+            !waiter.is_pending(),
+            "the slot did not move: nobody re-checks"
+        );
+
+        // As if the slot had been served elsewhere when the hub subscribed.
+        hub.inner
+            .slot_owners
+            .lock()
+            .insert(key_slot(&channel), Some(Server::new("192.0.2.1", 6379)));
+        check_slot_owners(&hub.inner, false).await;
+        assert!(waiter.is_pending(), "the moved slot's waiter re-checks");
+    }
+
+    /// When the dispatcher falls behind the subscriber's message channel (more than
+    /// `SUBSCRIBER_QUEUE` messages), messages are dropped and it gets `Lagged`; its handler must
+    /// wake every waiter of every channel to re-check, including those whose release message
+    /// may be among the dropped ones. The handler is called directly: stalling the real
+    /// dispatcher means blocking a runtime worker, which can leave nobody driving the runtime's
+    /// I/O (such a test hung in 3 of 16 runs next to other test processes).
+    #[tokio::test]
+    async fn the_lag_handler_wakes_every_waiter_of_every_channel() {
+        use std::sync::Arc;
+
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let hub = &client.inner.hub;
+        let waiters = [
+            hub.register(&format!("test:lag:a:{}", client.id()), None, 1)
+                .await
+                .unwrap(),
+            hub.register(&format!("test:lag:a:{}", client.id()), None, 2)
+                .await
+                .unwrap(),
+            hub.register(&format!("test:lag:b:{}", client.id()), None, 1)
+                .await
+                .unwrap(),
+        ];
+        assert_eq!(woken(&waiters), 0);
+        super::wake_all(&Arc::downgrade(&hub.inner));
+        assert_eq!(woken(&waiters), 3, "every waiter re-checks");
+    }
 }
