@@ -837,6 +837,8 @@ impl<'a> Sequence<'a> {
                     r.marker.clone(),
                     r.lease_ms.to_string(),
                     r.keepalive_ms.to_string(),
+                    channel,
+                    "0".to_owned(),
                 ];
                 (script, keys, args)
             }

@@ -471,9 +471,13 @@ impl HashLock {
         Ok(Released::Freed)
     }
 
-    /// The free lock is announced: stale waiters are dropped, and the longest waiting owner
-    /// leaves the set; the lock is reserved for it when a subscriber heard the message.
+    /// The free lock is announced, unless nobody waits (the waiting set is absent): stale
+    /// waiters are dropped, and the longest waiting owner leaves the set; the lock is reserved
+    /// for it when a subscriber heard the message.
     fn announce_release(&mut self, now: u64) {
+        if self.waiting.items.is_empty() {
+            return;
+        }
         let stale: Vec<String> = self
             .timeouts
             .items

@@ -54,11 +54,13 @@ pub static FORCE_UNLOCK: Script = Script::new(
 /// How long a release that woke waiters reserves the free lock for the owner that has waited
 /// longest (see `scripts/lock_release.lua`).
 ///
-/// Every waiter is woken by a release, but they do not get the message at the same time: Redis
-/// writes it to the newest subscriber first, and a task that locks again right after unlocking
-/// needs no message at all. Without a reservation the newest waiters win every race and the
-/// oldest starve. The reservation is short: a reserved waiter that does not come within the
-/// window (it gave up, or its client died) loses its place and the lock is anyone's again.
+/// Waiters do not get a release message at the same time: Redis writes it to the newest
+/// subscriber first, and a task that locks again right after unlocking needs no message at all.
+/// Without a reservation the newest waiters win every race and the oldest starve. The message
+/// names the reserved owner: only its client wakes it, and the other clients wake one waiter each
+/// only if the window passes without the owner taking the lock (its acquire announces `taken`).
+/// The reservation is short: a reserved waiter that does not come within the window (it gave up,
+/// or its client died) loses its place and the lock is anyone's again.
 pub const HANDOFF_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// How long a waiter of a lock or fenced lock stays in the waiting set without retrying (its

@@ -9,7 +9,8 @@
 //! | `n:<k>`  | up to `k` waiters may proceed (`k` permits came back) |
 //! | `all`    | every waiter should re-check (a latch reached zero, a mode changed) |
 //! | `w:<id>` | the waiter with this id is next (fair lock); nobody else |
-//! | `p:<id>` | one waiter may proceed, and it should be the one with this id if it is here (a lock reserved for its longest waiting owner) |
+//! | `p:<id>` | the lock is reserved for the waiter with this id for the handoff window: its client wakes it; every other client wakes one waiter only if the window passes without a `taken` |
+//! | `taken`  | the waiter a lock was reserved for took it: nobody else need try |
 //!
 //! An unknown payload wakes one waiter: waking too many only costs a retry, waking nobody could
 //! cost a whole lease.
@@ -25,8 +26,13 @@ pub enum Wake {
     All,
     /// Wake only the waiter with this id.
     Waiter(String),
-    /// Wake one waiter: the one with this id if it is among them, else any one.
+    /// The lock is reserved for the waiter with this id (for the handoff window): wake it if it
+    /// is among them; else wake one waiter once the window has passed, unless
+    /// [`Taken`](Wake::Taken) comes first (a reserved waiter whose client died costs one window).
     Prefer(String),
+    /// The reserved waiter took the lock: wake nobody, and cancel the pending wake-up a
+    /// [`Prefer`](Wake::Prefer) naming another client's waiter armed.
+    Taken,
 }
 
 impl Wake {
@@ -42,6 +48,7 @@ impl Wake {
         match payload {
             "one" => Wake::One,
             "all" => Wake::All,
+            "taken" => Wake::Taken,
             _ => {
                 if let Some(count) = payload.strip_prefix("n:") {
                     return count.parse().map_or(Wake::One, Wake::Many);
@@ -65,6 +72,7 @@ impl Wake {
             Wake::Many(count) => format!("n:{count}"),
             Wake::Waiter(id) => format!("w:{id}"),
             Wake::Prefer(id) => format!("p:{id}"),
+            Wake::Taken => "taken".to_owned(),
         }
     }
 }
@@ -81,6 +89,7 @@ mod tests {
             Wake::Many(7),
             Wake::Waiter("c1:9".into()),
             Wake::Prefer("c1:ThreadId(3)".into()),
+            Wake::Taken,
         ] {
             assert_eq!(Wake::decode(&wake.encode()), wake);
         }

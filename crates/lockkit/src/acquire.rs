@@ -3,8 +3,9 @@
 //! A primitive supplies an [`Attempt`]: one atomic try in Redis that either takes the object or
 //! says how long the current holder may still hold it. The loop does the rest, in the order that
 //! closes the lost-wakeup race (see [`crate::waiters`]): try; if busy, register on the channel and
-//! confirm the subscription; try again; sleep until woken, the holder's lease ends, or the
-//! deadline passes; repeat.
+//! confirm the subscription; try again (unless the channel was subscribed before the first try
+//! and no message came since); sleep until woken, the holder's lease ends, or the deadline
+//! passes; repeat.
 
 use std::future::Future;
 use std::time::Duration;
@@ -129,9 +130,12 @@ where
 {
     // A wait too long to represent is no bound at all.
     let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
-    if let Outcome::Acquired(out) = attempt.attempt().await? {
-        return Ok(Some(out));
-    }
+    // Read before the first try: whether the channel is subscribed already, and its generation.
+    let ready = client.hub.ready(attempt.channel());
+    let first_retry_in = match attempt.attempt().await? {
+        Outcome::Acquired(out) => return Ok(Some(out)),
+        Outcome::Busy { retry_in } => retry_in,
+    };
     if wait == Some(Duration::ZERO) {
         return Ok(None);
     }
@@ -141,14 +145,25 @@ where
         .register(attempt.channel(), attempt.waiter_tag(), attempt.need())
         .await?;
     let _waiting = metrics::Waiting::new(kind);
+    // Subscribed before the first try, and no message since: a release after that try will
+    // wake this waiter, so the try that closes the lost-wakeup race is not needed.
+    let mut known = waiter
+        .missed_nothing_since(ready)
+        .then_some(first_retry_in);
     loop {
-        let outcome = attempt.attempt().await?;
-        // A wake-up this try acted on is used up; one that was refused goes on to a waiter that
-        // needs less. (Dropped before here, the waiter passes a wake-up in hand on.)
-        waiter.tried(matches!(outcome, Outcome::Busy { .. }));
-        let retry_in = match outcome {
-            Outcome::Acquired(out) => return Ok(Some(out)),
-            Outcome::Busy { retry_in } => retry_in,
+        let retry_in = match known.take() {
+            Some(retry_in) => retry_in,
+            None => {
+                let outcome = attempt.attempt().await?;
+                // A wake-up this try acted on is used up; one that was refused goes on to a
+                // waiter that needs less. (Dropped before here, the waiter passes a wake-up in
+                // hand on.)
+                waiter.tried(matches!(outcome, Outcome::Busy { .. }));
+                match outcome {
+                    Outcome::Acquired(out) => return Ok(Some(out)),
+                    Outcome::Busy { retry_in } => retry_in,
+                }
+            }
         };
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {

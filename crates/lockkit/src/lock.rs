@@ -398,6 +398,8 @@ impl Attempt for LockAttempt<'_> {
                     &guard.hold().marker,
                     &self.lease_ms,
                     &self.keepalive_ms,
+                    &self.keys.channel,
+                    client.exec.publish_flag(),
                 ],
                 Resend::Allowed,
             )

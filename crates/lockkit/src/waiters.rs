@@ -55,10 +55,30 @@
 //! channels again (fred routes the `SSUBSCRIBE` to the new owner) and wakes their waiters to
 //! re-check, since a release published on the new owner before that was missed.
 //!
-//! Subscriptions live while at least one local task waits on the channel. `SUBSCRIBE` and
+//! Subscriptions live while at least one local task waits on the channel, and for
+//! [`SUBSCRIPTION_LINGER`] after the last one left, so a task that waits on the same object again
+//! soon (a worker taking one lock in a loop) finds it still subscribed. `SUBSCRIBE` and
 //! `UNSUBSCRIBE` are serialised by one async mutex, and an unsubscribe re-checks under it that
-//! nobody registered again in the meantime, so a late `UNSUBSCRIBE` never cancels a newer
-//! subscription.
+//! the channel stayed idle since its last waiter left ([`WaitTable::retire`]), so a late
+//! `UNSUBSCRIBE` never cancels a newer subscription.
+//!
+//! **Skipping the second try.** Step 2 costs a script call on every wait, which is wasted unless
+//! a release slipped in between the first try and step 1. A waiter whose channel was already
+//! subscribed (confirmed) before its first try reads the channel's generation then
+//! ([`WaiterHub::ready`]); every message that may wake a waiter, and every wake-up of all waiters
+//! after a reconnect or a slot move, draws a new one, in the same critical section in which it
+//! wakes the registered waiters. If the generation is the same once the waiter is registered,
+//! no such message came between its first try and its registration (one that comes later finds
+//! it registered), so it sleeps without the second try. A channel retired meanwhile is a new
+//! channel with a new generation when the waiter registers.
+//!
+//! **Reservations.** A lock's release reserves the free lock for its longest-waiting owner for the
+//! handoff window and names it (`p:<owner>`). Only the client holding that waiter wakes it; every
+//! other client's waiters would be refused for the window, so they sleep on, and their client
+//! arms a wake-up for the end of the window ([`Fallback`]). The reserved owner taking the lock
+//! publishes `taken`, which disarms it; if it never comes (the reserved owner's client died),
+//! one waiter per client tries when the window has passed. So a handoff costs no wasted try, and
+//! a dead reserved waiter costs one window.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -79,7 +99,17 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
 use crate::exec::resend_unsent;
-use crate::wait_table::{WaitTable, WaiterId};
+use crate::wait_table::{Fallback, WaitTable, WaiterId};
+
+/// How long a channel stays subscribed after its last local waiter left (see the module
+/// documentation).
+pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(2);
+
+/// When a [`Fallback`] wake-up is due after the message that armed it: the handoff window (the
+/// reservation was made just before the message was sent, so it has ended by then) and a
+/// millisecond for the server's clock.
+const FALLBACK_DELAY: Duration =
+    lockkit_protocol::lock::HANDOFF_WINDOW.saturating_add(Duration::from_millis(1));
 
 /// How often, in sharded mode and while at least one task waits, the hub re-reads the cluster's
 /// slot owners to notice a slot that moved (see the module documentation).
@@ -137,6 +167,7 @@ impl WaiterHub {
             hub: Arc::clone(&self.inner),
             channel: channel.to_owned(),
             id: registered.id,
+            generation: registered.generation,
             signal: registered.signal,
         };
         subscribed
@@ -182,6 +213,18 @@ impl WaiterHub {
     pub(crate) fn waiting(&self) -> usize {
         self.inner.channels.lock().waiting()
     }
+
+    /// The generation of `channel` if its subscription is confirmed (see the module
+    /// documentation): read before a first try, then compared with
+    /// [`Waiter::missed_nothing_since`].
+    pub(crate) fn ready(&self, channel: &str) -> Option<u64> {
+        self.inner
+            .channels
+            .lock()
+            .ready(channel)
+            .filter(|(subscribed, _)| subscribed.initialized())
+            .map(|(_, generation)| generation)
+    }
 }
 
 /// One task's registration on one channel.
@@ -189,10 +232,19 @@ pub(crate) struct Waiter {
     hub: Arc<HubInner>,
     channel: String,
     id: WaiterId,
+    /// The channel's generation when this waiter registered.
+    generation: u64,
     signal: Arc<Notify>,
 }
 
 impl Waiter {
+    /// Whether no wake-up that could be meant for this waiter came between `ready` (what
+    /// [`WaiterHub::ready`] said before the first try) and this waiter's registration: then the
+    /// try after registering can be skipped (see the module documentation).
+    pub(crate) fn missed_nothing_since(&self, ready: Option<u64>) -> bool {
+        ready == Some(self.generation)
+    }
+
     /// Resolves when a release on the channel woke this waiter (possibly before this call). The
     /// wake-up is then in hand: the next try settles it ([`tried`](Waiter::tried)); dropped
     /// before that, the waiter passes it on.
@@ -222,17 +274,19 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         // A wake-up this waiter had not used up goes on to the next one.
-        if !self.hub.channels.lock().cancel(&self.channel, self.id) {
+        let Some(epoch) = self.hub.channels.lock().cancel(&self.channel, self.id) else {
             return;
-        }
+        };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let hub = Arc::clone(&self.hub);
+        let hub = Arc::downgrade(&self.hub);
         let channel = std::mem::take(&mut self.channel);
         runtime.spawn(async move {
+            tokio::time::sleep(SUBSCRIPTION_LINGER).await;
+            let Some(hub) = hub.upgrade() else { return };
             let _serial = hub.subscribe_lock.lock().await;
-            if hub.channels.lock().contains(&channel) {
+            if !hub.channels.lock().retire(&channel, epoch) {
                 return; // someone registered again meanwhile; keep the subscription
             }
             let result = if hub.sharded {
@@ -262,7 +316,10 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
                 Ok(message) => {
                     let Some(hub) = hub.upgrade() else { break };
                     let wake = message.value.as_str().map_or(Wake::One, |payload| Wake::decode(&payload));
-                    hub.channels.lock().apply(&message.channel, &wake);
+                    let armed = hub.channels.lock().apply(&message.channel, &wake);
+                    if let Some(fallback) = armed {
+                        arm(&hub, message.channel.to_string(), fallback);
+                    }
                 }
                 Err(RecvError::Lagged(missed)) => {
                     tracing::warn!(missed, "release messages were dropped; waking every waiter to re-check");
@@ -445,6 +502,22 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
             .lock()
             .wake_all_where(|channel| key_slot(channel) == slot);
     }
+}
+
+/// Wakes one waiter of `channel` when `fallback` is due, unless it was disarmed by then.
+fn arm(hub: &Arc<HubInner>, channel: String, fallback: Fallback) {
+    let hub = Arc::downgrade(hub);
+    tokio::spawn(async move {
+        tokio::time::sleep(FALLBACK_DELAY).await;
+        let Some(hub) = hub.upgrade() else { return };
+        if hub.channels.lock().fallback_due(&channel, fallback) {
+            tracing::debug!(
+                %channel,
+                "the waiter a lock was reserved for did not take it within the handoff window; \
+                 waking a waiter here"
+            );
+        }
+    });
 }
 
 fn wake_all(hub: &Weak<HubInner>) {

@@ -11,6 +11,8 @@
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  keep-alive in ms of a caller that waits when the lock is taken; 0 = try once (see
 --          lock_acquire.lua)
+-- ARGV[5]  channel on which the end of a reservation is announced (optional, see lock_acquire.lua)
+-- ARGV[6]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
 -- Reply    {1, hold_count, token}  acquired; every acquisition, re-entries included, gets a token
 --                                  greater than every token minted before it
@@ -43,7 +45,7 @@ end
 if not latest then
   -- Free: unless a release reserved it for another waiter, for the handoff window.
   if redis.call('EXISTS', handoff, waiting, timeouts) > 0 then
-    local window = reserved_for_another(handoff, waiting, timeouts, owner, now)
+    local window = reserved_for_another(handoff, waiting, timeouts, owner, now, ARGV[5], ARGV[6])
     if window then
       return wait_turn(waiting, timeouts, owner, ARGV[4], window, now)
     end

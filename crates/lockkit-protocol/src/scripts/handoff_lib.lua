@@ -51,10 +51,21 @@ local function wait_turn(waiting, timeouts, owner, keepalive, pttl, now)
   return {0, pttl}
 end
 
+-- Publishes `message` on `channel` (SPUBLISH when `sharded` = '1'); the number of subscribers
+-- that got it, or an error reply (pcall: a failed announcement must not undo the script's work).
+local function publish(channel, sharded, message)
+  if sharded == '1' then
+    return redis.pcall('SPUBLISH', channel, message)
+  end
+  return redis.pcall('PUBLISH', channel, message)
+end
+
 -- For a free lock: the rest of the window (ms) if a release reserved it for another owner that
 -- still waits; else nil, after ending a reservation (for `owner`, or for an owner that stopped
--- waiting) and taking `owner` out of the waiting set (it is about to take the lock).
-local function reserved_for_another(handoff, waiting, timeouts, owner, now)
+-- waiting) and taking `owner` out of the waiting set (it is about to take the lock). Ending a
+-- reservation is announced (`taken`) on `channel` when one is given: the clients that were told
+-- of it (`p:<owner>`) and armed a wake-up for the end of the window need not try.
+local function reserved_for_another(handoff, waiting, timeouts, owner, now, channel, sharded)
   local reserved = redis.call('GET', handoff)
   if reserved and reserved ~= owner then
     local deadline = redis.call('ZSCORE', timeouts, reserved)
@@ -64,30 +75,34 @@ local function reserved_for_another(handoff, waiting, timeouts, owner, now)
   end
   if reserved then
     redis.call('DEL', handoff)
+    if channel then
+      publish(channel, sharded, 'taken')
+    end
   end
   leave_waiting(waiting, timeouts, owner)
   return nil
 end
 
 -- When the lock is free and no reservation stands: announces it on `channel` (SPUBLISH when
--- `sharded` = '1'). Waiters whose deadline passed are dropped first. The message names the owner
--- that has waited longest (`p:<owner>`), so its client wakes that very waiter (every other client
--- wakes one waiter too, which is refused and waits again: the lock is never stranded when the
--- named owner's client is gone); `one` when nobody waits. When a subscriber got it, the free lock
--- is reserved for that owner for the window; the owner leaves the set either way.
+-- `sharded` = '1'), unless nobody waits (every waiter is in the waiting set: it joined in the
+-- try that found the lock taken, and leaves only when it takes the lock or stops waiting).
+-- Waiters whose deadline passed are dropped first. The message names the owner that has waited
+-- longest (`p:<owner>`): its client wakes that very waiter; every other client wakes one waiter
+-- only if the window passes without `taken` (reserved_for_another), so the lock is never
+-- stranded when the named owner's client is gone; `one` when only stale waiters were left. When a
+-- subscriber got it, the free lock is reserved for that owner for the window; the owner leaves
+-- the set either way.
 local function announce_release(handoff, waiting, timeouts, channel, sharded, now)
+  if redis.call('EXISTS', waiting) == 0 then
+    return
+  end
   prune(waiting, timeouts, now)
   local first = redis.call('ZRANGE', waiting, 0, 0)[1]
   local message = 'one'
   if first then
     message = 'p:' .. first
   end
-  local woken
-  if sharded == '1' then
-    woken = redis.pcall('SPUBLISH', channel, message)
-  else
-    woken = redis.pcall('PUBLISH', channel, message)
-  end
+  local woken = publish(channel, sharded, message)
   if first then
     redis.call('ZREM', waiting, first)
     if type(woken) == 'number' and woken > 0 then

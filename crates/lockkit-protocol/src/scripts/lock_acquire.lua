@@ -14,6 +14,9 @@
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  keep-alive in ms: when the lock is taken, join the waiting set (or stay in it) until
 --          now + keep-alive; 0 = try once, never join (`try_lock` with a zero wait)
+-- ARGV[5]  channel on which the end of a reservation is announced (`taken`); optional: without
+--          it, nothing is announced
+-- ARGV[6]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
 --          {0, pttl}        held by another owner; pttl is what is left of its latest live hold
@@ -43,7 +46,7 @@ local latest = settle(key, now, nil)
 
 if not latest then
   -- Free. A release that woke waiters may have reserved it for the one waiting longest.
-  local window = reserved_for_another(handoff, waiting, timeouts, owner, now)
+  local window = reserved_for_another(handoff, waiting, timeouts, owner, now, ARGV[5], ARGV[6])
   if window then
     return wait_turn(waiting, timeouts, owner, ARGV[4], window, now)
   end
