@@ -548,6 +548,10 @@ fn agrees(expected: &Expected, actual: &Result<Vec<i64>, String>, now: u64) -> b
             AcquireReply::decode(reply),
             Ok(AcquireReply::Busy { pttl_ms }) if ttl(*until, pttl_ms)
         ),
+        Expected::Acquire(Ok(Acquired::Reserved { until })) => matches!(
+            AcquireReply::decode(reply),
+            Ok(AcquireReply::Reserved { window_ms }) if ttl(Some(*until), Some(window_ms))
+        ),
         Expected::SpinAcquire(Ok(SpinAcquired::Granted)) => {
             spin_lock::AcquireReply::decode(reply) == Ok(spin_lock::AcquireReply::Acquired)
         }
@@ -591,6 +595,7 @@ fn outcome(expected: &Expected) -> &'static str {
         Expected::Acquire(Ok(Acquired::Granted { .. })) => "acquire: granted (re-entry)",
         Expected::Acquire(Ok(Acquired::Busy { .. }))
         | Expected::SpinAcquire(Ok(SpinAcquired::Busy { .. })) => "acquire: busy",
+        Expected::Acquire(Ok(Acquired::Reserved { .. })) => "acquire: reserved for another",
         Expected::SpinAcquire(Ok(SpinAcquired::Granted)) => "acquire: granted",
         Expected::Release(Ok(Released::Freed)) | Expected::SpinRelease(Ok(true)) => {
             "release: freed"

@@ -117,11 +117,15 @@ pub enum Acquired {
         token: Option<u64>,
     },
     /// Not taken. `until` is the server time up to which nothing changes for this caller without
-    /// a message: the holder's latest expiry, the end of a reservation for another waiter, or the
-    /// deadline of the fair queue's head.
+    /// a message: the holder's latest expiry, or the deadline of the fair queue's head.
     Busy {
         /// Absolute server ms (`None`: never, a key without expiry).
         until: Option<u64>,
+    },
+    /// Not taken: the lock is free, but reserved for another waiter until `until`.
+    Reserved {
+        /// Absolute server ms: the end of the handoff window.
+        until: u64,
     },
 }
 
@@ -333,7 +337,8 @@ impl HashLock {
         match latest {
             None => {
                 if let Some(until) = self.reserved_for_another(now.ms, &req.owner) {
-                    return Ok(self.wait_turn(now, req, Some(until)));
+                    self.wait_turn(now, req, Some(until));
+                    return Ok(Acquired::Reserved { until });
                 }
                 self.handoff = None;
                 self.leave_waiting(&req.owner);
@@ -875,7 +880,7 @@ mod tests {
         // Nobody else gets it during the window...
         assert_eq!(
             lock.acquire(at(5), &req("o4", "#5", 100, 0)),
-            Ok(Acquired::Busy { until: Some(14) })
+            Ok(Acquired::Reserved { until: 14 })
         );
         // ...until the reserved waiter gives up and hands it to the next one.
         assert!(lock.cancel(6, "o2"));

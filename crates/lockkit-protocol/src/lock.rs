@@ -132,11 +132,19 @@ pub enum AcquireReply {
         /// The holder's remaining lease in milliseconds; `None` when the key has no expiry.
         pttl_ms: Option<u64>,
     },
+    /// The lock is free, but a release reserved it for another waiter for the rest of the
+    /// handoff window. When that waiter takes it, its acquire announces `taken`
+    /// ([`Wake::Taken`](crate::wake::Wake::Taken)); when it does not, the window ends.
+    Reserved {
+        /// What is left of the handoff window, in milliseconds.
+        window_ms: u64,
+    },
 }
 
 impl AcquireReply {
-    /// Decodes the reply of [`ACQUIRE`] (`{1, count}` / `{0, pttl}`) or of
-    /// [`fenced_lock::ACQUIRE`](crate::fenced_lock::ACQUIRE) (`{1, count, token}` / `{0, pttl}`).
+    /// Decodes the reply of [`ACQUIRE`] (`{1, count}` / `{0, pttl}` / `{0, window, 1}`) or of
+    /// [`fenced_lock::ACQUIRE`](crate::fenced_lock::ACQUIRE) (`{1, count, token}` / `{0, pttl}` /
+    /// `{0, window, 1}`).
     pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
         match *reply {
             [1, count] if count > 0 => Ok(Self::Acquired {
@@ -153,6 +161,9 @@ impl AcquireReply {
                 pttl_ms: Some(pttl.unsigned_abs()),
             }),
             [0, -1] => Ok(Self::Busy { pttl_ms: None }),
+            [0, window, 1] if window >= 0 => Ok(Self::Reserved {
+                window_ms: window.unsigned_abs(),
+            }),
             _ => Err(DecodeError::new(ACQUIRE.name(), reply)),
         }
     }
@@ -262,6 +273,12 @@ mod tests {
             AcquireReply::decode(&[0, -1]),
             Ok(AcquireReply::Busy { pttl_ms: None })
         );
+        assert_eq!(
+            AcquireReply::decode(&[0, 7, 1]),
+            Ok(AcquireReply::Reserved { window_ms: 7 })
+        );
+        assert!(AcquireReply::decode(&[0, -1, 1]).is_err());
+        assert!(AcquireReply::decode(&[0, 7, 2]).is_err());
         assert!(AcquireReply::decode(&[1, 0]).is_err());
         assert!(AcquireReply::decode(&[0, -2]).is_err());
         assert!(AcquireReply::decode(&[]).is_err());

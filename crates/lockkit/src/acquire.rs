@@ -3,9 +3,9 @@
 //! A primitive supplies an [`Attempt`]: one atomic try in Redis that either takes the object or
 //! says how long the current holder may still hold it. The loop does the rest, in the order that
 //! closes the lost-wakeup race (see [`crate::waiters`]): try; if busy, register on the channel and
-//! confirm the subscription; try again (unless the channel was subscribed before the first try
-//! and no message came since); sleep until woken, the holder's lease ends, or the deadline
-//! passes; repeat.
+//! confirm the subscription; try again; sleep until woken, the holder's lease ends, or the
+//! deadline passes; repeat. On a channel that is subscribed already, the waiter registers before
+//! its first try instead, and needs no second.
 
 use std::future::Future;
 use std::time::Duration;
@@ -25,6 +25,11 @@ pub(crate) enum Outcome<T> {
     Acquired(T),
     /// Held by someone else, for at most `retry_in` (unknown: `None`).
     Busy { retry_in: Option<Duration> },
+    /// Free, but reserved for another waiter for `window` (a lock's handoff). Once this client
+    /// has heard of the reservation, its end is announced (the reserved waiter took it, or the
+    /// window passed and a waiter here is woken), so the waiter sleeps until woken, or at most
+    /// `refresh`; otherwise until the window ends.
+    Reserved { window: Duration, refresh: Duration },
 }
 
 /// One primitive's way of trying to take its object.
@@ -130,40 +135,54 @@ where
 {
     // A wait too long to represent is no bound at all.
     let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
-    // Read before the first try: whether the channel is subscribed already, and its generation.
-    let ready = client.hub.ready(attempt.channel());
-    let first_retry_in = match attempt.attempt().await? {
+    let (channel, tag, need) = (attempt.channel(), attempt.waiter_tag(), attempt.need());
+    // On a channel subscribed already, register before the first try (a caller that will not
+    // wait has nothing to register for).
+    let early = if wait == Some(Duration::ZERO) {
+        None
+    } else {
+        client.hub.register_now(channel, tag, need)
+    };
+    let first = match attempt.attempt().await? {
         Outcome::Acquired(out) => return Ok(Some(out)),
-        Outcome::Busy { retry_in } => retry_in,
+        busy => busy,
     };
     if wait == Some(Duration::ZERO) {
         return Ok(None);
     }
     warn_if_waiting_on_itself(client, attempt);
-    let waiter = client
-        .hub
-        .register(attempt.channel(), attempt.waiter_tag(), attempt.need())
-        .await?;
+    // Registered before the first try: a release after it wakes this waiter, so the try that
+    // closes the lost-wakeup race is not needed.
+    let (waiter, mut known) = match early {
+        Some(waiter) => (waiter, Some(first)),
+        None => (client.hub.register(channel, tag, need).await?, None),
+    };
     let _waiting = metrics::Waiting::new(kind);
-    // Subscribed before the first try, and no message since: a release after that try will
-    // wake this waiter, so the try that closes the lost-wakeup race is not needed.
-    let mut known = waiter
-        .missed_nothing_since(ready)
-        .then_some(first_retry_in);
     loop {
-        let retry_in = match known.take() {
-            Some(retry_in) => retry_in,
+        let busy = match known.take() {
+            Some(busy) => busy,
             None => {
                 let outcome = attempt.attempt().await?;
                 // A wake-up this try acted on is used up; one that was refused goes on to a
                 // waiter that needs less. (Dropped before here, the waiter passes a wake-up in
                 // hand on.)
-                waiter.tried(matches!(outcome, Outcome::Busy { .. }));
+                waiter.tried(!matches!(outcome, Outcome::Acquired(_)));
                 match outcome {
                     Outcome::Acquired(out) => return Ok(Some(out)),
-                    Outcome::Busy { retry_in } => retry_in,
+                    busy => busy,
                 }
             }
+        };
+        let retry_in = match busy {
+            Outcome::Reserved { window, refresh } => Some(
+                if client.hub.reservation_announced(attempt.channel()) {
+                    refresh
+                } else {
+                    window
+                },
+            ),
+            Outcome::Busy { retry_in } => retry_in,
+            Outcome::Acquired(_) => None,
         };
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {
@@ -238,6 +257,7 @@ where
         let retry_in = match attempt.attempt().await? {
             Outcome::Acquired(out) => return Ok(Some(out)),
             Outcome::Busy { retry_in } => retry_in,
+            Outcome::Reserved { window, .. } => Some(window),
         };
         let now = Instant::now();
         if wait == Some(Duration::ZERO) || deadline.is_some_and(|deadline| now >= deadline) {

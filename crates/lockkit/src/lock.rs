@@ -425,6 +425,13 @@ impl Attempt for LockAttempt<'_> {
                     ),
                 })
             }
+            AcquireReply::Reserved { window_ms } => {
+                guard.disarm();
+                Ok(Outcome::Reserved {
+                    window: Duration::from_millis(window_ms),
+                    refresh: self.keepalive / 3,
+                })
+            }
         }
     }
 }

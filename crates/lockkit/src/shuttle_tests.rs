@@ -9,7 +9,10 @@
 //! before its reply is seen, so a future dropped there models an acquire or release cancelled
 //! in flight. The tasks follow the production steps in order:
 //!
-//! - an acquire as in `acquire::acquire_loop`: try; register; loop { try; `tried`; `woken` },
+//! - an acquire as in `acquire::acquire_loop`: on a channel already in the table (the fake's
+//!   "subscribed"; it is never retired here), register; try; if busy: register unless
+//!   registered, loop { try (skipped once when registered before the first); `tried`;
+//!   `woken` },
 //!   each try under a guard armed before the request is sent (`guard::HoldGuard`: granted →
 //!   registered with the watchdog, refused after the shutdown → given back; busy → disarmed;
 //!   dropped armed → unregistered and released in the background);
@@ -220,19 +223,23 @@ impl World {
     /// One acquire call, in the steps of `acquire::acquire_loop`. `None`: refused by the
     /// shutdown.
     async fn acquire(self: &Arc<Self>, need: u64) -> Option<Guard> {
+        let early = ModelWaiter::register_now(self, need);
         match self.attempt(need).await {
             Attempt::Acquired(guard) => return Some(guard),
             Attempt::Shutdown => return None,
             Attempt::Busy => {}
         }
-        let waiter = ModelWaiter::register(self, need);
+        let mut registered_first = early.is_some();
+        let waiter = early.unwrap_or_else(|| ModelWaiter::register(self, need));
         loop {
-            let outcome = self.attempt(need).await;
-            waiter.tried(matches!(outcome, Attempt::Busy));
-            match outcome {
-                Attempt::Acquired(guard) => return Some(guard),
-                Attempt::Shutdown => return None,
-                Attempt::Busy => {}
+            if !std::mem::take(&mut registered_first) {
+                let outcome = self.attempt(need).await;
+                waiter.tried(matches!(outcome, Attempt::Busy));
+                match outcome {
+                    Attempt::Acquired(guard) => return Some(guard),
+                    Attempt::Shutdown => return None,
+                    Attempt::Busy => {}
+                }
             }
             waiter.woken().await;
         }
@@ -404,6 +411,16 @@ impl ModelWaiter {
         }
     }
 
+    /// Registers at once if the channel is in the table, as `WaiterHub::register_now`.
+    fn register_now(world: &Arc<World>, need: u64) -> Option<Self> {
+        let registered = locked(&world.hub).register_if(CHANNEL, None, need, |()| true)?;
+        Some(Self {
+            world: Arc::clone(world),
+            id: registered.id,
+            signal: registered.signal,
+        })
+    }
+
     async fn woken(&self) {
         self.signal.notified().await;
         locked(&self.world.hub).take_wake(CHANNEL, self.id);
@@ -416,7 +433,7 @@ impl ModelWaiter {
 
 impl Drop for ModelWaiter {
     fn drop(&mut self) {
-        locked(&self.world.hub).cancel(CHANNEL, self.id);
+        locked(&self.world.hub).cancel(CHANNEL, self.id, tokio::time::Instant::now());
     }
 }
 
@@ -467,6 +484,21 @@ fn shuttle_a_freed_permit_reaches_a_waiter_that_can_use_it() {
                 second.release().await;
             }),
         ];
+        join(tasks).await;
+    });
+}
+
+/// A lock, held, on a channel that is subscribed already (a waiter was there before and left);
+/// a waiter comes, and the holder releases at any point of its steps. The waiter registers
+/// before its first try and skips the second: a release between that try and a registration
+/// made after it would be missed, and the waiter would sleep forever (found by reverting to a
+/// late registration: a deadlock).
+#[test]
+fn shuttle_a_waiter_that_registers_first_misses_no_release() {
+    explore(1, |world| async move {
+        drop(ModelWaiter::register(&world, 1));
+        let holder = world.held(1, true);
+        let tasks = vec![world.user(1, || {}), future::spawn(holder.release())];
         join(tasks).await;
     });
 }

@@ -23,9 +23,11 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use lockkit_protocol::wake::Wake;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 /// A waiter's id in its table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,8 +37,6 @@ pub(crate) struct WaiterId(u64);
 pub(crate) struct Registered<C> {
     /// The waiter's id, for the table's other methods.
     pub(crate) id: WaiterId,
-    /// The channel's generation at registration (see [`WaitTable::ready`]).
-    pub(crate) generation: u64,
     /// Signalled (`notify_one`) when the waiter is woken.
     pub(crate) signal: Arc<Notify>,
     /// The channel's transport data (the hub's subscription cell), shared by its waiters.
@@ -50,24 +50,32 @@ pub(crate) struct Registered<C> {
 pub(crate) struct WaitTable<C> {
     channels: HashMap<String, Channel<C>>,
     next_id: u64,
-    /// The source of generations, idle epochs and fallback sequence numbers: every value drawn is
-    /// new, so one from an earlier incarnation of a channel never matches a later one.
+    /// The source of fallback sequence numbers.
     counter: u64,
+}
+
+/// What [`WaitTable::retire`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retire {
+    /// The channel was idle for the whole linger and is gone from the table: unsubscribe.
+    Retired,
+    /// Idle, but not for long enough: look again after this long.
+    Later(Duration),
+    /// Not idle (a waiter came back), or not in the table: nothing to do; the next time the
+    /// channel falls idle, [`WaitTable::cancel`] asks for a new retirement.
+    Kept,
 }
 
 struct Channel<C> {
     data: C,
     /// In registration order: the longest-registered first.
     waiters: Vec<Entry>,
-    /// Drawn anew by every message that may wake a waiter, and by every wake-up of all waiters
-    /// (messages may have been lost): unchanged between two readings means no wake-up meant for
-    /// a waiter not yet registered came in between.
-    generation: u64,
-    /// Armed by a reservation naming another client's waiter ([`Wake::Prefer`]): the wake-up due
-    /// when the handoff window passes without [`Wake::Taken`].
-    fallback: Option<u64>,
-    /// Set when the last waiter left: the epoch [`WaitTable::retire`] must be given.
-    idle: Option<u64>,
+    /// What this client last heard of a lock's reservation ([`Wake::Prefer`], [`Wake::Taken`]).
+    reservation: Reservation,
+    /// When the last waiter left (`None` while someone waits).
+    idle_since: Option<Instant>,
+    /// A retirement is under way (the transport looks again later): at most one per channel.
+    retiring: bool,
 }
 
 struct Entry {
@@ -101,10 +109,22 @@ impl<C> Default for WaitTable<C> {
     }
 }
 
-/// A wake-up a [`Wake::Prefer`] message armed in a client that does not hold the reserved
-/// waiter: due once the handoff window has passed ([`WaitTable::fallback_due`]).
+/// A wake-up a [`Wake::Prefer`] message armed: due once the handoff window has passed
+/// ([`WaitTable::fallback_due`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Fallback(u64);
+
+/// What a channel last heard of a lock's reservation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reservation {
+    /// Nothing pending: no reservation was announced since the last other message, or its
+    /// window passed.
+    None,
+    /// A reservation was announced; the wake-up armed with it is due at the end of its window.
+    Armed(u64),
+    /// The reserved waiter took the lock: its release will be announced.
+    Taken,
+}
 
 impl<C> Channel<C> {
     /// Wakes the longest-registered waiter not already woken that `fits`; whether there was one.
@@ -150,21 +170,46 @@ impl<C: Clone + Default> WaitTable<C> {
         tag: Option<&str>,
         need: u64,
     ) -> Registered<C> {
-        let id = WaiterId(self.next_id);
-        self.next_id += 1;
-        let signal = Arc::new(Notify::new());
-        let counter = &mut self.counter;
         let entry = self
             .channels
             .entry(channel.to_owned())
             .or_insert_with(|| Channel {
                 data: C::default(),
                 waiters: Vec::new(),
-                generation: draw(counter),
-                fallback: None,
-                idle: None,
+                reservation: Reservation::None,
+                idle_since: None,
+                retiring: false,
             });
-        entry.idle = None;
+        Self::push(&mut self.next_id, entry, tag, need)
+    }
+
+    /// Like [`register`](WaitTable::register), but only if `channel` is in the table already and
+    /// `ready` says so of its transport data (its subscription is confirmed); else registers
+    /// nothing.
+    pub(crate) fn register_if(
+        &mut self,
+        channel: &str,
+        tag: Option<&str>,
+        need: u64,
+        ready: impl FnOnce(&C) -> bool,
+    ) -> Option<Registered<C>> {
+        let entry = self
+            .channels
+            .get_mut(channel)
+            .filter(|entry| ready(&entry.data))?;
+        Some(Self::push(&mut self.next_id, entry, tag, need))
+    }
+
+    fn push(
+        next_id: &mut u64,
+        entry: &mut Channel<C>,
+        tag: Option<&str>,
+        need: u64,
+    ) -> Registered<C> {
+        let id = WaiterId(*next_id);
+        *next_id += 1;
+        let signal = Arc::new(Notify::new());
+        entry.idle_since = None;
         entry.waiters.push(Entry {
             id,
             tag: tag.map(str::to_owned),
@@ -175,7 +220,6 @@ impl<C: Clone + Default> WaitTable<C> {
         });
         Registered {
             id,
-            generation: entry.generation,
             signal,
             data: entry.data.clone(),
         }
@@ -196,12 +240,7 @@ impl<C> WaitTable<C> {
         let Some(entry) = self.channels.get_mut(channel) else {
             return None;
         };
-        if *wake == Wake::Taken {
-            entry.fallback = None;
-            return None;
-        }
-        entry.generation = draw(&mut self.counter);
-        entry.fallback = None;
+        entry.reservation = Reservation::None;
         match wake {
             Wake::One => {
                 entry.wake_one();
@@ -220,20 +259,28 @@ impl<C> WaitTable<C> {
                 }
             }
             Wake::Prefer(id) => {
+                // Only the reserved waiter wakes (if it waits here): any other would be refused
+                // for the window. If it never comes (its client died), one waiter here tries
+                // when the window has passed; so does a waiter that registers meanwhile and is
+                // told the lock is reserved (`reservation_announced`).
                 if let Some(waiter) = entry.tagged(id) {
                     waiter.wake();
-                } else if !entry.waiters.is_empty() {
-                    // Reserved for another client's waiter: this client's waiters would be
-                    // refused for the window. If that waiter never comes (its client died), one
-                    // of them tries when the window has passed.
-                    let armed = Fallback(draw(&mut self.counter));
-                    entry.fallback = Some(armed.0);
-                    return Some(armed);
                 }
+                let armed = Fallback(draw(&mut self.counter));
+                entry.reservation = Reservation::Armed(armed.0);
+                return Some(armed);
             }
-            Wake::Taken => {}
+            Wake::Taken => entry.reservation = Reservation::Taken,
         }
         None
+    }
+
+    /// Whether `channel` heard of a reservation whose end will be announced: armed (its window's
+    /// end wakes a waiter here) or taken (the holder's release will be announced).
+    pub(crate) fn reservation_announced(&self, channel: &str) -> bool {
+        self.channels
+            .get(channel)
+            .is_some_and(|entry| entry.reservation != Reservation::None)
     }
 
     /// The handoff window of the reservation that armed `fallback` has passed: unless
@@ -243,23 +290,12 @@ impl<C> WaitTable<C> {
         let Some(entry) = self.channels.get_mut(channel) else {
             return false;
         };
-        if entry.fallback != Some(fallback.0) {
+        if entry.reservation != Reservation::Armed(fallback.0) {
             return false;
         }
-        entry.fallback = None;
-        entry.generation = draw(&mut self.counter);
+        entry.reservation = Reservation::None;
         entry.wake_one();
         true
-    }
-
-    /// The transport data and generation of `channel` while it is in the table (with waiters,
-    /// or idle and not yet retired). A caller that reads the generation before its first try,
-    /// finds the lock busy and registers with the same generation missed no wake-up meant for
-    /// it, provided the channel was subscribed before that try.
-    pub(crate) fn ready(&self, channel: &str) -> Option<(&C, u64)> {
-        self.channels
-            .get(channel)
-            .map(|entry| (&entry.data, entry.generation))
     }
 
     /// Wakes every waiter of every channel (messages may have been lost).
@@ -271,7 +307,6 @@ impl<C> WaitTable<C> {
     pub(crate) fn wake_all_where(&mut self, selected: impl Fn(&str) -> bool) {
         for (channel, entry) in &mut self.channels {
             if selected(channel) {
-                entry.generation = draw(&mut self.counter);
                 entry.wake_all();
             }
         }
@@ -304,36 +339,43 @@ impl<C> WaitTable<C> {
 
     /// Removes the waiter `id` (its wait ended: acquired, timed out, cancelled, failed). A
     /// wake-up it had not used up goes on to the next waiter. When it was the channel's last
-    /// waiter, the channel stays, idle, and the epoch to [`retire`](WaitTable::retire) it with
-    /// is returned.
-    pub(crate) fn cancel(&mut self, channel: &str, id: WaiterId) -> Option<u64> {
-        let entry = self.channels.get_mut(channel)?;
-        let index = entry.waiters.iter().position(|entry| entry.id == id)?;
+    /// waiter, the channel stays, idle since `now`; returns `true` when the transport is to
+    /// [`retire`](WaitTable::retire) it later (no retirement is under way yet).
+    pub(crate) fn cancel(&mut self, channel: &str, id: WaiterId, now: Instant) -> bool {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return false;
+        };
+        let Some(index) = entry.waiters.iter().position(|entry| entry.id == id) else {
+            return false;
+        };
         let gone = entry.waiters.remove(index);
         // Woken but gone before acting on it, or gone while acting on it: pass it on.
         for _ in 0..(u8::from(gone.pending) + u8::from(gone.in_hand)) {
             entry.wake_one();
         }
         if !entry.waiters.is_empty() {
-            return None;
+            return false;
         }
-        let epoch = draw(&mut self.counter);
-        entry.idle = Some(epoch);
-        entry.fallback = None;
-        Some(epoch)
+        entry.idle_since = Some(now);
+        !std::mem::replace(&mut entry.retiring, true)
     }
 
-    /// Removes `channel` if it has stayed idle since its last waiter left with `epoch`; whether
-    /// it did (then the transport unsubscribes).
-    pub(crate) fn retire(&mut self, channel: &str, epoch: u64) -> bool {
-        let idle = self
-            .channels
-            .get(channel)
-            .is_some_and(|entry| entry.idle == Some(epoch));
-        if idle {
-            self.channels.remove(channel);
+    /// Removes `channel` if it has been idle for at least `linger` by `now` (then the transport
+    /// unsubscribes); see [`Retire`].
+    pub(crate) fn retire(&mut self, channel: &str, now: Instant, linger: Duration) -> Retire {
+        let Some(entry) = self.channels.get_mut(channel) else {
+            return Retire::Kept;
+        };
+        let Some(since) = entry.idle_since else {
+            entry.retiring = false;
+            return Retire::Kept;
+        };
+        let idle = now.saturating_duration_since(since);
+        if idle < linger {
+            return Retire::Later(linger - idle);
         }
-        idle
+        self.channels.remove(channel);
+        Retire::Retired
     }
 
     /// Whether `channel` has waiters.
@@ -397,7 +439,7 @@ mod tests {
         assert!(table.is_pending(CHANNEL, a));
         table.take_wake(CHANNEL, a);
         assert!(!table.is_pending(CHANNEL, b));
-        assert_eq!(table.cancel(CHANNEL, a), None);
+        assert_eq!(table.cancel(CHANNEL, a, Instant::now()), false);
         assert!(table.is_pending(CHANNEL, b), "the wake-up in hand was lost");
     }
 
@@ -409,13 +451,13 @@ mod tests {
         table.apply(CHANNEL, &Wake::One);
         table.take_wake(CHANNEL, a);
         assert!(!table.tried(CHANNEL, a, true), "equal needs never hand on");
-        table.cancel(CHANNEL, a);
+        table.cancel(CHANNEL, a, Instant::now());
         assert!(!table.is_pending(CHANNEL, b));
-        let epoch = table.cancel(CHANNEL, b);
-        assert!(epoch.is_some(), "the last waiter empties the channel");
+        assert!(
+            table.cancel(CHANNEL, b, Instant::now()),
+            "the last waiter empties the channel"
+        );
         assert!(!table.contains(CHANNEL));
-        assert!(epoch.is_some_and(|epoch| table.retire(CHANNEL, epoch)));
-        assert!(table.is_empty());
     }
 
     /// A release during a waiter's try wakes that waiter again (its try may have been refused
@@ -497,12 +539,14 @@ mod tests {
         assert_eq!(pending(&table), [false, true, true]);
         assert!(table.apply(CHANNEL, &Wake::Prefer("elsewhere".into())).is_some());
         assert_eq!(pending(&table), [false, true, true]);
+        assert!(table.apply(CHANNEL, &Wake::Prefer("c".into())).is_some(), "armed too");
     }
 
     /// A reservation for another client's waiter wakes nobody here at once (they would be
     /// refused for the window): it arms one wake-up, due when the window has passed, which
     /// `taken` (the reserved waiter took the lock) or any newer message disarms. Only the
-    /// newest armed wake-up counts.
+    /// newest armed wake-up counts. A waiter that registers during the window is told whether
+    /// the reservation's end will be announced.
     #[test]
     fn a_reservation_elsewhere_wakes_one_waiter_after_the_window_unless_taken() {
         let (mut table, a, b) = two_waiters(1, 1);
@@ -526,87 +570,77 @@ mod tests {
         assert!(old.is_some_and(|old| !table.fallback_due(CHANNEL, old)));
         assert!(new.is_some_and(|new| table.fallback_due(CHANNEL, new)));
 
-        // A channel with no waiter left (idle) arms nothing: a waiter that registers later
-        // sees the message in the generation and tries again.
+        // What a waiter told "reserved for another" asks: will the reservation's end be
+        // announced here? Yes once it was heard (armed, or taken), and on an idle channel too (a
+        // waiter may register during the window); no after any other message, or once the
+        // armed wake-up went off.
         let mut table = WaitTable::<()>::default();
+        assert!(!table.reservation_announced(CHANNEL), "unknown channel");
         let only = table.register(CHANNEL, None, 1).id;
+        assert!(!table.reservation_announced(CHANNEL));
+        assert!(table.cancel(CHANNEL, only, Instant::now()));
         let armed = table.apply(CHANNEL, &Wake::Prefer("x".into()));
-        assert!(table.cancel(CHANNEL, only).is_some());
-        assert!(armed.is_some_and(|armed| !table.fallback_due(CHANNEL, armed)));
-        assert_eq!(table.apply(CHANNEL, &Wake::Prefer("x".into())), None);
-    }
-
-    /// The generation a waiter reads before its first try is unchanged at its registration
-    /// only if no message that may wake a waiter came in between: every such message, a
-    /// wake-up of all waiters and a due fallback draw a new one; `taken` does not. A channel
-    /// retired and registered again is a new channel with a new generation.
-    #[test]
-    fn the_generation_changes_with_every_message_that_may_wake_a_waiter() {
-        let mut table = WaitTable::<()>::default();
-        let holder = table.register(CHANNEL, Some("h"), 1);
-        let generation = |table: &WaitTable<()>| table.ready(CHANNEL).map(|(_, g)| g);
-        assert_eq!(generation(&table), Some(holder.generation));
-
-        let mut seen = vec![holder.generation];
-        let mut changed = |table: &mut WaitTable<()>, what: &str| {
-            let now = generation(table).expect("the channel is in the table");
-            assert!(!seen.contains(&now), "{what} left the generation as it was");
-            seen.push(now);
-        };
-        for wake in [
-            Wake::One,
-            Wake::Many(2),
-            Wake::All,
-            Wake::Waiter("x".into()),
-            Wake::Prefer("h".into()),
-        ] {
-            table.apply(CHANNEL, &wake);
-            changed(&mut table, &wake.encode());
-        }
-        let armed = table.apply(CHANNEL, &Wake::Prefer("x".into()));
-        changed(&mut table, "p:x");
-        let before = generation(&table);
+        assert!(table.reservation_announced(CHANNEL), "armed while idle");
         table.apply(CHANNEL, &Wake::Taken);
-        assert_eq!(generation(&table), before, "`taken` wakes nobody");
-        let armed = table.apply(CHANNEL, &Wake::Prefer("x".into())).or(armed);
-        changed(&mut table, "p:x");
+        assert!(table.reservation_announced(CHANNEL), "taken");
+        assert!(armed.is_some_and(|armed| !table.fallback_due(CHANNEL, armed)));
+        table.apply(CHANNEL, &Wake::One);
+        assert!(!table.reservation_announced(CHANNEL), "a newer message");
+        let armed = table.apply(CHANNEL, &Wake::Prefer("x".into()));
         assert!(armed.is_some_and(|armed| table.fallback_due(CHANNEL, armed)));
-        changed(&mut table, "a due fallback");
-        table.wake_all();
-        changed(&mut table, "wake_all");
-        table.wake_all_where(|_| true);
-        changed(&mut table, "wake_all_where");
-        table.wake_all_where(|_| false);
-        assert_eq!(generation(&table), seen.last().copied(), "not selected");
-
-        // Idle, then retired: a waiter registering afterwards finds a new generation.
-        let last = seen.last().copied();
-        let epoch = table.cancel(CHANNEL, holder.id).expect("the last waiter left");
-        assert_eq!(generation(&table), last, "idle: still subscribed");
-        assert!(table.retire(CHANNEL, epoch));
-        assert_eq!(generation(&table), None);
-        let again = table.register(CHANNEL, None, 1);
-        assert_ne!(Some(again.generation), last);
+        assert!(!table.reservation_announced(CHANNEL), "the window passed");
     }
 
-    /// An idle channel (its last waiter left) is retired only if it stayed idle: a waiter that
-    /// registered meanwhile keeps it, even if it left again (a newer epoch).
+    /// A waiter registers before its first try only on a channel that is in the table and
+    /// whose transport data says it is ready (subscribed); otherwise nothing is registered.
     #[test]
-    fn an_idle_channel_is_retired_only_if_it_stayed_idle() {
+    fn registering_before_the_first_try_needs_a_ready_channel() {
+        let mut table = WaitTable::<bool>::default();
+        assert!(table.register_if(CHANNEL, None, 1, |_| true).is_none(), "unknown channel");
+        let first = table.register(CHANNEL, None, 1).id;
+        assert!(table.register_if(CHANNEL, None, 1, |ready| *ready).is_none(), "not subscribed");
+        assert_eq!(table.waiting(), 1);
+        let early = table.register_if(CHANNEL, Some("e"), 1, |_| true).map(|r| r.id);
+        assert_eq!(table.waiting(), 2);
+
+        // It is woken like any waiter: a release during its first try is not missed.
+        table.apply(CHANNEL, &Wake::Prefer("e".into()));
+        assert!(early.is_some_and(|early| table.is_pending(CHANNEL, early)));
+        assert!(!table.is_pending(CHANNEL, first));
+    }
+
+    /// An idle channel (its last waiter left) is retired only once it has been idle for the
+    /// whole linger; a waiter that comes back keeps it. One retirement at a time is asked for.
+    #[test]
+    fn an_idle_channel_is_retired_only_after_a_whole_linger() {
+        let linger = Duration::from_secs(2);
+        let start = Instant::now();
         let mut table = WaitTable::<()>::default();
         let first = table.register(CHANNEL, None, 1).id;
-        let epoch = table.cancel(CHANNEL, first).expect("the last waiter left");
+        assert!(table.cancel(CHANNEL, first, start), "retire it later");
         assert_eq!(table.channels().collect::<Vec<_>>(), [CHANNEL], "idle, kept");
         assert!(!table.is_empty());
         assert_eq!(table.waiting(), 0);
 
         let second = table.register(CHANNEL, None, 1).id;
-        assert!(!table.retire(CHANNEL, epoch), "a waiter came back");
-        let newer = table.cancel(CHANNEL, second).expect("the last waiter left");
-        assert!(!table.retire(CHANNEL, epoch), "idle again, but since a newer epoch");
-        assert!(table.retire(CHANNEL, newer));
+        let later = start + Duration::from_secs(1);
+        assert!(!table.cancel(CHANNEL, second, later), "a retirement is under way");
+        assert_eq!(
+            table.retire(CHANNEL, start + linger, linger),
+            Retire::Later(Duration::from_secs(1)),
+            "idle again only since a second"
+        );
+        assert_eq!(table.retire(CHANNEL, later + linger, linger), Retire::Retired);
         assert!(table.is_empty());
-        assert!(!table.retire(CHANNEL, newer), "retired once");
+        assert_eq!(table.retire(CHANNEL, later + linger, linger), Retire::Kept);
+
+        // A waiter that is there when the retirement looks keeps the channel; the next time it
+        // falls idle, a new retirement is asked for.
+        let third = table.register(CHANNEL, None, 1).id;
+        assert!(table.cancel(CHANNEL, third, start));
+        let fourth = table.register(CHANNEL, None, 1).id;
+        assert_eq!(table.retire(CHANNEL, start + linger, linger), Retire::Kept);
+        assert!(table.cancel(CHANNEL, fourth, start), "retire it later, again");
     }
 
     /// `wake_all_where` (a slot that moved to another node) wakes every waiter of the channels it
@@ -649,16 +683,17 @@ mod tests {
         channels.sort_unstable();
         assert_eq!(channels, ["a", "b"]);
 
-        assert_eq!(table.cancel("a", a1), None, "a waiter of `a` is left");
+        let now = Instant::now();
+        assert!(!table.cancel("a", a1, now), "a waiter of `a` is left");
         assert!(table.contains("a"));
-        let idle_a = table.cancel("a", a2).expect("the last waiter of `a` is gone");
+        assert!(table.cancel("a", a2, now), "the last waiter of `a` is gone");
         assert!(!table.contains("a"));
-        assert!(table.retire("a", idle_a));
+        assert_eq!(table.retire("a", now, Duration::ZERO), Retire::Retired);
         assert_eq!(table.channels().collect::<Vec<_>>(), ["b"]);
         assert_eq!(table.waiting(), 1);
-        let idle_b = table.cancel("b", b).expect("the last waiter of `b` is gone");
+        assert!(table.cancel("b", b, now));
         assert_eq!(table.waiting(), 0);
-        assert!(table.retire("b", idle_b));
+        assert_eq!(table.retire("b", now, Duration::ZERO), Retire::Retired);
         assert!(table.is_empty());
     }
 }

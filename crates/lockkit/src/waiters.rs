@@ -59,26 +59,26 @@
 //! [`SUBSCRIPTION_LINGER`] after the last one left, so a task that waits on the same object again
 //! soon (a worker taking one lock in a loop) finds it still subscribed. `SUBSCRIBE` and
 //! `UNSUBSCRIBE` are serialised by one async mutex, and an unsubscribe re-checks under it that
-//! the channel stayed idle since its last waiter left ([`WaitTable::retire`]), so a late
+//! the channel stayed idle for the whole linger ([`WaitTable::retire`]), so a late
 //! `UNSUBSCRIBE` never cancels a newer subscription.
 //!
-//! **Skipping the second try.** Step 2 costs a script call on every wait, which is wasted unless
-//! a release slipped in between the first try and step 1. A waiter whose channel was already
-//! subscribed (confirmed) before its first try reads the channel's generation then
-//! ([`WaiterHub::ready`]); every message that may wake a waiter, and every wake-up of all waiters
-//! after a reconnect or a slot move, draws a new one, in the same critical section in which it
-//! wakes the registered waiters. If the generation is the same once the waiter is registered,
-//! no such message came between its first try and its registration (one that comes later finds
-//! it registered), so it sleeps without the second try. A channel retired meanwhile is a new
-//! channel with a new generation when the waiter registers.
+//! **Registering first.** Step 2 costs a script call on every wait, wasted unless a release
+//! slipped in between the first try and step 1. When the channel is subscribed already
+//! (confirmed, and not retired), the waiter registers **before** its first try instead
+//! ([`WaiterHub::register_now`]), as tokio's `Notify` has it: a release after that try is
+//! published after the waiter registered, and wakes it; one before it is seen by the try. So it
+//! sleeps after a busy first try, without a second. A waiter whose first try takes the object
+//! leaves at once (a wake-up it got meanwhile goes on, as from any waiter that leaves).
 //!
 //! **Reservations.** A lock's release reserves the free lock for its longest-waiting owner for the
 //! handoff window and names it (`p:<owner>`). Only the client holding that waiter wakes it; every
-//! other client's waiters would be refused for the window, so they sleep on, and their client
-//! arms a wake-up for the end of the window ([`Fallback`]). The reserved owner taking the lock
+//! other waiter would be refused for the window, so they sleep on, and every client arms a
+//! wake-up for the end of the window ([`Fallback`]). The reserved owner taking the lock
 //! publishes `taken`, which disarms it; if it never comes (the reserved owner's client died),
-//! one waiter per client tries when the window has passed. So a handoff costs no wasted try, and
-//! a dead reserved waiter costs one window.
+//! one waiter per client tries when the window has passed. A waiter that tries during the window
+//! is told the lock is reserved; if its client heard of the reservation, it sleeps until woken
+//! (the end is announced either way), else until the window ends. So a handoff costs no wasted
+//! try, and a dead reserved waiter costs one window.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,7 +99,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
 use crate::exec::resend_unsent;
-use crate::wait_table::{Fallback, WaitTable, WaiterId};
+use crate::wait_table::{Fallback, Retire, WaitTable, WaiterId};
 
 /// How long a channel stays subscribed after its last local waiter left (see the module
 /// documentation).
@@ -167,7 +167,6 @@ impl WaiterHub {
             hub: Arc::clone(&self.inner),
             channel: channel.to_owned(),
             id: registered.id,
-            generation: registered.generation,
             signal: registered.signal,
         };
         subscribed
@@ -214,16 +213,32 @@ impl WaiterHub {
         self.inner.channels.lock().waiting()
     }
 
-    /// The generation of `channel` if its subscription is confirmed (see the module
-    /// documentation): read before a first try, then compared with
-    /// [`Waiter::missed_nothing_since`].
-    pub(crate) fn ready(&self, channel: &str) -> Option<u64> {
-        self.inner
+    /// Whether this client heard of a reservation on `channel` whose end will be announced
+    /// ([`WaitTable::reservation_announced`]).
+    pub(crate) fn reservation_announced(&self, channel: &str) -> bool {
+        self.inner.channels.lock().reservation_announced(channel)
+    }
+
+    /// Registers on `channel` at once if it is subscribed already (confirmed, and not retired);
+    /// `None` otherwise. A waiter registered so before its first try needs no second try (see
+    /// the module documentation).
+    pub(crate) fn register_now(
+        &self,
+        channel: &str,
+        tag: Option<&str>,
+        need: u64,
+    ) -> Option<Waiter> {
+        let registered = self
+            .inner
             .channels
             .lock()
-            .ready(channel)
-            .filter(|(subscribed, _)| subscribed.initialized())
-            .map(|(_, generation)| generation)
+            .register_if(channel, tag, need, |subscribed| subscribed.initialized())?;
+        Some(Waiter {
+            hub: Arc::clone(&self.inner),
+            channel: channel.to_owned(),
+            id: registered.id,
+            signal: registered.signal,
+        })
     }
 }
 
@@ -232,19 +247,10 @@ pub(crate) struct Waiter {
     hub: Arc<HubInner>,
     channel: String,
     id: WaiterId,
-    /// The channel's generation when this waiter registered.
-    generation: u64,
     signal: Arc<Notify>,
 }
 
 impl Waiter {
-    /// Whether no wake-up that could be meant for this waiter came between `ready` (what
-    /// [`WaiterHub::ready`] said before the first try) and this waiter's registration: then the
-    /// try after registering can be skipped (see the module documentation).
-    pub(crate) fn missed_nothing_since(&self, ready: Option<u64>) -> bool {
-        ready == Some(self.generation)
-    }
-
     /// Resolves when a release on the channel woke this waiter (possibly before this call). The
     /// wake-up is then in hand: the next try settles it ([`tried`](Waiter::tried)); dropped
     /// before that, the waiter passes it on.
@@ -274,30 +280,48 @@ impl Waiter {
 impl Drop for Waiter {
     fn drop(&mut self) {
         // A wake-up this waiter had not used up goes on to the next one.
-        let Some(epoch) = self.hub.channels.lock().cancel(&self.channel, self.id) else {
+        let now = tokio::time::Instant::now();
+        if !self.hub.channels.lock().cancel(&self.channel, self.id, now) {
             return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let hub = Arc::downgrade(&self.hub);
-        let channel = std::mem::take(&mut self.channel);
-        runtime.spawn(async move {
-            tokio::time::sleep(SUBSCRIPTION_LINGER).await;
-            let Some(hub) = hub.upgrade() else { return };
-            let _serial = hub.subscribe_lock.lock().await;
-            if !hub.channels.lock().retire(&channel, epoch) {
-                return; // someone registered again meanwhile; keep the subscription
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let hub = Arc::downgrade(&self.hub);
+            runtime.spawn(retire(hub, std::mem::take(&mut self.channel)));
+        }
+    }
+}
+
+/// Unsubscribes from `channel` once it has been idle (no local waiter) for
+/// [`SUBSCRIPTION_LINGER`]; keeps it if a waiter comes back first.
+async fn retire(hub: Weak<HubInner>, channel: String) {
+    let mut linger = SUBSCRIPTION_LINGER;
+    loop {
+        tokio::time::sleep(linger).await;
+        let Some(hub) = hub.upgrade() else { return };
+        let _serial = hub.subscribe_lock.lock().await;
+        let now = tokio::time::Instant::now();
+        match hub
+            .channels
+            .lock()
+            .retire(&channel, now, SUBSCRIPTION_LINGER)
+        {
+            Retire::Retired => {}
+            // Idle again since more recently: look again once that has lingered.
+            Retire::Later(left) => {
+                linger = left;
+                continue;
             }
-            let result = if hub.sharded {
-                hub.sub.sunsubscribe(channel.as_str()).await
-            } else {
-                hub.sub.unsubscribe(channel.as_str()).await
-            };
-            if let Err(err) = result {
-                tracing::debug!(%channel, "unsubscribe failed: {}", crate::error::Chain(&err));
-            }
-        });
+            Retire::Kept => return, // someone waits again; keep the subscription
+        }
+        let result = if hub.sharded {
+            hub.sub.sunsubscribe(channel.as_str()).await
+        } else {
+            hub.sub.unsubscribe(channel.as_str()).await
+        };
+        if let Err(err) = result {
+            tracing::debug!(%channel, "unsubscribe failed: {}", crate::error::Chain(&err));
+        }
+        return;
     }
 }
 

@@ -17,8 +17,8 @@
 -- Reply    {1, hold_count, token}  acquired; every acquisition, re-entries included, gets a token
 --                                  greater than every token minted before it
 --          {0, pttl}               held by another owner (pttl: what is left of its latest live
---                                  hold); or
---                                  free but reserved for another waiter (pttl: what is left of
+--                                  hold)
+--          {0, window, 1}          free but reserved for another waiter (window: what is left of
 --                                  the handoff window), as in lock_acquire.lua
 --
 -- Tokens: every acquisition mints max(counter, server clock in microseconds) + 1. So a counter
@@ -47,7 +47,7 @@ if not latest then
   if redis.call('EXISTS', handoff, waiting, timeouts) > 0 then
     local window = reserved_for_another(handoff, waiting, timeouts, owner, now, ARGV[5], ARGV[6])
     if window then
-      return wait_turn(waiting, timeouts, owner, ARGV[4], window, now)
+      return reserved_turn(waiting, timeouts, owner, ARGV[4], window, now)
     end
   end
 elseif redis.call('HEXISTS', key, owner) == 0 then

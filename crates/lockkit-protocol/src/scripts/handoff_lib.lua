@@ -51,6 +51,14 @@ local function wait_turn(waiting, timeouts, owner, keepalive, pttl, now)
   return {0, pttl}
 end
 
+-- Reports the free lock reserved for another owner for `window` more ms ({0, window, 1}); the
+-- caller joins the waiting set as in wait_turn.
+local function reserved_turn(waiting, timeouts, owner, keepalive, window, now)
+  local busy = wait_turn(waiting, timeouts, owner, keepalive, window, now)
+  busy[3] = 1
+  return busy
+end
+
 -- Publishes `message` on `channel` (SPUBLISH when `sharded` = '1'); the number of subscribers
 -- that got it, or an error reply (pcall: a failed announcement must not undo the script's work).
 local function publish(channel, sharded, message)

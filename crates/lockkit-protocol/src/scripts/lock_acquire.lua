@@ -20,8 +20,9 @@
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
 --          {0, pttl}        held by another owner; pttl is what is left of its latest live hold
---                           (its own expiry, never -2); or free but reserved for another
---                           waiter: pttl is what is left of the handoff window
+--                           (its own expiry, never -2)
+--          {0, window, 1}   free but reserved for another waiter: window is what is left of the
+--                           handoff window (the reserved owner's taking it is announced, `taken`)
 --
 -- Every hold has its own lease: a re-entry with a shorter lease does not shorten the others',
 -- and a hold whose lease ran out is gone even while the owner's other holds live on.
@@ -48,7 +49,7 @@ if not latest then
   -- Free. A release that woke waiters may have reserved it for the one waiting longest.
   local window = reserved_for_another(handoff, waiting, timeouts, owner, now, ARGV[5], ARGV[6])
   if window then
-    return wait_turn(waiting, timeouts, owner, ARGV[4], window, now)
+    return reserved_turn(waiting, timeouts, owner, ARGV[4], window, now)
   end
   return {1, take(key, owner, marker, now + lease, nil, false)}
 end
