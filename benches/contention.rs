@@ -425,6 +425,187 @@ async fn script_calls(raw: &RedisClient) -> u64 {
         .sum()
 }
 
+/// Uncontended lock + unlock against each library's own `PING`: samples of each, interleaved.
+const UNCONTENDED_SAMPLES: usize = 2000;
+/// Samples of each operation per round of the interleaving.
+const UNCONTENDED_ROUND: usize = 50;
+
+/// One library's uncontended row: medians of its lock + unlock and of its own client's `PING`,
+/// measured interleaved in one process.
+#[derive(Debug, Clone)]
+struct Uncontended {
+    library: String,
+    ping: Duration,
+    lock_unlock: Duration,
+}
+
+impl Uncontended {
+    fn ratio(&self) -> f64 {
+        self.lock_unlock.as_secs_f64() / self.ping.as_secs_f64()
+    }
+}
+
+/// lockkit's uncontended rows: `lock()` (watchdog mode) + `unlock()`, and the same with a fixed
+/// 30 s lease (as rslock's), each against `PING` through a plain fred client configured as
+/// lockkit's, [`UNCONTENDED_SAMPLES`] of each after as many for warm-up, interleaved in rounds
+/// of [`UNCONTENDED_ROUND`].
+async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Uncontended> {
+    let lock = client.lock(&lockkit_suite::unique("bench-uncontended"));
+    let watchdog = || async {
+        lock.lock().await.expect("lock").unlock().await.expect("unlock");
+    };
+    let fixed = || async {
+        let guard = lock
+            .lock_with_lease(Duration::from_secs(30))
+            .await
+            .expect("lock");
+        guard.unlock().await.expect("unlock");
+    };
+    let ping = || async {
+        raw.ping::<Value>(None).await.expect("PING");
+    };
+    let mut samples: [Vec<Duration>; 3] = Default::default();
+    for warm in [true, false] {
+        for _ in 0..UNCONTENDED_SAMPLES / UNCONTENDED_ROUND {
+            for (i, sample) in samples.iter_mut().enumerate() {
+                for _ in 0..UNCONTENDED_ROUND {
+                    let start = Instant::now();
+                    match i {
+                        0 => ping().await,
+                        1 => watchdog().await,
+                        _ => fixed().await,
+                    }
+                    if !warm {
+                        sample.push(start.elapsed());
+                    }
+                }
+            }
+        }
+    }
+    let [ping, watchdog, fixed] = samples.map(|mut s| {
+        s.sort_unstable();
+        quantile(&s, 0.5)
+    });
+    vec![
+        Uncontended {
+            library: "lockkit Lock lock()".to_owned(),
+            ping,
+            lock_unlock: watchdog,
+        },
+        Uncontended {
+            library: "lockkit Lock lock_with_lease(30 s)".to_owned(),
+            ping,
+            lock_unlock: fixed,
+        },
+    ]
+}
+
+/// A peer's uncontended row, from its runner's `--uncontended N` mode (rslock only).
+async fn uncontended_peer(url: &str, peer: &str) -> Option<Uncontended> {
+    let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("benches/peers/run");
+    let name = lockkit_suite::unique(&format!("bench-uncontended-{peer}"));
+    let output = tokio::process::Command::new(&runner)
+        .arg(peer)
+        .args(["--url", url, "--name", &name])
+        .args(["--uncontended", &UNCONTENDED_SAMPLES.to_string()])
+        .args(["--round", &UNCONTENDED_ROUND.to_string()])
+        .env("LOCKKIT_PEERS_DIR", peers_dir())
+        .output()
+        .await
+        .ok()?;
+    if !output.status.success() {
+        println!(
+            "peer {peer}: uncontended run failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        return None;
+    }
+    let line = String::from_utf8_lossy(&output.stdout);
+    let doc: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    let ns = |key: &str| doc[key].as_u64().map(Duration::from_nanos);
+    Some(Uncontended {
+        library: peer.to_owned(),
+        ping: ns("ping_p50_ns")?,
+        lock_unlock: ns("lock_unlock_p50_ns")?,
+    })
+}
+
+/// Handoffs per case of the reserved-waiter measurement.
+const RESERVED_SAMPLES: usize = 20;
+
+/// What a handoff costs when the waiter a release reserves the lock for is alive (named, wakes,
+/// takes it) and when it is gone (its client died while it waited: the reservation must lapse
+/// before anyone else gets in). Medians of [`RESERVED_SAMPLES`] handoffs each, from the
+/// holder's `unlock()` call to the live waiter's `lock()` returning.
+#[derive(Debug, Clone, Copy)]
+struct ReservedCost {
+    alive: Duration,
+    gone: Duration,
+    gone_max: Duration,
+}
+
+/// Measures [`ReservedCost`]: a holder (client 0) holds a lock; in the "gone" case a dead
+/// owner joins the waiting set first (one raw acquire script with a 60 s keep-alive, from a
+/// connection that never subscribes: a waiter whose client died), then a live waiter (client 1)
+/// waits; the holder unlocks. The release reserves the lock for the dead owner, and the live
+/// waiter gets it once the handoff window has passed.
+async fn reserved_cost(clients: &[Client], raw: &RedisClient) -> ReservedCost {
+    use lockkit::protocol::lock::ACQUIRE;
+    let mut samples: [Vec<Duration>; 2] = Default::default();
+    for i in 0..RESERVED_SAMPLES * 2 {
+        let gone = i % 2 == 1;
+        let name = lockkit_suite::unique("bench-reserved");
+        let keys = Namespace::default().lock(&name).expect("a valid name");
+        let holder = clients[0].lock(&name).lock().await.expect("lock");
+        if gone {
+            let mut frame = vec![Value::from(ACQUIRE.source()), Value::from(4_i64)];
+            frame.extend(keys.keys.iter().map(|k| Value::from(k.as_str())));
+            frame.extend(["ghost", "#ghost:1", "30000", "60000"].map(Value::from));
+            let command = CustomCommand::new_static("EVAL", ClusterHash::FirstKey, false);
+            let busy: Vec<i64> = raw.custom(command, frame).await.expect("EVAL");
+            assert_eq!(busy.first(), Some(&0), "the dead owner waits");
+        }
+        let waiter = {
+            let lock = clients[1].lock(&name);
+            tokio::spawn(async move {
+                let guard = lock.lock().await.expect("lock");
+                let at = Instant::now();
+                guard.unlock().await.expect("unlock");
+                at
+            })
+        };
+        // Until the live waiter is in the waiting set (behind the dead one).
+        let waiting = keys.aux("waiting").expect("a waiting key").to_owned();
+        let want = if gone { 2 } else { 1 };
+        let zcard = || async {
+            let command = CustomCommand::new_static("ZCARD", ClusterHash::FirstKey, false);
+            let count: i64 = raw
+                .custom(command, vec![Value::from(waiting.as_str())])
+                .await
+                .expect("ZCARD");
+            count
+        };
+        while zcard().await < want {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let start = Instant::now();
+        holder.unlock().await.expect("unlock");
+        let at = waiter.await.expect("the waiter");
+        samples[usize::from(gone)].push(at.duration_since(start));
+        let command = CustomCommand::new_static("DEL", ClusterHash::FirstKey, false);
+        let keys: Vec<Value> = keys.keys.iter().map(|k| Value::from(k.as_str())).collect();
+        let _: i64 = raw.custom(command, keys).await.expect("DEL");
+    }
+    let [mut alive, mut gone] = samples;
+    alive.sort_unstable();
+    gone.sort_unstable();
+    ReservedCost {
+        alive: quantile(&alive, 0.5),
+        gone: quantile(&gone, 0.5),
+        gone_max: gone.last().copied().unwrap_or_default(),
+    }
+}
+
 /// Where `benches/peers/install` put the peers.
 fn peers_dir() -> PathBuf {
     std::env::var_os("LOCKKIT_PEERS_DIR").map_or_else(
@@ -773,7 +954,13 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
 
 /// Writes every row and floor as JSON (`LOCKKIT_BENCH_OUT`, default
 /// `target/bench-results/contention.json`).
-fn write_json(outcomes: &[Outcome], floors: &Floors, window: Duration) {
+fn write_json(
+    outcomes: &[Outcome],
+    floors: &Floors,
+    uncontended: &[Uncontended],
+    reserved: Option<ReservedCost>,
+    window: Duration,
+) {
     let path = std::env::var_os("LOCKKIT_BENCH_OUT").map_or_else(
         || PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/bench-results/contention.json"),
         PathBuf::from,
@@ -826,6 +1013,21 @@ fn write_json(outcomes: &[Outcome], floors: &Floors, window: Duration) {
             "pubsub_idle_p99_us": floors.pubsub_idle.map(|f| micros(f.p99)),
         },
         "rows": rows,
+        "reserved_waiter": reserved.map(|cost| json!({
+            "alive_p50_us": micros(cost.alive),
+            "gone_p50_us": micros(cost.gone),
+            "gone_max_us": micros(cost.gone_max),
+            "handoff_window_ms": lockkit::protocol::lock::HANDOFF_WINDOW.as_millis() as u64,
+        })),
+        "uncontended": uncontended
+            .iter()
+            .map(|u| json!({
+                "library": u.library,
+                "lock_unlock_p50_us": micros(u.lock_unlock),
+                "ping_p50_us": micros(u.ping),
+                "ratio": u.ratio(),
+            }))
+            .collect::<Vec<_>>(),
     });
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent).expect("create the output directory");
@@ -924,6 +1126,15 @@ async fn bench(url: &str, smoke: bool) {
             o.errors
         );
     };
+    let mut uncontended = Vec::new();
+    let mut reserved = None;
+    if !smoke && primitives.contains(&Primitive::Lock) {
+        reserved = Some(reserved_cost(&clients, &floor.raw).await);
+        uncontended = uncontended_lockkit(&clients[0], &floor.raw).await;
+        if peers.iter().any(|p| p == "rslock") {
+            uncontended.extend(uncontended_peer(url, "rslock").await);
+        }
+    }
     let mut outcomes = Vec::new();
     for &primitive in &primitives {
         for &workload in &workloads {
@@ -959,8 +1170,40 @@ async fn bench(url: &str, smoke: bool) {
     };
     println!();
     print_table(&outcomes, &floors);
+    if !uncontended.is_empty() {
+        println!();
+        println!(
+            "| uncontended, {UNCONTENDED_SAMPLES} of each, interleaved | lock + unlock p50 µs | \
+             its PING p50 µs | ratio |"
+        );
+        println!("|---|---:|---:|---:|");
+        for row in &uncontended {
+            println!(
+                "| {} | {:.1} | {:.1} | {:.2} |",
+                row.library,
+                micros(row.lock_unlock),
+                micros(row.ping),
+                row.ratio()
+            );
+        }
+    }
+    if let Some(cost) = reserved {
+        let window = lockkit::protocol::lock::HANDOFF_WINDOW;
+        println!();
+        println!(
+            "reserved waiter, {RESERVED_SAMPLES} handoffs each: alive p50 {:.0} µs; gone (its \
+             client died while it waited) p50 {:.0} µs, max {:.0} µs = {:.2} / {:.2} handoff \
+             windows ({} ms)",
+            micros(cost.alive),
+            micros(cost.gone),
+            micros(cost.gone_max),
+            cost.gone.as_secs_f64() / window.as_secs_f64(),
+            cost.gone_max.as_secs_f64() / window.as_secs_f64(),
+            window.as_millis()
+        );
+    }
     if !smoke {
-        write_json(&outcomes, &floors, window);
+        write_json(&outcomes, &floors, &uncontended, reserved, window);
     }
     // Peers' overlaps are findings to report; lockkit's would be a bug.
     let lockkit_overlaps: usize = outcomes

@@ -9,6 +9,11 @@
 //! before the deadline; unlocking = now; release; record `[worker, called, acquired, unlocking]`;
 //! think T if still before the deadline. Prints one line of JSON on stdout; all instants are
 //! nanoseconds of `Instant` since one origin.
+//!
+//! `lockkit-peer-rslock rslock --url URL --name NAME --uncontended N --round R`: the uncontended
+//! row instead: one `LockManager` and one redis-rs connection; N lock + unlock (`acquire` +
+//! `release`) and N `PING`s after as many for warm-up, interleaved in rounds of R of each; prints
+//! `{"ping_p50_ns":..,"lock_unlock_p50_ns":..}`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,8 +58,68 @@ fn parse() -> Args {
     }
 }
 
+/// The uncontended row (see the module documentation), when `--uncontended` is given.
+async fn uncontended() -> Option<()> {
+    let argv: Vec<String> = std::env::args().collect();
+    let arg = |key: &str| {
+        let at = argv.iter().position(|a| a == key)?;
+        argv.get(at + 1).cloned()
+    };
+    let samples: usize = arg("--uncontended")?.parse().expect("bad --uncontended");
+    let round: usize = arg("--round").map_or(50, |r| r.parse().expect("bad --round"));
+    let url = arg("--url").expect("missing --url");
+    let name = arg("--name").expect("missing --name");
+    let manager = LockManager::new(vec![url.clone()]);
+    let client = redis::Client::open(url.as_str()).expect("a redis URL");
+    let mut con = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connected");
+    let mut pings = Vec::with_capacity(samples);
+    let mut locks = Vec::with_capacity(samples);
+    for warm in [true, false] {
+        for _ in 0..samples / round {
+            for _ in 0..round {
+                let start = Instant::now();
+                let _: String = redis::cmd("PING")
+                    .query_async(&mut con)
+                    .await
+                    .expect("PING");
+                if !warm {
+                    pings.push(start.elapsed());
+                }
+            }
+            for _ in 0..round {
+                let start = Instant::now();
+                let guard = manager
+                    .acquire(name.as_bytes(), LEASE)
+                    .await
+                    .expect("acquire");
+                guard.release().await;
+                if !warm {
+                    locks.push(start.elapsed());
+                }
+            }
+        }
+    }
+    let median = |mut v: Vec<Duration>| {
+        v.sort_unstable();
+        v[v.len() / 2].as_nanos() as u64
+    };
+    let out = serde_json::json!({
+        "peer": "rslock",
+        "ping_p50_ns": median(pings),
+        "lock_unlock_p50_ns": median(locks),
+    });
+    println!("{out}");
+    Some(())
+}
+
 #[tokio::main]
 async fn main() {
+    if uncontended().await.is_some() {
+        return;
+    }
     let args = Arc::new(parse());
     let origin = Instant::now();
     let ns = move |t: Instant| t.duration_since(origin).as_nanos() as u64;

@@ -49,13 +49,14 @@ end
 
 -- Ends every hold of `key` whose lease ran out by `now`, and the hold `gone` (a marker being
 -- released; nil for none): each loses its fields and gives back one count of its owner. Then,
--- if a hold ended, the key expires with the latest hold left; it is deleted when none is left.
--- Nothing is written when nothing ended (a renewal that finds its hold live sets no expiry).
--- Returns the latest expiry left (nil: the key is gone) and, when `gone` was a live hold, its
--- owner (nil: it was not there, or its lease had run out).
+-- if a hold ended, the key expires with the latest hold left; it is deleted when none is left
+-- (in one DEL: the ended holds' fields go with it). Nothing is written when nothing ended (a
+-- renewal that finds its hold live sets no expiry). Returns the latest expiry left (nil: the key
+-- is gone) and, when `gone` was a live hold, its owner (nil: it was not there, or its lease had
+-- run out).
 local function settle(key, now, gone)
   local fields = redis.call('HGETALL', key)
-  local latest, released, ended = nil, nil, false
+  local latest, released, ended = nil, nil, {}
   for i = 1, #fields, 2 do
     local field = fields[i]
     local expiry, owner = parse_hold(field, fields[i + 1])
@@ -64,19 +65,25 @@ local function settle(key, now, gone)
         released = owner
       end
       if expiry <= now or field == gone then
-        ended = true
-        redis.call('HDEL', key, field, field .. ':token')
-        if redis.call('HINCRBY', key, owner, -1) <= 0 then
-          redis.call('HDEL', key, owner)
-        end
+        ended[#ended + 1] = field
+        ended[#ended + 1] = owner
       elseif not latest or expiry > latest then
         latest = expiry
       end
     end
   end
   if not latest then
-    redis.call('DEL', key)
-  elseif ended then
+    if #fields > 0 then
+      redis.call('DEL', key)
+    end
+  elseif #ended > 0 then
+    for i = 1, #ended, 2 do
+      local field, owner = ended[i], ended[i + 1]
+      redis.call('HDEL', key, field, field .. ':token')
+      if redis.call('HINCRBY', key, owner, -1) <= 0 then
+        redis.call('HDEL', key, owner)
+      end
+    end
     redis.call('PEXPIREAT', key, latest)
   end
   return latest, released
