@@ -323,3 +323,118 @@ impl Handle {
         got.unwrap()
     }
 }
+
+/// The messages of the events logged on this thread while it is installed (a current-thread
+/// test runtime runs every task of the test's clients on it).
+#[derive(Default, Clone)]
+struct Events(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Events {
+    fn count(&self, text: &str) -> usize {
+        let events = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        events.iter().filter(|message| message.contains(text)).count()
+    }
+}
+
+struct Message<'a>(&'a mut String);
+
+impl tracing::field::Visit for Message<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            *self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl tracing::Subscriber for Events {
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        metadata.target().starts_with("lockkit")
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut message = String::new();
+        event.record(&mut Message(&mut message));
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(message);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Only the reserved waiter's client wakes on a release (`p:<owner>`); every other client's
+/// waiters sleep through the handoff window. So when the reserved owner is gone (its client died
+/// while it waited: here an owner that joined the waiting set from a raw connection and never
+/// subscribed), the other clients must wake a waiter themselves once the window has passed, or
+/// the lock sits free until their keep-alive refresh. The waiter gets the lock, and it is that
+/// end-of-window wake-up that woke it (removing it fails this test: the waiter is then served by
+/// its refresh, 1.7 s later). The bench measures what it costs (`benches/contention.rs`, the
+/// reserved-waiter line: about one window).
+#[tokio::test]
+async fn a_reservation_for_a_gone_waiter_wakes_the_others_when_its_window_passes() {
+    let events = Events::default();
+    let _installed = tracing::subscriber::set_default(events.clone());
+    let server = spawned().await;
+    let (holder, waiter) = (client(&server.url()).await, client(&server.url()).await);
+    let raw = raw(&server.url()).await;
+    for (round, kind) in [Kind::Lock, Kind::FencedLock].into_iter().enumerate() {
+        let name = unique("gone-reserved-waiter");
+        let keys = keys(kind, &name);
+        let (acquire, _) = scripts(kind);
+        let held = match kind {
+            Kind::Lock => within(HANG, "lock", holder.lock(&name).lock()).await.unwrap(),
+            _ => within(HANG, "lock", holder.fenced_lock(&name).lock()).await.unwrap(),
+        };
+        let replies = send_commands(
+            server.addr(),
+            &[eval(acquire, &keys.keys, &["ghost", "#ghost:1", "30000", LONG])],
+        )
+        .await
+        .unwrap();
+        assert_eq!(ints(&replies[0])[0], 0, "{kind:?}: the gone owner waits");
+        let waiting = {
+            let (waiter, name) = (waiter.clone(), name.clone());
+            tokio::spawn(async move {
+                if kind == Kind::Lock {
+                    let guard = waiter.lock(&name).lock().await.unwrap();
+                    guard.unlock().await.unwrap();
+                } else {
+                    let guard = waiter.fenced_lock(&name).lock().await.unwrap();
+                    guard.unlock().await.unwrap();
+                }
+            })
+        };
+        // The live waiter is in the waiting set (behind the gone one) and subscribed.
+        let waiting_key = keys.aux("waiting").unwrap();
+        within(HANG, "the live waiter to wait and subscribe", async {
+            loop {
+                let subscribed: Vec<(String, i64)> = raw
+                    .pubsub_numsub(keys.channel.as_str())
+                    .await
+                    .unwrap();
+                if zcard(&raw, waiting_key).await == 2
+                    && subscribed.first().is_some_and(|(_, n)| *n > 0)
+                {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        held.unlock().await.unwrap();
+        within(HANG, "the live waiter to get the lock", waiting)
+            .await
+            .unwrap();
+        assert_eq!(
+            events.count("did not take it within the handoff window"),
+            round + 1,
+            "{kind:?}: the end-of-window wake-up served the live waiter"
+        );
+        let _ = raw.del::<u64, _>(keys.keys.clone()).await;
+    }
+}
