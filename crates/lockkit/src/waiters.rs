@@ -33,8 +33,9 @@
 //! longest-registered waiter of the channel that is not already woken and **needs less** than it
 //! does. The chain ends, since every hand-over goes to a smaller need. Waiters that all need the
 //! same (every lock, where a refusal means the object was taken) never hand a wake-up on, so a
-//! release still wakes one waiter per client, not a herd. When messages may have been lost (the broadcast channel lagged, or the
-//! subscriber connection was re-established) every waiter is woken to re-check; after a
+//! release still wakes at most one waiter per client, not a herd (a lock's release: only the
+//! reserved waiter, see below). When messages may have been lost (the broadcast channel lagged, or
+//! the subscriber connection was re-established) every waiter is woken to re-check; after a
 //! reconnect, once the hub has subscribed again to every channel it tracks.
 //!
 //! In sharded mode ([`PubSubMode::Sharded`](crate::PubSubMode)) the hub uses `SSUBSCRIBE` /
