@@ -450,9 +450,14 @@ impl Uncontended {
 /// lockkit's, [`UNCONTENDED_SAMPLES`] of each after as many for warm-up, interleaved in rounds
 /// of [`UNCONTENDED_ROUND`].
 async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Uncontended> {
-    let lock = client.lock(&lockkit_suite::unique("bench-uncontended"));
+    let lock = client.lock(lockkit_suite::unique("bench-uncontended"));
     let watchdog = || async {
-        lock.lock().await.expect("lock").unlock().await.expect("unlock");
+        lock.lock()
+            .await
+            .expect("lock")
+            .unlock()
+            .await
+            .expect("unlock");
     };
     let fixed = || async {
         let guard = lock

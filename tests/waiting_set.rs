@@ -331,8 +331,14 @@ struct Events(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
 
 impl Events {
     fn count(&self, text: &str) -> usize {
-        let events = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        events.iter().filter(|message| message.contains(text)).count()
+        let events = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        events
+            .iter()
+            .filter(|message| message.contains(text))
+            .count()
     }
 }
 
@@ -387,12 +393,20 @@ async fn a_reservation_for_a_gone_waiter_wakes_the_others_when_its_window_passes
         let keys = keys(kind, &name);
         let (acquire, _) = scripts(kind);
         let held = match kind {
-            Kind::Lock => within(HANG, "lock", holder.lock(&name).lock()).await.unwrap(),
-            _ => within(HANG, "lock", holder.fenced_lock(&name).lock()).await.unwrap(),
+            Kind::Lock => within(HANG, "lock", holder.lock(&name).lock())
+                .await
+                .unwrap(),
+            _ => within(HANG, "lock", holder.fenced_lock(&name).lock())
+                .await
+                .unwrap(),
         };
         let replies = send_commands(
             server.addr(),
-            &[eval(acquire, &keys.keys, &["ghost", "#ghost:1", "30000", LONG])],
+            &[eval(
+                acquire,
+                &keys.keys,
+                &["ghost", "#ghost:1", "30000", LONG],
+            )],
         )
         .await
         .unwrap();
@@ -413,10 +427,8 @@ async fn a_reservation_for_a_gone_waiter_wakes_the_others_when_its_window_passes
         let waiting_key = keys.aux("waiting").unwrap();
         within(HANG, "the live waiter to wait and subscribe", async {
             loop {
-                let subscribed: Vec<(String, i64)> = raw
-                    .pubsub_numsub(keys.channel.as_str())
-                    .await
-                    .unwrap();
+                let subscribed: Vec<(String, i64)> =
+                    raw.pubsub_numsub(keys.channel.as_str()).await.unwrap();
                 if zcard(&raw, waiting_key).await == 2
                     && subscribed.first().is_some_and(|(_, n)| *n > 0)
                 {

@@ -174,13 +174,13 @@ where
             }
         };
         let retry_in = match busy {
-            Outcome::Reserved { window, refresh } => Some(
-                if client.hub.reservation_announced(attempt.channel()) {
+            Outcome::Reserved { window, refresh } => {
+                Some(if client.hub.reservation_announced(attempt.channel()) {
                     refresh
                 } else {
                     window
-                },
-            ),
+                })
+            }
             Outcome::Busy { retry_in } => retry_in,
             Outcome::Acquired(_) => None,
         };

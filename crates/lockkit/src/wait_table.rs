@@ -237,9 +237,7 @@ impl<C> WaitTable<C> {
     /// client's waiter armed: the transport calls [`fallback_due`](WaitTable::fallback_due) with
     /// it once the handoff window has passed.
     pub(crate) fn apply(&mut self, channel: &str, wake: &Wake) -> Option<Fallback> {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return None;
-        };
+        let entry = self.channels.get_mut(channel)?;
         entry.reservation = Reservation::None;
         match wake {
             Wake::One => {
@@ -439,7 +437,7 @@ mod tests {
         assert!(table.is_pending(CHANNEL, a));
         table.take_wake(CHANNEL, a);
         assert!(!table.is_pending(CHANNEL, b));
-        assert_eq!(table.cancel(CHANNEL, a, Instant::now()), false);
+        assert!(!table.cancel(CHANNEL, a, Instant::now()));
         assert!(table.is_pending(CHANNEL, b), "the wake-up in hand was lost");
     }
 
@@ -537,9 +535,14 @@ mod tests {
         assert_eq!(pending(&table), [false, true, false]);
         table.apply(CHANNEL, &Wake::Prefer("c".into()));
         assert_eq!(pending(&table), [false, true, true]);
-        assert!(table.apply(CHANNEL, &Wake::Prefer("elsewhere".into())).is_some());
+        assert!(table
+            .apply(CHANNEL, &Wake::Prefer("elsewhere".into()))
+            .is_some());
         assert_eq!(pending(&table), [false, true, true]);
-        assert!(table.apply(CHANNEL, &Wake::Prefer("c".into())).is_some(), "armed too");
+        assert!(
+            table.apply(CHANNEL, &Wake::Prefer("c".into())).is_some(),
+            "armed too"
+        );
     }
 
     /// A reservation for another client's waiter wakes nobody here at once (they would be
@@ -553,10 +556,21 @@ mod tests {
         let pending = |table: &WaitTable<()>| [a, b].map(|id| table.is_pending(CHANNEL, id));
 
         let armed = table.apply(CHANNEL, &Wake::Prefer("elsewhere".into()));
-        assert_eq!(pending(&table), [false, false], "nobody tries in the window");
+        assert_eq!(
+            pending(&table),
+            [false, false],
+            "nobody tries in the window"
+        );
         let armed = armed.expect("a wake-up is armed");
-        assert!(table.fallback_due(CHANNEL, armed), "the reserved waiter never came");
-        assert_eq!(pending(&table), [true, false], "one waiter tries after the window");
+        assert!(
+            table.fallback_due(CHANNEL, armed),
+            "the reserved waiter never came"
+        );
+        assert_eq!(
+            pending(&table),
+            [true, false],
+            "one waiter tries after the window"
+        );
         assert!(!table.fallback_due(CHANNEL, armed), "due once");
 
         let (mut table, a, b) = two_waiters(1, 1);
@@ -596,11 +610,21 @@ mod tests {
     #[test]
     fn registering_before_the_first_try_needs_a_ready_channel() {
         let mut table = WaitTable::<bool>::default();
-        assert!(table.register_if(CHANNEL, None, 1, |_| true).is_none(), "unknown channel");
+        assert!(
+            table.register_if(CHANNEL, None, 1, |_| true).is_none(),
+            "unknown channel"
+        );
         let first = table.register(CHANNEL, None, 1).id;
-        assert!(table.register_if(CHANNEL, None, 1, |ready| *ready).is_none(), "not subscribed");
+        assert!(
+            table
+                .register_if(CHANNEL, None, 1, |ready| *ready)
+                .is_none(),
+            "not subscribed"
+        );
         assert_eq!(table.waiting(), 1);
-        let early = table.register_if(CHANNEL, Some("e"), 1, |_| true).map(|r| r.id);
+        let early = table
+            .register_if(CHANNEL, Some("e"), 1, |_| true)
+            .map(|r| r.id);
         assert_eq!(table.waiting(), 2);
 
         // It is woken like any waiter: a release during its first try is not missed.
@@ -618,19 +642,29 @@ mod tests {
         let mut table = WaitTable::<()>::default();
         let first = table.register(CHANNEL, None, 1).id;
         assert!(table.cancel(CHANNEL, first, start), "retire it later");
-        assert_eq!(table.channels().collect::<Vec<_>>(), [CHANNEL], "idle, kept");
+        assert_eq!(
+            table.channels().collect::<Vec<_>>(),
+            [CHANNEL],
+            "idle, kept"
+        );
         assert!(!table.is_empty());
         assert_eq!(table.waiting(), 0);
 
         let second = table.register(CHANNEL, None, 1).id;
         let later = start + Duration::from_secs(1);
-        assert!(!table.cancel(CHANNEL, second, later), "a retirement is under way");
+        assert!(
+            !table.cancel(CHANNEL, second, later),
+            "a retirement is under way"
+        );
         assert_eq!(
             table.retire(CHANNEL, start + linger, linger),
             Retire::Later(Duration::from_secs(1)),
             "idle again only since a second"
         );
-        assert_eq!(table.retire(CHANNEL, later + linger, linger), Retire::Retired);
+        assert_eq!(
+            table.retire(CHANNEL, later + linger, linger),
+            Retire::Retired
+        );
         assert!(table.is_empty());
         assert_eq!(table.retire(CHANNEL, later + linger, linger), Retire::Kept);
 
@@ -640,7 +674,10 @@ mod tests {
         assert!(table.cancel(CHANNEL, third, start));
         let fourth = table.register(CHANNEL, None, 1).id;
         assert_eq!(table.retire(CHANNEL, start + linger, linger), Retire::Kept);
-        assert!(table.cancel(CHANNEL, fourth, start), "retire it later, again");
+        assert!(
+            table.cancel(CHANNEL, fourth, start),
+            "retire it later, again"
+        );
     }
 
     /// `wake_all_where` (a slot that moved to another node) wakes every waiter of the channels it

@@ -229,11 +229,11 @@ impl WaiterHub {
         tag: Option<&str>,
         need: u64,
     ) -> Option<Waiter> {
-        let registered = self
-            .inner
-            .channels
-            .lock()
-            .register_if(channel, tag, need, |subscribed| subscribed.initialized())?;
+        let registered =
+            self.inner
+                .channels
+                .lock()
+                .register_if(channel, tag, need, |subscribed| subscribed.initialized())?;
         Some(Waiter {
             hub: Arc::clone(&self.inner),
             channel: channel.to_owned(),
