@@ -275,15 +275,16 @@ impl HashLock {
         self.foreign || !self.holds.is_empty()
     }
 
-    /// Ends the holds whose lease ran out by `now`, and the hold `gone`. Returns the latest
-    /// expiry left (`None`: the lock is free) and the owner of `gone` when it was live.
+    /// Ends the holds whose lease ran out by `now` (see [`live`]), and the hold `gone`. Returns
+    /// the latest expiry left (`None`: the lock is free) and the owner of `gone` when it was
+    /// live.
     fn settle(&mut self, now: u64, gone: Option<&str>) -> (Option<u64>, Option<String>) {
         let released = gone
             .and_then(|marker| self.holds.get(marker))
-            .filter(|hold| hold.expiry > now)
+            .filter(|hold| live(hold.expiry, now))
             .map(|hold| hold.owner.clone());
         self.holds
-            .retain(|marker, hold| hold.expiry > now && Some(marker.as_str()) != gone);
+            .retain(|marker, hold| live(hold.expiry, now) && Some(marker.as_str()) != gone);
         (self.key_expiry(), released)
     }
 
@@ -781,11 +782,18 @@ impl Spec for LockSpec {
     }
 }
 
+/// Whether a hold that expires at `expiry` is live at `now` (server ms), as the scripts judge it
+/// (`hold_lib.lua`'s `live`): a hold in its last millisecond counts as ended, since Redis may
+/// expire its key on a clock that has passed the millisecond boundary `now` has not.
+pub fn live(expiry: u64, now: u64) -> bool {
+    expiry > now + 1
+}
+
 /// The owners that hold `lock` (live holds at `now`), for invariant checks.
 pub fn holders(lock: &HashLock, now: u64) -> BTreeSet<String> {
     lock.holds
         .values()
-        .filter(|h| h.expiry > now)
+        .filter(|h| live(h.expiry, now))
         .map(|h| h.owner.clone())
         .collect()
 }

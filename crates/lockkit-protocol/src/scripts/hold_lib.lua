@@ -17,6 +17,17 @@ local function now_ms()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- Whether a hold with this expiry is live at `now`. A hold in its last millisecond counts as
+-- ended: the key expires with its latest hold (PEXPIREAT), and Redis checks key expiry on its own
+-- clock, which can pass a millisecond boundary that `now` (TIME, taken once) has not. A hold
+-- treated as live at `now` = expiry - 1 could then vanish with its key in the middle of the
+-- script (a release that found the owner's other hold live read the owner's count as nil and
+-- replied {2, nil}; a re-entry found the owner gone). With the margin, the key of every hold
+-- treated as live expires at least 2 ms after `now`.
+local function live(expiry, now)
+  return expiry > now + 1
+end
+
 -- The value of a hold marker: its expiry and its owner.
 local function hold_value(expiry, owner)
   return string.format('%d', expiry) .. ' ' .. owner
@@ -41,13 +52,13 @@ local function live_hold(key, marker, now)
     return nil
   end
   local expiry, owner = parse_hold(marker, value)
-  if not expiry or expiry <= now then
+  if not expiry or not live(expiry, now) then
     return nil
   end
   return expiry, owner
 end
 
--- Ends every hold of `key` whose lease ran out by `now`, and the hold `gone` (a marker being
+-- Ends every hold of `key` whose lease ran out by `now` (see `live`), and the hold `gone` (a marker being
 -- released; nil for none): each loses its fields and gives back one count of its owner. Then,
 -- if a hold ended, the key expires with the latest hold left; it is deleted when none is left
 -- (in one DEL: the ended holds' fields go with it). Nothing is written when nothing ended (a
@@ -61,10 +72,10 @@ local function settle(key, now, gone)
     local field = fields[i]
     local expiry, owner = parse_hold(field, fields[i + 1])
     if expiry then
-      if expiry > now and field == gone then
+      if live(expiry, now) and field == gone then
         released = owner
       end
-      if expiry <= now or field == gone then
+      if not live(expiry, now) or field == gone then
         ended[#ended + 1] = field
         ended[#ended + 1] = owner
       elseif not latest or expiry > latest then
