@@ -8,7 +8,10 @@
 //! acquire (`lock()`, watchdog mode), hold H (a tokio sleep), release (`unlock()`), think T.
 //! Then every installed peer library (`benches/peers/install`) runs the same rows against the same
 //! server through its runner (`benches/peers/run <peer> ...`, one process per row, one client
-//! per worker), which prints its events as one line of JSON.
+//! per worker), which prints its events as one line of JSON. Last, one row of W = 64 (H = 5 ms,
+//! T = 20 ms): lockkit's `Lock` and `FairLock` with the 64 workers split over 4 child processes of
+//! this bench (`LOCKKIT_BENCH_CHILD`; their events are merged on the wall clock), and every peer
+//! as its runner runs 64 workers (`LOCKKIT_BENCH_W64=0` skips the row).
 //!
 //! Every event is timed on one monotonic clock per process (nanoseconds since an origin). Every
 //! row, lockkit's or a peer's, goes through [`analyse`]: from the merged record (ordered by the
@@ -533,6 +536,135 @@ async fn uncontended_peer(url: &str, peer: &str) -> Option<Uncontended> {
         ping: ns("ping_p50_ns")?,
         lock_unlock: ns("lock_unlock_p50_ns")?,
     })
+}
+
+/// The many-process rows: W workers split over this many child processes of the bench.
+const PROCESSES: usize = 4;
+/// The workers of the many-process rows.
+const MANY_WORKERS: usize = 64;
+/// The environment variable that makes the bench a child of a many-process row.
+const CHILD: &str = "LOCKKIT_BENCH_CHILD";
+
+/// Nanoseconds since the Unix epoch: the clock the processes of one many-process row share.
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// A child of a many-process row (`LOCKKIT_BENCH_CHILD=<url> <primitive> <name> <workers>
+/// <hold ms> <think ms> <start> <deadline> <first worker index>`, times in [`wall_ns`]): runs its
+/// workers, each with its own client, from `start` to `deadline`, and prints their events as the
+/// peer runners do, on the shared wall clock.
+async fn child(spec: &str) {
+    let parts: Vec<&str> = spec.split(' ').collect();
+    let [url, primitive, name, workers, hold, think, start, deadline, first] = parts[..] else {
+        panic!("bad {CHILD}: {spec:?}");
+    };
+    let number = |s: &str| -> u64 { s.parse().expect("a number") };
+    let primitive = Primitive::ALL
+        .into_iter()
+        .find(|p| p.name() == primitive)
+        .expect("a primitive");
+    let workload = Workload {
+        workers: usize::try_from(number(workers)).expect("workers"),
+        hold: ms(number(hold)),
+        think: ms(number(think)),
+    };
+    let clients =
+        futures::future::join_all((0..workload.workers).map(|_| lockkit_suite::client(url))).await;
+    // One instant, read on both clocks: the events are shifted onto the wall clock.
+    let (origin, wall_origin) = (Instant::now(), wall_ns());
+    let at = |wall: u64| origin + Duration::from_nanos(wall.saturating_sub(wall_origin));
+    tokio::time::sleep_until(at(number(start)).into()).await;
+    let deadline_at = at(number(deadline));
+    let first = number(first);
+    let tasks: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(index, client)| {
+            let handle = Handle::new(client, primitive, name);
+            tokio::spawn(worker(index, handle, workload, origin, deadline_at))
+        })
+        .collect();
+    let mut events = Vec::new();
+    for task in tasks {
+        for mut event in task.await.expect("a worker panicked") {
+            event[0] += first;
+            for stamp in &mut event[1..] {
+                *stamp += wall_origin;
+            }
+            events.push(event);
+        }
+    }
+    for client in &clients {
+        let _ = client.shutdown().await;
+    }
+    println!("{}", json!({ "events": events }));
+}
+
+/// One lockkit row of [`MANY_WORKERS`] workers split over [`PROCESSES`] child processes (each
+/// worker still with its own client), merged on the wall clock.
+async fn run_lockkit_processes(
+    url: &str,
+    raw: &RedisClient,
+    primitive: Primitive,
+    workload: Workload,
+    window: Duration,
+) -> Option<Outcome> {
+    let name = lockkit_suite::unique(&format!("bench-contention-{}", primitive.name()));
+    let exe = std::env::current_exe().ok()?;
+    let per = workload.workers / PROCESSES;
+    let scripts_before = script_calls(raw).await;
+    // Far enough ahead for every child to start and connect its clients.
+    let start = wall_ns() + 5_000_000_000;
+    let deadline = start + u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+    let children = (0..PROCESSES).map(|i| {
+        let spec = format!(
+            "{url} {} {name} {per} {} {} {start} {deadline} {}",
+            primitive.name(),
+            workload.hold.as_millis(),
+            workload.think.as_millis(),
+            i * per
+        );
+        tokio::process::Command::new(&exe)
+            .env(CHILD, spec)
+            .kill_on_drop(true)
+            .output()
+    });
+    let outputs = futures::future::join_all(children).await;
+    let scripts = script_calls(raw).await.saturating_sub(scripts_before);
+    let mut events: Vec<Event> = Vec::new();
+    for output in outputs {
+        let output = output.ok()?;
+        if !output.status.success() {
+            eprintln!(
+                "  {} child failed: {}",
+                primitive.name(),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return None;
+        }
+        let parsed: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
+        for e in parsed["events"].as_array()? {
+            let e = e.as_array()?;
+            let get = |i: usize| e.get(i).and_then(serde_json::Value::as_u64);
+            events.push([get(0)?, get(1)?, get(2)?, get(3)?]);
+        }
+    }
+    let holds = events.len().max(1) as f64;
+    let attempts = (scripts as f64 - events.len() as f64) / holds;
+    let mut outcome = analyse(Record {
+        library: primitive.name().to_owned(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        workload,
+        start_ns: start,
+        deadline_ns: deadline,
+        events,
+        errors: 0,
+    });
+    outcome.attempts = Some(attempts);
+    Some(outcome)
 }
 
 /// Handoffs per case of the reserved-waiter measurement.
@@ -1160,6 +1292,35 @@ async fn bench(url: &str, smoke: bool) {
             }
         }
     }
+    // W = 64: lockkit's workers over 4 processes; each peer as its runner runs W workers.
+    if !smoke && std::env::var("LOCKKIT_BENCH_W64").map_or(true, |v| v != "0") {
+        let many = Workload {
+            workers: MANY_WORKERS,
+            hold: ms(5),
+            think: ms(20),
+        };
+        for &primitive in primitives
+            .iter()
+            .filter(|p| matches!(p, Primitive::Lock | Primitive::FairLock))
+        {
+            let rtt = floor.median(Duration::ZERO).await;
+            if let Some(mut outcome) =
+                run_lockkit_processes(url, &floor.raw, primitive, many, window).await
+            {
+                outcome.rtt = rtt;
+                log(&outcome);
+                outcomes.push(outcome);
+            }
+        }
+        for peer in &peers {
+            let rtt = floor.median(Duration::ZERO).await;
+            if let Some(mut outcome) = run_peer(url, peer, many, window).await {
+                outcome.rtt = rtt;
+                log(&outcome);
+                outcomes.push(outcome);
+            }
+        }
+    }
     let rtt_after = floor.median(Duration::ZERO).await;
     let rtt_idle = if smoke {
         None
@@ -1235,6 +1396,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    if let Ok(spec) = std::env::var(CHILD) {
+        rt.block_on(child(&spec));
+        return;
+    }
     let server = rt.block_on(lockkit_suite::spawned());
     rt.block_on(bench(&server.url(), !bench_mode));
     drop(server);
