@@ -321,6 +321,15 @@ fn workloads() -> Vec<Workload> {
     rows
 }
 
+/// Before a lockkit row starts: every worker takes and gives back the object once, all at once,
+/// so each client has waited on it once (subscribed to its channel, which lingers) before the
+/// row's script calls are counted; the row then measures handoffs, not first waits (one
+/// subscription and one extra try per client and object, reported apart in
+/// `docs/benchmarks.md`).
+async fn warm_up(handle: &Handle) {
+    handle.lock().await.expect("lock").unlock().await.expect("unlock");
+}
+
 /// One worker: acquire, hold, release, think, until the deadline. After the deadline an acquire
 /// that returns is released at once (recorded, filtered out by the analysis), so every worker
 /// ends within a handoff or so.
@@ -363,16 +372,18 @@ async fn run_lockkit(
         let set = clients[0].semaphore(&name).try_set_permits(1).await;
         assert!(set.expect("try_set_permits"), "a fresh semaphore");
     }
+    let handles: Vec<Handle> = clients[..workload.workers]
+        .iter()
+        .map(|client| Handle::new(client, primitive, &name))
+        .collect();
+    futures::future::join_all(handles.iter().map(warm_up)).await;
     let scripts_before = script_calls(raw).await;
     let origin = Instant::now();
     let deadline = origin + window;
-    let tasks: Vec<_> = clients[..workload.workers]
-        .iter()
+    let tasks: Vec<_> = handles
+        .into_iter()
         .enumerate()
-        .map(|(index, client)| {
-            let handle = Handle::new(client, primitive, &name);
-            tokio::spawn(worker(index, handle, workload, origin, deadline))
-        })
+        .map(|(index, handle)| tokio::spawn(worker(index, handle, workload, origin, deadline)))
         .collect();
     let joined = lockkit_suite::within(
         window + Duration::from_secs(60),
@@ -576,16 +587,21 @@ async fn child(spec: &str) {
     // One instant, read on both clocks: the events are shifted onto the wall clock.
     let (origin, wall_origin) = (Instant::now(), wall_ns());
     let at = |wall: u64| origin + Duration::from_nanos(wall.saturating_sub(wall_origin));
+    let handles: Vec<Handle> = clients
+        .iter()
+        .map(|client| Handle::new(client, primitive, name))
+        .collect();
+    // Warm up shortly before the start, so the subscriptions still linger then.
+    let warm_at = at(number(start).saturating_sub(1_500_000_000));
+    tokio::time::sleep_until(warm_at.into()).await;
+    futures::future::join_all(handles.iter().map(warm_up)).await;
     tokio::time::sleep_until(at(number(start)).into()).await;
     let deadline_at = at(number(deadline));
     let first = number(first);
-    let tasks: Vec<_> = clients
-        .iter()
+    let tasks: Vec<_> = handles
+        .into_iter()
         .enumerate()
-        .map(|(index, client)| {
-            let handle = Handle::new(client, primitive, name);
-            tokio::spawn(worker(index, handle, workload, origin, deadline_at))
-        })
+        .map(|(index, handle)| tokio::spawn(worker(index, handle, workload, origin, deadline_at)))
         .collect();
     let mut events = Vec::new();
     for task in tasks {
@@ -615,8 +631,7 @@ async fn run_lockkit_processes(
     let name = lockkit_suite::unique(&format!("bench-contention-{}", primitive.name()));
     let exe = std::env::current_exe().ok()?;
     let per = workload.workers / PROCESSES;
-    let scripts_before = script_calls(raw).await;
-    // Far enough ahead for every child to start and connect its clients.
+    // Far enough ahead for every child to start, connect its clients and warm up.
     let start = wall_ns() + 5_000_000_000;
     let deadline = start + u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
     let children = (0..PROCESSES).map(|i| {
@@ -632,7 +647,13 @@ async fn run_lockkit_processes(
             .kill_on_drop(true)
             .output()
     });
-    let outputs = futures::future::join_all(children).await;
+    let children = futures::future::join_all(children);
+    let scripts_at_start = async {
+        let left = start.saturating_sub(wall_ns());
+        tokio::time::sleep(Duration::from_nanos(left)).await;
+        script_calls(raw).await
+    };
+    let (outputs, scripts_before) = tokio::join!(children, scripts_at_start);
     let scripts = script_calls(raw).await.saturating_sub(scripts_before);
     let mut events: Vec<Event> = Vec::new();
     for output in outputs {
