@@ -327,7 +327,13 @@ fn workloads() -> Vec<Workload> {
 /// subscription and one extra try per client and object, reported apart in
 /// `docs/benchmarks.md`).
 async fn warm_up(handle: &Handle) {
-    handle.lock().await.expect("lock").unlock().await.expect("unlock");
+    handle
+        .lock()
+        .await
+        .expect("lock")
+        .unlock()
+        .await
+        .expect("unlock");
 }
 
 /// One worker: acquire, hold, release, think, until the deadline. After the deadline an acquire
@@ -396,19 +402,49 @@ async fn run_lockkit(
     for result in joined {
         events.extend(result.expect("a worker panicked"));
     }
+    let deadline_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+    lockkit_outcome(primitive, workload, (0, deadline_ns), events, scripts)
+}
+
+/// A lockkit row's outcome: its events over the window `(start, deadline)` analysed, with
+/// attempts per acquisition from the row's `scripts` calls (less one release per hold).
+fn lockkit_outcome(
+    primitive: Primitive,
+    workload: Workload,
+    (start_ns, deadline_ns): (u64, u64),
+    events: Vec<Event>,
+    scripts: u64,
+) -> Outcome {
     let holds = events.len().max(1) as f64;
     let attempts = (scripts as f64 - events.len() as f64) / holds;
     let mut outcome = analyse(Record {
         library: primitive.name().to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         workload,
-        start_ns: 0,
-        deadline_ns: u64::try_from(window.as_nanos()).unwrap_or(u64::MAX),
+        start_ns,
+        deadline_ns,
         events,
         errors: 0,
     });
     outcome.attempts = Some(attempts);
     outcome
+}
+
+/// The `events` array of a runner's JSON line (`[[worker, called, acquired, unlocking], ...]`).
+fn parse_events(parsed: &serde_json::Value) -> Vec<Event> {
+    parsed["events"]
+        .as_array()
+        .map(|events| {
+            events
+                .iter()
+                .filter_map(|e| {
+                    let e = e.as_array()?;
+                    let get = |i: usize| e.get(i).and_then(serde_json::Value::as_u64);
+                    Some([get(0)?, get(1)?, get(2)?, get(3)?])
+                })
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Redis' count of script calls so far (`EVALSHA`, `EVAL` and their read-only forms, `FCALL`),
@@ -667,25 +703,15 @@ async fn run_lockkit_processes(
             return None;
         }
         let parsed: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
-        for e in parsed["events"].as_array()? {
-            let e = e.as_array()?;
-            let get = |i: usize| e.get(i).and_then(serde_json::Value::as_u64);
-            events.push([get(0)?, get(1)?, get(2)?, get(3)?]);
-        }
+        events.extend(parse_events(&parsed));
     }
-    let holds = events.len().max(1) as f64;
-    let attempts = (scripts as f64 - events.len() as f64) / holds;
-    let mut outcome = analyse(Record {
-        library: primitive.name().to_owned(),
-        version: env!("CARGO_PKG_VERSION").to_owned(),
+    Some(lockkit_outcome(
+        primitive,
         workload,
-        start_ns: start,
-        deadline_ns: deadline,
+        (start, deadline),
         events,
-        errors: 0,
-    });
-    outcome.attempts = Some(attempts);
-    Some(outcome)
+        scripts,
+    ))
 }
 
 /// Handoffs per case of the reserved-waiter measurement.
@@ -838,19 +864,7 @@ async fn run_peer(url: &str, peer: &str, workload: Workload, window: Duration) -
         }
     };
     let number = |key: &str| parsed[key].as_u64().unwrap_or(0);
-    let events = parsed["events"]
-        .as_array()
-        .map(|events| {
-            events
-                .iter()
-                .filter_map(|e| {
-                    let e = e.as_array()?;
-                    let get = |i: usize| e.get(i).and_then(serde_json::Value::as_u64);
-                    Some([get(0)?, get(1)?, get(2)?, get(3)?])
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let events = parse_events(&parsed);
     Some(analyse(Record {
         library: peer.to_owned(),
         version: parsed["version"].as_str().unwrap_or("?").to_owned(),
