@@ -143,9 +143,23 @@ where
     } else {
         client.hub.register_now(channel, tag, need)
     };
-    let first = match attempt.attempt().await? {
-        Outcome::Acquired(out) => return Ok(Some(out)),
-        busy => busy,
+    // How long to sleep at most after a refused try (`None`: no known bound).
+    let sleep_bound = |outcome: Outcome<A::Output>| match outcome {
+        Outcome::Acquired(out) => Ok(out),
+        Outcome::Busy { retry_in } => Err(retry_in),
+        // Heard of: the reservation's end is announced (`taken`, or the window's end wakes a
+        // waiter here).
+        Outcome::Reserved { window, refresh } => {
+            Err(Some(if client.hub.reservation_announced(channel) {
+                refresh
+            } else {
+                window
+            }))
+        }
+    };
+    let first = match sleep_bound(attempt.attempt().await?) {
+        Ok(out) => return Ok(Some(out)),
+        Err(bound) => bound,
     };
     if wait == Some(Duration::ZERO) {
         return Ok(None);
@@ -159,30 +173,19 @@ where
     };
     let _waiting = metrics::Waiting::new(kind);
     loop {
-        let busy = match known.take() {
-            Some(busy) => busy,
+        let retry_in = match known.take() {
+            Some(retry_in) => retry_in,
             None => {
                 let outcome = attempt.attempt().await?;
                 // A wake-up this try acted on is used up; one that was refused goes on to a
                 // waiter that needs less. (Dropped before here, the waiter passes a wake-up in
                 // hand on.)
                 waiter.tried(!matches!(outcome, Outcome::Acquired(_)));
-                match outcome {
-                    Outcome::Acquired(out) => return Ok(Some(out)),
-                    busy => busy,
+                match sleep_bound(outcome) {
+                    Ok(out) => return Ok(Some(out)),
+                    Err(bound) => bound,
                 }
             }
-        };
-        let retry_in = match busy {
-            Outcome::Reserved { window, refresh } => {
-                Some(if client.hub.reservation_announced(attempt.channel()) {
-                    refresh
-                } else {
-                    window
-                })
-            }
-            Outcome::Busy { retry_in } => retry_in,
-            Outcome::Acquired(_) => None,
         };
         let now = Instant::now();
         if deadline.is_some_and(|deadline| now >= deadline) {

@@ -81,11 +81,12 @@
 //! (the end is announced either way), else until the window ends. So a handoff costs no wasted
 //! try, and a dead reserved waiter costs one window.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use fred::bytes_utils::Str;
 use fred::clients::SubscriberClient;
 use fred::interfaces::ClusterInterface;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
@@ -96,6 +97,7 @@ use lockkit_protocol::wake::Wake;
 use parking_lot::Mutex;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, OnceCell};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
@@ -334,6 +336,12 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
     let sharded = hub.upgrade().is_some_and(|hub| hub.sharded);
     let mut slot_check = tokio::time::interval(SLOT_CHECK_INTERVAL);
     slot_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The armed end-of-window wake-ups, in the order they fall due (every one is due
+    // FALLBACK_DELAY after its message), and one timer for the first of them: no task or timer
+    // per message.
+    let mut fallbacks: VecDeque<(Instant, Str, Fallback)> = VecDeque::new();
+    let fallback_timer = tokio::time::sleep(FALLBACK_DELAY);
+    tokio::pin!(fallback_timer);
     loop {
         tokio::select! {
             () = closed.cancelled() => break,
@@ -343,7 +351,11 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
                     let wake = message.value.as_str().map_or(Wake::One, |payload| Wake::decode(&payload));
                     let armed = hub.channels.lock().apply(&message.channel, &wake);
                     if let Some(fallback) = armed {
-                        arm(&hub, message.channel.to_string(), fallback);
+                        let due = Instant::now() + FALLBACK_DELAY;
+                        if fallbacks.is_empty() {
+                            fallback_timer.as_mut().reset(due);
+                        }
+                        fallbacks.push_back((due, message.channel, fallback));
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
@@ -375,9 +387,33 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
                     spawn_slot_check(hub, true);
                 }
             },
+            () = &mut fallback_timer, if !fallbacks.is_empty() => {
+                let Some(hub) = hub.upgrade() else { break };
+                fire_due(&hub, &mut fallbacks, Instant::now());
+                if let Some((next, _, _)) = fallbacks.front() {
+                    fallback_timer.as_mut().reset(*next);
+                }
+            },
         }
     }
     let _ = sub.quit().await;
+}
+
+/// Takes the wake-ups due by `now` off the front of `fallbacks` and fires them: each wakes one
+/// waiter of its channel unless it was disarmed meanwhile (`taken`, or a newer message).
+fn fire_due(hub: &HubInner, fallbacks: &mut VecDeque<(Instant, Str, Fallback)>, now: Instant) {
+    while fallbacks.front().is_some_and(|(due, _, _)| *due <= now) {
+        let Some((_, channel, fallback)) = fallbacks.pop_front() else {
+            return;
+        };
+        if hub.channels.lock().fallback_due(&channel, fallback) {
+            tracing::debug!(
+                %channel,
+                "the waiter a lock was reserved for did not take it within the handoff window; \
+                 waking a waiter here"
+            );
+        }
+    }
 }
 
 /// Restores the subscriptions after the subscriber connection was re-established, then wakes
@@ -527,22 +563,6 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
             .lock()
             .wake_all_where(|channel| key_slot(channel) == slot);
     }
-}
-
-/// Wakes one waiter of `channel` when `fallback` is due, unless it was disarmed by then.
-fn arm(hub: &Arc<HubInner>, channel: String, fallback: Fallback) {
-    let hub = Arc::downgrade(hub);
-    tokio::spawn(async move {
-        tokio::time::sleep(FALLBACK_DELAY).await;
-        let Some(hub) = hub.upgrade() else { return };
-        if hub.channels.lock().fallback_due(&channel, fallback) {
-            tracing::debug!(
-                %channel,
-                "the waiter a lock was reserved for did not take it within the handoff window; \
-                 waking a waiter here"
-            );
-        }
-    });
 }
 
 fn wake_all(hub: &Weak<HubInner>) {
@@ -716,6 +736,49 @@ mod tests {
             .insert(key_slot(&channel), Some(Server::new("192.0.2.1", 6379)));
         check_slot_owners(&hub.inner, false).await;
         assert!(waiter.is_pending(), "the moved slot's waiter re-checks");
+    }
+
+    /// The end-of-window wake-ups fall due in the order they were armed: `fire_due` fires those
+    /// due by `now` (each wakes a waiter unless disarmed) and leaves the later ones queued.
+    #[tokio::test]
+    async fn only_the_due_end_of_window_wake_ups_fire() {
+        use std::collections::VecDeque;
+        use std::time::Duration;
+
+        use lockkit_protocol::wake::Wake;
+        use tokio::time::Instant;
+
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let hub = &client.inner.hub;
+        let (early, late) = (
+            format!("test:fallback:a:{}", client.id()),
+            format!("test:fallback:b:{}", client.id()),
+        );
+        let waiters = [
+            hub.register(&early, None, 1).await.unwrap(),
+            hub.register(&late, None, 1).await.unwrap(),
+        ];
+        let arm = |channel: &str| {
+            hub.inner
+                .channels
+                .lock()
+                .apply(channel, &Wake::Prefer("elsewhere".into()))
+                .expect("armed")
+        };
+        let now = Instant::now();
+        let mut queue = VecDeque::from([
+            (now, early.as_str().into(), arm(&early)),
+            (
+                now + Duration::from_secs(3600),
+                late.as_str().into(),
+                arm(&late),
+            ),
+        ]);
+        super::fire_due(&hub.inner, &mut queue, now);
+        assert!(waiters[0].is_pending(), "the due wake-up fired");
+        assert!(!waiters[1].is_pending(), "the later one did not");
+        assert_eq!(queue.len(), 1);
     }
 
     /// When the dispatcher falls behind the subscriber's message channel (more than
