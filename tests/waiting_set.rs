@@ -450,3 +450,69 @@ async fn a_reservation_for_a_gone_waiter_wakes_the_others_when_its_window_passes
         let _ = raw.del::<u64, _>(keys.keys.clone()).await;
     }
 }
+
+/// What a lock's channel carries: a release with nobody waiting publishes nothing; a release
+/// with a waiter names it (`p:B`) and reserves the lock for it; the reserved waiter taking the
+/// lock announces `taken` (which the other clients' end-of-window wake-ups wait for); a try
+/// during the reservation is told so (`{0, window, 1}`). A marker published last ends the
+/// record, so a message that should not be there shows up before it.
+#[tokio::test]
+async fn a_lock_channel_carries_a_release_only_when_someone_waits_and_then_taken() {
+    let server = spawned().await;
+    for kind in [Kind::Lock, Kind::FencedLock] {
+        let keys = keys(kind, &unique("channel-record"));
+        let (acquire, release) = scripts(kind);
+        let (k, channel) = (&keys.keys, keys.channel.as_str());
+        let lease = "30000";
+        let subscriber = raw(&server.url()).await;
+        let mut messages = subscriber.message_rx();
+        subscriber.subscribe(channel).await.unwrap();
+        let replies = send_commands(
+            server.addr(),
+            &[
+                eval(acquire, k, &["A", "#A:1", lease, LONG, channel, "0"]),
+                eval(release, k, &["#A:1", channel, "0"]),
+                eval(acquire, k, &["A", "#A:2", lease, LONG, channel, "0"]),
+                eval(acquire, k, &["B", "#B:1", lease, LONG, channel, "0"]),
+                vec!["MULTI"],
+                eval(release, k, &["#A:2", channel, "0"]),
+                eval(acquire, k, &["C", "#C:1", lease, "0", channel, "0"]),
+                eval(acquire, k, &["B", "#B:2", lease, LONG, channel, "0"]),
+                vec!["EXEC"],
+                vec!["PUBLISH", channel, "end"],
+            ],
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            ints(&replies[1]),
+            [1, 0],
+            "{kind:?}: released, nobody waits"
+        );
+        assert_eq!(ints(&replies[3])[0], 0, "{kind:?}: B waits");
+        let exec = replies[8].as_array().expect("an EXEC reply");
+        assert_eq!(ints(&exec[0]), [1, 0], "{kind:?}: A releases");
+        let reserved = ints(&exec[1]);
+        assert_eq!(
+            (reserved[0], reserved.get(2)),
+            (0, Some(&1)),
+            "{kind:?}: C is told the lock is reserved for another"
+        );
+        assert_eq!(
+            ints(&exec[2])[..2],
+            [1, 1],
+            "{kind:?}: B takes its reservation"
+        );
+
+        let mut record = Vec::new();
+        within(HANG, "the channel's messages", async {
+            while record.last().map(String::as_str) != Some("end") {
+                let message = messages.recv().await.unwrap();
+                record.push(message.value.as_string().unwrap_or_default());
+            }
+        })
+        .await;
+        assert_eq!(record, ["p:B", "taken", "end"], "{kind:?}");
+        let _ = subscriber.quit().await;
+    }
+}

@@ -226,12 +226,6 @@ impl<C: Clone + Default> WaitTable<C> {
     }
 }
 
-/// The next value of `counter`.
-fn draw(counter: &mut u64) -> u64 {
-    *counter += 1;
-    *counter
-}
-
 impl<C> WaitTable<C> {
     /// Acts on one release message on `channel`. Returns the wake-up a reservation for another
     /// client's waiter armed: the transport calls [`fallback_due`](WaitTable::fallback_due) with
@@ -264,7 +258,8 @@ impl<C> WaitTable<C> {
                 if let Some(waiter) = entry.tagged(id) {
                     waiter.wake();
                 }
-                let armed = Fallback(draw(&mut self.counter));
+                self.counter += 1;
+                let armed = Fallback(self.counter);
                 entry.reservation = Reservation::Armed(armed.0);
                 return Some(armed);
             }
