@@ -323,6 +323,111 @@ async fn a_future_spawned_from_inside_a_scope_is_outside_it() {
     guard.unlock().await.unwrap();
 }
 
+// A scope is entered where it runs (issue 19, §1): `a.scope(b.scope(fut))` evaluates its
+// argument first, so `b`'s scope is made before `a`'s is entered. The three tests below are the
+// review's scenarios; tests/model_scopes.rs generates the rest of the class.
+
+#[tokio::test]
+async fn nested_scopes_of_two_locks_keep_the_outer_one() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let a = client.lock(unique("nest-a"));
+    let b = client.lock(unique("nest-b"));
+    let ga = a.lock().await.unwrap();
+    let gb = b.lock().await.unwrap();
+    let (again_a, again_b) = within(
+        HANG,
+        "re-entries inside nested scopes",
+        ga.scope(gb.scope(async {
+            let again_a = a.try_lock(Duration::from_secs(5), None).await.unwrap();
+            let again_b = b.try_lock(Duration::from_secs(5), None).await.unwrap();
+            (again_a, again_b)
+        })),
+    )
+    .await;
+    let again_a = again_a.expect("the outer lock re-enters inside the inner scope");
+    let again_b = again_b.expect("the inner lock re-enters");
+    assert_eq!(again_a.hold_count(), 2);
+    assert_eq!(again_b.hold_count(), 2);
+    for guard in [again_a, again_b, gb, ga] {
+        guard.unlock().await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_members_of_a_multi_lock_nest_as_scopes() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let from = client.lock(unique("account-1"));
+    let to = client.lock(unique("account-2"));
+    let both = client
+        .multi_lock([from.clone(), to.clone()])
+        .lock()
+        .await
+        .unwrap();
+    let [first, second] = both.guards() else {
+        panic!("two members");
+    };
+    let inner = first
+        .scope(second.scope(async {
+            let from_again = from.try_lock(Duration::from_secs(5), None).await.unwrap();
+            let to_again = to.try_lock(Duration::from_secs(5), None).await.unwrap();
+            (from_again, to_again)
+        }))
+        .await;
+    let (Some(from_again), Some(to_again)) = inner else {
+        panic!("both members re-enter inside their nested scopes: {inner:?}");
+    };
+    from_again.unlock().await.unwrap();
+    to_again.unlock().await.unwrap();
+    both.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_scope_future_made_inside_a_scope_and_spawned_does_not_carry_it() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let a = client.lock(unique("leak-a"));
+    let b = client.lock(unique("leak-b"));
+    let ga = a.lock().await.unwrap();
+    let gb = b.lock().await.unwrap();
+    let spawned = ga
+        .scope(async {
+            // Made here, inside a's scope; run by another task.
+            let a = a.clone();
+            let in_b = gb.scope(async move { a.try_lock(Duration::from_millis(200), None).await });
+            tokio::spawn(in_b).await.unwrap()
+        })
+        .await
+        .unwrap();
+    assert!(
+        spawned.is_none(),
+        "the spawned task took `a` while this task holds it: {spawned:?}"
+    );
+    gb.unlock().await.unwrap();
+    ga.unlock().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_upgrade_inside_nested_scopes_is_refused_at_once() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let rw = client.read_write_lock(unique("nest-rw"));
+    let other = client.lock(unique("nest-other"));
+    let read = rw.read_lock().await.unwrap();
+    let held = other.lock().await.unwrap();
+    // A wait far beyond the hang guard: only a refusal returns before it.
+    let upgrade = within(
+        HANG,
+        "an upgrade inside nested scopes",
+        read.scope(held.scope(rw.try_write_lock(HANG * 10, None))),
+    )
+    .await;
+    assert!(matches!(upgrade, Err(Error::Refused { .. })), "{upgrade:?}");
+    held.unlock().await.unwrap();
+    read.unlock().await.unwrap();
+}
+
 #[tokio::test]
 async fn read_write_lock_scopes_allow_downgrade_refuse_upgrade_and_plain_writes_wait() {
     let redis = redis().await;

@@ -533,8 +533,18 @@ impl LockGuard {
     /// own to release. Outside the scope every acquire is an owner of its own and waits, as
     /// with `tokio::sync::Mutex`.
     ///
-    /// Futures spawned from inside the scope (`tokio::spawn`) are outside it. Scopes nest, also
-    /// across locks. For a [`ReadWriteLock`](crate::ReadWriteLock) hold, a write hold's scope
+    /// **A scope is entered where it runs.** `scope(fut)` only wraps `fut`: the scope takes its
+    /// place in the tree of scopes each time the returned future is polled, inside the scopes
+    /// that poll runs in, never where `scope(..)` was called. So:
+    /// - scopes nest, also across locks, whatever the order they were made in:
+    ///   `ga.scope(gb.scope(fut))` makes the inner scope first (Rust evaluates arguments
+    ///   first), and `fut` still runs inside both (this is how to re-enter the members of a
+    ///   [`MultiLockGuard`](crate::MultiLockGuard));
+    /// - a future spawned from inside the scope (`tokio::spawn`, a `LocalSet` task) is outside
+    ///   it, even a scope future that was made inside it: a scope belongs to the task that
+    ///   polls it.
+    ///
+    /// For a [`ReadWriteLock`](crate::ReadWriteLock) hold, a write hold's scope
     /// may take read holds (downgrade); a read hold's scope asking for the write lock gets
     /// [`Error::Refused`] (an upgrade could never be granted while it waits on itself). A spin
     /// lock is not reentrant: inside its scope the same lock waits as anywhere else.
@@ -547,6 +557,35 @@ impl LockGuard {
     /// // `reserve` may take the same lock again (a nested helper): inside the scope it re-enters.
     /// guard.scope(reserve(&lock)).await?;
     /// guard.unlock().await?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Nested and spawned scopes:
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// let (a, b) = (client.lock("account:1"), client.lock("account:2"));
+    /// let both = client.multi_lock([a.clone(), b.clone()]).lock().await?;
+    /// let [ga, gb] = both.guards() else { unreachable!() };
+    ///
+    /// // Nested: inside both scopes, both locks re-enter.
+    /// ga.scope(gb.scope(async {
+    ///     let again = a.lock().await?; // re-enters `a` (hold count 2)
+    ///     again.unlock().await
+    /// }))
+    /// .await?;
+    ///
+    /// // Spawned: made inside a's scope, run by another task, so outside it.
+    /// let a2 = a.clone();
+    /// let spawned = ga
+    ///     .scope(async {
+    ///         let in_b = gb.scope(async move { a2.try_lock(Duration::from_millis(100), None).await });
+    ///         tokio::spawn(in_b).await // waits for `a`, which this task holds: Ok(Ok(None))
+    ///     })
+    ///     .await;
+    /// assert!(matches!(spawned, Ok(Ok(None))));
+    /// both.unlock().await?;
     /// # Ok(()) }
     /// ```
     pub fn scope<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {

@@ -7,38 +7,76 @@
 //!   futures of one task (`join!`, `join_all`, `select!`) or a dispatcher that moves its guards
 //!   into spawned workers therefore never share an owner: the second acquire waits, as with
 //!   `tokio::sync::Mutex`. (The first version used the tokio task as the owner, and let both in.)
-//! - **Re-entry happens inside a holder's scope.** [`in_scope`] runs a future with a task-local
-//!   frame that names the holder's client, object key and owner id. An acquire of the same object
+//! - **Re-entry happens inside a holder's scope.** [`in_scope`] runs a future inside a frame
+//!   that names the holder's client, object key and owner id. An acquire of the same object
 //!   through the same client made while that future (or anything it awaits) is polled finds the
 //!   frame and acquires as that owner, so the script re-enters and counts a hold. Frames nest
-//!   (a scope inside a scope of another lock keeps both). `tokio::spawn` does not carry
-//!   task-locals, so a future spawned from inside a scope is outside it.
+//!   (a scope inside a scope of another lock keeps both).
+//! - **A scope is entered where it runs.** The chain of frames is a thread-local that each
+//!   scope future sets for the duration of one poll of its inner future, on top of the chain
+//!   current where *it* is polled ([`InScope`]). Nothing is read when `scope(..)` is called:
+//!   arguments are evaluated first, so `a.scope(b.scope(fut))` creates `b`'s scope before `a`'s
+//!   is entered, and a scope future made inside a scope may be spawned into another task. Each
+//!   frame is tagged with the tokio task that polls it, and only that task sees it: a spawned
+//!   task (even one a `LocalSet` polls from inside the scope's poll) is outside the scope.
 //! - **Holds taken per task.** [`Taken`] remembers, per tokio task (per thread outside a task),
 //!   the lock holds that task acquired and has not released, whatever task their guards moved
 //!   to. It serves two things: the self-wait warning (a task about to wait for a lock it holds
 //!   itself is the likely self-deadlock) and `hold_count()` outside a scope.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use lockkit_protocol::keys::{Kind, ObjectKeys};
 use parking_lot::Mutex;
 
-tokio::task_local! {
-    /// The innermost holder's scope of the running future, if any.
-    static SCOPE: Arc<Frame>;
+thread_local! {
+    /// The innermost holder's scope of the future being polled on this thread, with the tokio
+    /// task polling it. Set by [`InScope::poll`] for the duration of one poll of its inner
+    /// future and restored afterwards, so it is only ever seen from inside that poll.
+    static CURRENT: RefCell<Option<Entered>> = const { RefCell::new(None) };
 }
 
-/// One holder's scope.
-pub(crate) struct Frame {
+/// What [`CURRENT`] holds while a scope's future is polled.
+#[derive(Clone)]
+struct Entered {
+    /// The task that polls the scope (`None` outside a tokio task). A task polled from inside
+    /// another task's poll (a `LocalSet` driven by `run_until`) has another id and is outside.
+    task: Option<tokio::task::Id>,
+    frame: Arc<Frame>,
+}
+
+/// The scope chain current where the caller runs: the innermost frame when the calling code is
+/// polled inside a scope of the same task.
+fn current() -> Option<Arc<Frame>> {
+    CURRENT
+        .try_with(|current| {
+            let current = current.borrow();
+            let entered = current.as_ref()?;
+            (entered.task == tokio::task::try_id()).then(|| Arc::clone(&entered.frame))
+        })
+        .ok()
+        .flatten()
+}
+
+/// The holder a scope is of.
+struct Holder {
     /// The id of the client the hold was taken through.
     client_id: Arc<str>,
     /// The object's main key.
     key: Arc<str>,
     /// The holder's owner id.
     owner: Arc<str>,
-    /// The enclosing scope.
+}
+
+/// One holder's scope, placed in the chain of the scopes it runs in.
+pub(crate) struct Frame {
+    holder: Arc<Holder>,
+    /// The enclosing scope where this scope's future was polled.
     parent: Option<Arc<Frame>>,
 }
 
@@ -46,8 +84,9 @@ impl Frame {
     fn find(&self, client_id: &str, key: &str) -> Option<Arc<str>> {
         let mut frame = Some(self);
         while let Some(here) = frame {
-            if &*here.key == key && &*here.client_id == client_id {
-                return Some(Arc::clone(&here.owner));
+            let holder = &here.holder;
+            if &*holder.key == key && &*holder.client_id == client_id {
+                return Some(Arc::clone(&holder.owner));
             }
             frame = here.parent.as_deref();
         }
@@ -55,33 +94,104 @@ impl Frame {
     }
 }
 
-/// The owner of the innermost enclosing scope of `key` through the client `client_id`.
+/// The owner of the innermost enclosing scope of `key` through the client `client_id`, where
+/// the calling code runs.
 pub(crate) fn scoped(client_id: &str, key: &str) -> Option<Arc<str>> {
-    SCOPE
-        .try_with(|frame| frame.find(client_id, key))
-        .ok()
-        .flatten()
+    current()?.find(client_id, key)
 }
 
 /// Runs `fut` inside the scope of `owner`'s hold on `key` through the client `client_id`.
 ///
-/// A plain function returning tokio's task-local future, not an `async fn`: an `async fn` would
-/// keep `fut` twice in its state (the argument and the awaited future), and nested scopes would
-/// multiply the size of the caller's future.
+/// The scope takes its place in the tree of scopes where it runs, not where it is made: the
+/// enclosing scope is read each time the returned future is polled (see [`InScope`]).
 pub(crate) fn in_scope<F: Future>(
     client_id: Arc<str>,
     key: Arc<str>,
     owner: Arc<str>,
     fut: F,
-) -> tokio::task::futures::TaskLocalFuture<Arc<Frame>, F> {
-    let parent = SCOPE.try_with(Arc::clone).ok();
-    let frame = Frame {
-        client_id,
-        key,
-        owner,
-        parent,
-    };
-    SCOPE.scope(Arc::new(frame), fut)
+) -> InScope<F> {
+    InScope {
+        holder: Arc::new(Holder {
+            client_id,
+            key,
+            owner,
+        }),
+        frame: None,
+        fut,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// A future run inside a holder's scope (see [`in_scope`]).
+    ///
+    /// A plain future, not an `async fn`: an `async fn` would keep `fut` twice in its state
+    /// (the argument and the awaited future), and nested scopes would multiply the size of the
+    /// caller's future.
+    ///
+    /// Each poll reads the scope chain current where it is polled (`parent`), enters this
+    /// holder's frame on top of it for the duration of the inner poll, and restores the chain
+    /// afterwards (also when the inner poll panics). The frame is made again only when the
+    /// parent changed, so a scope polled in one place allocates once. Reading the chain at poll
+    /// time, not when `scope(..)` is called, is what keeps two things right that Rust's
+    /// argument order would break: in `a.scope(b.scope(fut))` the inner scope is created
+    /// before the outer one is entered, yet runs inside it; and a scope future created inside
+    /// a scope and spawned into another task carries no trace of where it was made.
+    pub(crate) struct InScope<F> {
+        holder: Arc<Holder>,
+        frame: Option<Arc<Frame>>,
+        #[pin]
+        fut: F,
+    }
+}
+
+impl<F: Future> Future for InScope<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let parent = current();
+        let frame = match this.frame {
+            Some(frame) if same_frame(frame.parent.as_ref(), parent.as_ref()) => Arc::clone(frame),
+            _ => {
+                let frame = Arc::new(Frame {
+                    holder: Arc::clone(this.holder),
+                    parent,
+                });
+                *this.frame = Some(Arc::clone(&frame));
+                frame
+            }
+        };
+        let entered = Entered {
+            task: tokio::task::try_id(),
+            frame,
+        };
+        match CURRENT.try_with(|current| current.replace(Some(entered))) {
+            Ok(outer) => {
+                let _restore = Restore(outer);
+                this.fut.poll(cx)
+            }
+            // The thread is being torn down: no scope can be entered any more.
+            Err(_) => this.fut.poll(cx),
+        }
+    }
+}
+
+fn same_frame(a: Option<&Arc<Frame>>, b: Option<&Arc<Frame>>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Puts the enclosing scope back when a poll of [`InScope`] ends, also by a panic.
+struct Restore(Option<Entered>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        let outer = self.0.take();
+        let _ = CURRENT.try_with(|current| *current.borrow_mut() = outer);
+    }
 }
 
 /// Whether holds of `kind` have owners that can wait for themselves: the lock kinds.
@@ -223,6 +333,77 @@ mod tests {
             scoped("c", "k1").is_none(),
             "the scope ends with its future"
         );
+    }
+
+    #[tokio::test]
+    async fn a_scope_created_before_its_parent_is_entered_runs_inside_it() {
+        // `a.scope(b.scope(fut))`: the argument (b's scope) is made before a's scope exists.
+        let inner = in_scope(arc("c"), arc("kb"), arc("c:b"), async {
+            (scoped("c", "ka"), scoped("c", "kb"))
+        });
+        let (a, b) = in_scope(arc("c"), arc("ka"), arc("c:a"), inner).await;
+        assert_eq!(a.as_deref(), Some("c:a"), "the outer scope is kept");
+        assert_eq!(b.as_deref(), Some("c:b"));
+    }
+
+    #[tokio::test]
+    #[allow(clippy::async_yields_async)] // the point: a scope future returned out of a scope
+    async fn a_scope_made_inside_a_scope_and_polled_outside_it_has_only_its_own_frame() {
+        let made_inside = in_scope(arc("c"), arc("ka"), arc("c:a"), async {
+            in_scope(arc("c"), arc("kb"), arc("c:b"), async {
+                (scoped("c", "ka"), scoped("c", "kb"))
+            })
+        })
+        .await;
+        let (a, b) = made_inside.await;
+        assert_eq!(a, None, "polled outside a's scope");
+        assert_eq!(b.as_deref(), Some("c:b"));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_scope_future_spawned_from_inside_a_scope_does_not_carry_it() {
+        let spawned = in_scope(arc("c"), arc("ka"), arc("c:a"), async {
+            let made_here = in_scope(arc("c"), arc("kb"), arc("c:b"), async {
+                (scoped("c", "ka"), scoped("c", "kb"))
+            });
+            tokio::spawn(made_here).await
+        })
+        .await;
+        let Ok((a, b)) = spawned else {
+            panic!("the spawned task failed");
+        };
+        assert_eq!(a, None, "the spawned task is outside a's scope");
+        assert_eq!(b.as_deref(), Some("c:b"));
+    }
+
+    #[tokio::test]
+    async fn a_local_task_polled_from_inside_a_scope_is_outside_it() {
+        let local = tokio::task::LocalSet::new();
+        let (spawned, same_task) = in_scope(arc("c"), arc("ka"), arc("c:a"), async {
+            local
+                .run_until(async {
+                    let spawned = tokio::task::spawn_local(async { scoped("c", "ka") }).await;
+                    (spawned, scoped("c", "ka"))
+                })
+                .await
+        })
+        .await;
+        assert_eq!(same_task.as_deref(), Some("c:a"));
+        assert!(
+            matches!(spawned, Ok(None)),
+            "a local task is a task of its own"
+        );
+    }
+
+    #[test]
+    fn a_scope_polled_outside_any_runtime_still_nests() {
+        let inner = in_scope(arc("c"), arc("kb"), arc("c:b"), async {
+            (scoped("c", "ka"), scoped("c", "kb"))
+        });
+        let (a, b) = futures::executor::block_on(in_scope(arc("c"), arc("ka"), arc("c:a"), inner));
+        assert_eq!(a.as_deref(), Some("c:a"));
+        assert_eq!(b.as_deref(), Some("c:b"));
+        assert!(scoped("c", "ka").is_none(), "restored after the poll");
     }
 
     #[tokio::test]
