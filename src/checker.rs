@@ -693,6 +693,19 @@ impl Record {
     }
 }
 
+/// The seed of a model-based test run: `LOCKKIT_MODEL_SEED` (to replay a failure), else a
+/// fresh one from the clock. Print it with any failure.
+pub fn model_seed() -> u64 {
+    std::env::var("LOCKKIT_MODEL_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        })
+}
+
 /// Records that the model-based tests (`tests/model_*.rs`) ran `cases` generated cases of
 /// `primitive` against its model and the real scripts: `lin_<primitive>_cases`, the "model cases"
 /// column of the reliability report's history table. The record's fault is `model`, which the

@@ -26,7 +26,7 @@ use lockkit::protocol::script::Script;
 use lockkit::protocol::{fair_lock, fenced_lock, lock, spin_lock};
 use lockkit_model::lock::{Acquired, HashLock, LockKind, Now, Released, Request, WrongType};
 use lockkit_model::spin::{SpinAcquired, SpinLock};
-use lockkit_suite::checker::save_model_cases as save_cases;
+use lockkit_suite::checker::{model_seed, save_model_cases as save_cases};
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
@@ -1190,14 +1190,7 @@ fn cases() -> u32 {
 /// The runner's settings: `cases` cases, the seed from `LOCKKIT_MODEL_SEED` or a fresh one
 /// (returned, to be printed with any failure).
 fn runner(cases: u32) -> (TestRunner, u64) {
-    let seed = std::env::var("LOCKKIT_MODEL_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        });
+    let seed = model_seed();
     let config = Config {
         cases,
         rng_seed: RngSeed::Fixed(seed),

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use futures::future::{join_all, BoxFuture, FutureExt};
 use lockkit::{Error, LockGuard};
-use lockkit_suite::checker::save_model_cases as save_cases;
+use lockkit_suite::checker::{model_seed, save_model_cases as save_cases};
 use lockkit_suite::{spawned, unique};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
@@ -643,17 +643,6 @@ fn cases() -> u32 {
         .unwrap_or(DEFAULT_CASES)
 }
 
-fn seed() -> u64 {
-    std::env::var("LOCKKIT_MODEL_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-        })
-}
-
 async fn run_program(
     clients: &[lockkit::Client],
     counts: &Arc<Counts>,
@@ -761,7 +750,7 @@ fn scopes_follow_the_ownership_rule_where_they_run() {
         clients
     });
     let counts = Arc::new(Counts::default());
-    let seed = seed();
+    let seed = model_seed();
     let config = Config {
         cases: cases(),
         rng_seed: RngSeed::Fixed(seed),
