@@ -489,3 +489,84 @@ async fn a_latch_whose_key_was_flushed_is_open() {
 async fn a_latch_after_an_empty_restart_is_open() {
     a_lost_latch_is_open(Loss::RestartEmpty).await;
 }
+
+/// What `docs/reliability.md` promises for the lock kinds after data loss: every holder learns its
+/// hold is gone (its guard reports lost, its unlock is `NotHeld`), the lock is free for the next
+/// caller at once, and a fenced lock's tokens keep growing. Watchdog-mode holds, one of each kind,
+/// and a fixed lease for the spin lock (its holds are checked as well as renewed).
+#[tokio::test]
+async fn every_lock_kind_is_free_after_flushall_and_its_holders_report_lost() {
+    let redis = spawned().await;
+    let url = redis.url();
+    let (holder, next) = (client_with(&url, WATCHDOG).await, client(&url).await);
+    let names: Vec<String> = (0..6).map(|i| unique(&format!("lock-loss-{i}"))).collect();
+    let guards = vec![
+        holder.lock(&names[0]).lock().await.unwrap(),
+        holder.fenced_lock(&names[1]).lock().await.unwrap(),
+        holder.fair_lock(&names[2]).lock().await.unwrap(),
+        holder
+            .read_write_lock(&names[3])
+            .write_lock()
+            .await
+            .unwrap(),
+        holder.read_write_lock(&names[4]).read_lock().await.unwrap(),
+        holder
+            .spin_lock(&names[5])
+            .lock_with_lease(Duration::from_secs(600))
+            .await
+            .unwrap(),
+    ];
+    let token_before = guards[1].fencing_token().expect("fenced");
+
+    redis.command(&["FLUSHALL"]).await.unwrap();
+    for (guard, name) in guards.iter().zip(&names) {
+        within(
+            HANG,
+            &format!("the holder of {name} to report lost"),
+            guard.lost(),
+        )
+        .await;
+    }
+    let zero = Duration::ZERO;
+    let again = vec![
+        next.lock(&names[0]).try_lock(zero, None).await.unwrap(),
+        next.fenced_lock(&names[1])
+            .try_lock(zero, None)
+            .await
+            .unwrap(),
+        next.fair_lock(&names[2])
+            .try_lock(zero, None)
+            .await
+            .unwrap(),
+        next.read_write_lock(&names[3])
+            .try_write_lock(zero, None)
+            .await
+            .unwrap(),
+        next.read_write_lock(&names[4])
+            .try_write_lock(zero, None)
+            .await
+            .unwrap(),
+        next.spin_lock(&names[5])
+            .try_lock(zero, None)
+            .await
+            .unwrap(),
+    ];
+    let again: Vec<_> = again
+        .into_iter()
+        .zip(&names)
+        .map(|(guard, name)| guard.unwrap_or_else(|| panic!("{name} is still taken")))
+        .collect();
+    assert!(
+        again[1].fencing_token().expect("fenced") > token_before,
+        "fencing tokens keep growing across the data loss"
+    );
+    for (guard, name) in guards.into_iter().zip(&names) {
+        assert!(
+            matches!(guard.unlock().await, Err(Error::NotHeld { .. })),
+            "{name}: the lost holder's unlock"
+        );
+    }
+    for guard in again {
+        guard.unlock().await.unwrap();
+    }
+}
