@@ -378,6 +378,43 @@ async fn the_client_remembers_the_total_it_was_given_set_or_resized_to() {
     permit.release().await.unwrap();
 }
 
+/// The guide's start-up pattern on its own (no other client to set the total again): a pod that
+/// called `try_set_permits` once keeps working after the keys vanish, through any handle, with no
+/// further call — also the pod whose call came second and answered `false`.
+#[tokio::test]
+async fn the_guides_start_up_pattern_recovers_with_no_further_call() {
+    let redis = spawned().await;
+    let (first, second) = (client(&redis.url()).await, client(&redis.url()).await);
+    let name = unique("start-up");
+    assert!(first.semaphore(&name).try_set_permits(2).await.unwrap());
+    assert!(!second.semaphore(&name).try_set_permits(2).await.unwrap());
+    assert!(first
+        .permit_expirable_semaphore(&name)
+        .try_set_permits(2)
+        .await
+        .unwrap());
+    for pod in [&first, &second] {
+        redis.command(&["FLUSHALL"]).await.unwrap();
+        let permit = pod
+            .semaphore(&name)
+            .try_acquire(2, Duration::ZERO, None)
+            .await
+            .unwrap()
+            .expect("the total is set again: 2 free");
+        assert_eq!(pod.semaphore(&name).available_permits().await.unwrap(), 0);
+        permit.release().await.unwrap();
+    }
+    redis.command(&["FLUSHALL"]).await.unwrap();
+    let slots = first.permit_expirable_semaphore(&name);
+    let one = slots
+        .try_acquire(Duration::ZERO, Duration::from_secs(60))
+        .await
+        .unwrap()
+        .expect("the total is set again");
+    assert_eq!(slots.available_permits().await.unwrap(), 1);
+    one.release().await.unwrap();
+}
+
 #[tokio::test]
 async fn after_data_loss_the_first_client_to_find_the_keys_gone_sets_the_total() {
     let redis = spawned().await;
