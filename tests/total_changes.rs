@@ -112,7 +112,11 @@ async fn refused_at_once(
     task: impl Future<Output = Result<Result<(), Error>, tokio::task::JoinError>>,
     total: u64,
 ) {
+    // Called right after the change returned: how long the waiter took to hear is reported (not
+    // asserted: the guard is the test's only bound).
+    let changed = std::time::Instant::now();
     let outcome = within(BOUND, what, task).await.unwrap();
+    eprintln!("{what}: refused {:?} after the change", changed.elapsed());
     match outcome {
         Err(Error::Refused { reason, .. }) => assert!(
             reason.contains(&format!("only {total} in total")),

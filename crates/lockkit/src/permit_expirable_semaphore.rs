@@ -139,8 +139,9 @@ impl PermitExpirableSemaphore {
         semaphore::add_permits(&self.object, permits).await
     }
 
-    /// How many permits are free now (0 when the permits were never set). Permits whose lease has
-    /// ended are given back first.
+    /// How many permits are free now (when the total is absent: the
+    /// [configured total](Self::configured_permits), which an acquire would set, or 0). Permits
+    /// whose lease has ended are given back first.
     ///
     /// # Cancel safety
     /// Cancel-safe.
