@@ -400,6 +400,16 @@ fn lease() -> impl Strategy<Value = u64> {
     prop_oneof![2 => Just(LONG), 1 => 40u64..=120]
 }
 
+/// A caller's configured semaphore total (issue 19, §6): mostly none, so `NotSet` stays common.
+fn configured() -> impl Strategy<Value = Option<u64>> {
+    prop_oneof![2 => Just(None), 1 => (0u64..=4).prop_map(Some)]
+}
+
+/// A configured total as the scripts' argument (`''`: none).
+fn configured_arg(configured: Option<u64>) -> String {
+    configured.map_or_else(String::new, |total| total.to_string())
+}
+
 // === read-write lock ===
 
 const CLIENTS: [&str; 3] = ["A", "A", "B"];
@@ -787,11 +797,14 @@ fn read_write_lock_agrees_with_its_model() {
 #[derive(Debug, Clone, PartialEq)]
 enum SemStep {
     TrySet(u64),
-    Add(i64),
+    /// The change, and the caller's configured total.
+    Add(i64, Option<u64>),
     Acquire {
         hold: String,
         permits: u64,
         lease_ms: u64,
+        /// The caller's configured total (`None`: none).
+        configured: Option<u64>,
     },
     Release(String),
     Renew(Vec<(String, u64)>),
@@ -825,13 +838,14 @@ impl<const EXPIRABLE: bool> ReferenceStateMachine for SemMachine<EXPIRABLE> {
     fn transitions(state: &Self::State) -> BoxedStrategy<SemStep> {
         let seq = state.seq;
         let permits = if EXPIRABLE { 1..=1u64 } else { 1..=3u64 };
-        let acquire = (0..2usize, permits, lease()).prop_map(move |(c, permits, lease_ms)| {
-            SemStep::Acquire {
+        let acquire = (0..2usize, permits, lease(), configured()).prop_map(
+            move |(c, permits, lease_ms, configured)| SemStep::Acquire {
                 hold: format!("#{}:{}", ["A", "B"][c], 100 + seq),
                 permits,
                 lease_ms,
-            }
-        });
+                configured,
+            },
+        );
         let bad = if EXPIRABLE {
             prop_oneof![
                 Just(BadSem::Acquire(1, 0)),
@@ -861,8 +875,11 @@ impl<const EXPIRABLE: bool> ReferenceStateMachine for SemMachine<EXPIRABLE> {
             ),
             (
                 1,
-                prop_oneof![-3i64..=3, Just(MAX_PERMITS as i64)]
-                    .prop_map(SemStep::Add)
+                (
+                    prop_oneof![-3i64..=3, Just(MAX_PERMITS as i64)],
+                    configured(),
+                )
+                    .prop_map(|(delta, configured)| SemStep::Add(delta, configured))
                     .boxed(),
             ),
             (6, acquire.boxed()),
@@ -1094,18 +1111,28 @@ fn sem_sequence<const EXPIRABLE: bool>(
         let (script, args, op) = match step {
             SemStep::TrySet(n) => (
                 &psem::TRY_SET_PERMITS,
-                to_args(&[&n.to_string()]),
+                to_args(&[&n.to_string(), &keys.channel, "0"]),
                 SemOp::TrySetPermits { permits: *n },
             ),
-            SemStep::Add(d) => (
+            SemStep::Add(d, configured) => (
                 &psem::ADD_PERMITS,
-                to_args(&[&d.to_string(), &max, &keys.channel, "0"]),
-                SemOp::AddPermits { delta: *d },
+                to_args(&[
+                    &d.to_string(),
+                    &max,
+                    &keys.channel,
+                    "0",
+                    &configured_arg(*configured),
+                ]),
+                SemOp::AddPermits {
+                    delta: *d,
+                    configured: *configured,
+                },
             ),
             SemStep::Acquire {
                 hold,
                 permits,
                 lease_ms,
+                configured,
             } => (
                 &psem::ACQUIRE,
                 to_args(&[
@@ -1114,11 +1141,13 @@ fn sem_sequence<const EXPIRABLE: bool>(
                     &lease_ms.to_string(),
                     &keys.channel,
                     "0",
+                    &configured_arg(*configured),
                 ]),
                 SemOp::Acquire {
                     hold: hold.clone(),
                     permits: *permits,
                     lease_ms: *lease_ms,
+                    configured: *configured,
                 },
             ),
             SemStep::Release(hold) => (
@@ -1249,6 +1278,7 @@ async fn sem_bad(
                 hold: "#bad".into(),
                 permits: *permits,
                 lease_ms: *lease,
+                configured: None,
             };
             let result = if *permits == 1 && (*lease == 0 || *lease > MAX_LEASE_MS) {
                 // The same through both kinds: counting semaphores with a fixed lease, and the

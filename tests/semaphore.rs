@@ -387,7 +387,8 @@ async fn bad_input_is_refused_clearly_and_at_once() {
     );
     assert_eq!(client.waiting_count(), 0);
 
-    // Total reduced below a waiter's request while it waits: the waiter is refused too.
+    // Total reduced below a waiter's request while it waits: the waiter is refused too. (With the
+    // holder still holding, and refused at once: tests/total_changes.rs.)
     let held = sem.acquire_with_lease(2, LONG).await.unwrap();
     let waiting = {
         let sem = sem.clone();

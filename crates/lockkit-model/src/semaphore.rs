@@ -25,6 +25,12 @@
 //! > the main HASH's `evicted` field.
 //!
 //! Renewal (the watchdog's batch) never shortens a lease and never revives a lapsed hold.
+//!
+//! And its "Data loss" paragraph (issue 19, §6):
+//!
+//! > an acquire that finds the semaphore's keys gone […] sets the total again, atomically, before
+//! > it takes its permits […] the first to find the keys gone sets it. `add_permits` on a total
+//! > that is absent starts from the configured total.
 
 use std::collections::BTreeMap;
 
@@ -76,6 +82,8 @@ pub enum SemOp {
     AddPermits {
         /// The change.
         delta: i64,
+        /// The caller's configured total: an absent total starts from it (`None`: from 0).
+        configured: Option<u64>,
     },
     /// Take `permits` as one hold (`hold` unique per request; a re-send repeats it).
     Acquire {
@@ -85,6 +93,9 @@ pub enum SemOp {
         permits: u64,
         /// The lease in ms.
         lease_ms: u64,
+        /// The caller's configured total: an absent total is set to it first (`None`: the
+        /// acquire is refused as `NotSet`).
+        configured: Option<u64>,
     },
     /// Give back one hold (by its taker's guard, or by id).
     Release {
@@ -245,9 +256,9 @@ impl Semaphore {
                 }
                 SemRet::Set(set)
             }
-            SemOp::AddPermits { delta } => {
+            SemOp::AddPermits { delta, configured } => {
                 self.purge(now);
-                let total = self.total.unwrap_or(0);
+                let total = self.total.or(*configured).unwrap_or(0);
                 match total.checked_add_signed(*delta) {
                     None => SemRet::BelowZero { total },
                     Some(new) if new > MAX_PERMITS => SemRet::AboveMax { total },
@@ -261,8 +272,13 @@ impl Semaphore {
                 hold,
                 permits,
                 lease_ms,
+                configured,
             } => {
                 self.purge(now);
+                // The first initialiser wins: a total set already is kept.
+                if self.total.is_none() {
+                    self.total = *configured;
+                }
                 let Some(total) = self.total else {
                     return SemRet::NotSet;
                 };
@@ -530,7 +546,50 @@ mod tests {
             hold: hold.into(),
             permits,
             lease_ms,
+            configured: None,
         }
+    }
+
+    fn add(delta: i64) -> SemOp {
+        SemOp::AddPermits {
+            delta,
+            configured: None,
+        }
+    }
+
+    #[test]
+    fn a_lost_total_is_set_again_by_the_first_configured_acquire() {
+        let mut s = Semaphore::new();
+        s.apply(0, &SemOp::TrySetPermits { permits: 2 });
+        s.apply(0, &acquire("#1", 2, 1000));
+        s.apply(1, &SemOp::Clear);
+        let configured = |hold: &str, permits, total| SemOp::Acquire {
+            hold: hold.into(),
+            permits,
+            lease_ms: 1000,
+            configured: Some(total),
+        };
+        assert_eq!(s.apply(1, &acquire("#2", 1, 1000)), SemRet::NotSet);
+        assert_eq!(
+            s.apply(1, &configured("#2", 1, 3)),
+            SemRet::Acquired { available: Some(2) }
+        );
+        // The first initialiser wins.
+        assert_eq!(
+            s.apply(1, &configured("#3", 4, 5)),
+            SemRet::MoreThanTotal { total: 3 }
+        );
+        s.apply(2, &SemOp::Clear);
+        assert_eq!(
+            s.apply(
+                2,
+                &SemOp::AddPermits {
+                    delta: -1,
+                    configured: Some(3)
+                }
+            ),
+            SemRet::Added { total: 2 }
+        );
     }
 
     #[test]
@@ -573,15 +632,9 @@ mod tests {
         let mut s = Semaphore::new();
         s.apply(0, &SemOp::TrySetPermits { permits: 2 });
         s.apply(0, &acquire("#1", 2, 1000));
-        assert_eq!(
-            s.apply(0, &SemOp::AddPermits { delta: -1 }),
-            SemRet::Added { total: 1 }
-        );
+        assert_eq!(s.apply(0, &add(-1)), SemRet::Added { total: 1 });
         assert_eq!(s.available(), 0);
-        assert_eq!(
-            s.apply(0, &SemOp::AddPermits { delta: -2 }),
-            SemRet::BelowZero { total: 1 }
-        );
+        assert_eq!(s.apply(0, &add(-2)), SemRet::BelowZero { total: 1 });
         assert_eq!(
             s.apply(0, &SemOp::Release { hold: "#1".into() }),
             SemRet::Released

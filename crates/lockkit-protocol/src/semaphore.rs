@@ -19,6 +19,13 @@
 //! It then drops the orphaned holds (their permits come back), and counts the repair in the
 //! `evicted` field.
 //!
+//! **Data loss.** A total that is absent (never set, or lost with the data: an empty restart,
+//! `FLUSHALL`, an eviction, a failover to a lagging replica) is set again by the first acquire or
+//! `add_permits` that carries a configured total (an ARGV; `''` = none): the runtime passes the
+//! total its client last set or was given for the object. Every change that can make a waiter's
+//! request impossible (a total set where it was absent, or lowered) is announced with `all`, so
+//! every waiter tries once more and is refused at once if it asks for more than the new total.
+//!
 //! Every script is `semaphore_lib.lua` (the helpers: server time, purge, announce) followed by the
 //! operation's own file.
 //!
@@ -84,7 +91,8 @@ pub enum AcquireReply {
         /// The semaphore's total permits.
         total: u64,
     },
-    /// Refused: the semaphore's permits were never set.
+    /// Refused: the semaphore's permits were never set (or were lost), and the request carried
+    /// no configured total to set them to.
     NotSet,
 }
 

@@ -6,6 +6,7 @@
 //! core; the [`Client`](crate::Client) facade (`client.rs`) builds the core and hands out the
 //! primitives. Nothing here names a primitive or the facade.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,6 +86,10 @@ pub(crate) struct ClientInner {
     sequence: AtomicU64,
     /// The lock holds each task took and has not released (self-wait warning, hold counts).
     pub(crate) taken: Taken,
+    /// The total each counted object (by main key) was last configured with, set or resized to
+    /// through this client: acquires pass it, so an object whose keys were lost is set up again
+    /// with it (see [`ClientInner::configured_total`]).
+    totals: parking_lot::Mutex<HashMap<String, u64>>,
 }
 
 impl ClientInner {
@@ -106,7 +111,19 @@ impl ClientInner {
             closed,
             sequence: AtomicU64::new(0),
             taken: Taken::default(),
+            totals: parking_lot::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The total remembered for the counted object at `key` (`None`: none configured, set or
+    /// resized through this client).
+    pub(crate) fn configured_total(&self, key: &str) -> Option<u64> {
+        self.totals.lock().get(key).copied()
+    }
+
+    /// Remembers `total` for the counted object at `key`, in place of any earlier one.
+    pub(crate) fn remember_total(&self, key: &str, total: u64) {
+        self.totals.lock().insert(key.to_owned(), total);
     }
 
     /// Marks the client closed: the hub stops (the command connection closes with the watchdog).

@@ -34,9 +34,15 @@ pub(crate) static PERMIT_HOLDS: HoldKind = HoldKind {
 /// by id from anywhere (another task, client or process), and its lease changed by id.
 ///
 /// Get one with [`Client::permit_expirable_semaphore`](crate::Client::permit_expirable_semaphore). The handle is cheap,
-/// `Clone + Send + Sync`, and sends nothing until used. Set the total once with
-/// [`try_set_permits`](Self::try_set_permits), then take permits one at a time with
+/// `Clone + Send + Sync`, and sends nothing until used. Give it its total with
+/// [`with_permits`](Self::with_permits) (or set it once with
+/// [`try_set_permits`](Self::try_set_permits)), then take permits one at a time with
 /// [`acquire`](Self::acquire) or [`try_acquire`](Self::try_acquire).
+///
+/// After Redis loses the semaphore's keys, the first acquire sets the total again from the one
+/// the client remembers, as for [`Semaphore`](crate::Semaphore) (see its "Data loss" section).
+/// Permits taken before the loss are gone: `release(id)` and `update_lease(id, ..)` of their ids
+/// find nothing, and guards report them lost.
 ///
 /// Use it when a permit must outlive the code that took it: a job queue hands out work slots, and
 /// whichever worker finishes the job releases the slot by id; or a permit stored next to the work
@@ -83,8 +89,34 @@ impl PermitExpirableSemaphore {
         &self.object.name
     }
 
+    /// Configures the total: an acquire that finds no total (never set, or lost with Redis's
+    /// data) sets it first. As [`Semaphore::with_permits`](crate::Semaphore::with_permits).
+    ///
+    /// # Errors
+    /// As [`Semaphore::with_permits`](crate::Semaphore::with_permits).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use std::time::Duration;
+    /// let slots = client.permit_expirable_semaphore("transcoder-slots").with_permits(4)?;
+    /// let permit = slots.acquire(Duration::from_secs(600)).await?;
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_permits(self, permits: u64) -> Result<Self, Error> {
+        semaphore::configure(&self.object, permits)?;
+        Ok(self)
+    }
+
+    /// The total this client would set the semaphore to if its keys were gone. As
+    /// [`Semaphore::configured_permits`](crate::Semaphore::configured_permits).
+    pub fn configured_permits(&self) -> Option<u64> {
+        semaphore::configured_permits(&self.object)
+    }
+
     /// Sets the total number of permits, only if it was never set; returns whether this call set
-    /// it. As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits).
+    /// it; either way the client remembers the total. As
+    /// [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits).
     ///
     /// # Cancel safety
     /// The request is sent at most once; dropping the future after that leaves it to run or not.
@@ -107,8 +139,9 @@ impl PermitExpirableSemaphore {
         semaphore::add_permits(&self.object, permits).await
     }
 
-    /// How many permits are free now (0 when the permits were never set). Permits whose lease has
-    /// ended are given back first.
+    /// How many permits are free now (when the total is absent: the
+    /// [configured total](Self::configured_permits), which an acquire would set, or 0). Permits
+    /// whose lease has ended are given back first.
     ///
     /// # Cancel safety
     /// Cancel-safe.
@@ -130,7 +163,8 @@ impl PermitExpirableSemaphore {
     /// - [`Error::InvalidArgument`] for a lease of zero or over [`MAX_LEASE`](crate::MAX_LEASE),
     ///   or an invalid name;
     /// - [`Error::Refused`] at once when the semaphore has no permits in total, or its permits
-    ///   were never set;
+    ///   were never set and no total is [configured](Self::with_permits); also, at once, when
+    ///   the total is lowered to zero while waiting;
     /// - [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down.
     pub async fn acquire(&self, lease: Duration) -> Result<ExpirablePermit, Error> {
         loop {

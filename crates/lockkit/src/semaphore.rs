@@ -37,9 +37,23 @@ pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
 /// `permits` permits are held at any time, across every task, client and process.
 ///
 /// Get one with [`Client::semaphore`](crate::Client::semaphore). The handle is cheap, `Clone + Send + Sync`, and sends
-/// nothing until used. Set the total once with [`try_set_permits`](Semaphore::try_set_permits)
-/// (every instance may call it at start-up: only the first call sets it), then take permits with
+/// nothing until used. Give it its total with [`with_permits`](Semaphore::with_permits) (or set
+/// the total once with [`try_set_permits`](Semaphore::try_set_permits): every instance may call
+/// it at start-up, only the first call sets it), then take permits with
 /// [`acquire`](Semaphore::acquire) or [`try_acquire`](Semaphore::try_acquire).
+///
+/// # Data loss
+/// The client remembers the total each semaphore was configured with
+/// ([`with_permits`](Semaphore::with_permits)), set to
+/// ([`try_set_permits`](Semaphore::try_set_permits), whether or not that call was the first) or
+/// resized to ([`add_permits`](Semaphore::add_permits)), by name, for every handle of the client.
+/// Every acquire passes it, and an acquire that finds the semaphore's keys gone (an empty restart,
+/// `FLUSHALL`, an eviction, a failover to a lagging replica) sets the total again, atomically,
+/// before it takes its permits: the semaphore keeps working without any application code. If
+/// clients remember different totals, the first to find the keys gone sets it (as with
+/// `try_set_permits`). Holds taken before the loss are gone with it: their guards report
+/// [`is_lost`](SemaphorePermit::is_lost) at the next watchdog round, and their release is
+/// [`Error::NotHeld`] (it gives nothing back twice).
 ///
 /// # Leases
 /// Unlike a classic semaphore, every hold of permits has a **lease**, as a lock's hold does, so a
@@ -95,8 +109,45 @@ impl Semaphore {
         &self.object.name
     }
 
+    /// Configures the semaphore's total: an acquire that finds no total (never set, or lost with
+    /// Redis's data) sets it to `permits` first, atomically, so neither a first start nor a
+    /// restart of Redis from empty needs a [`try_set_permits`](Semaphore::try_set_permits) call.
+    /// A total already set is left as it is: the first initialiser wins.
+    ///
+    /// The total is remembered by the client for this name (every handle of the semaphore made
+    /// from this client uses it, until [`try_set_permits`](Semaphore::try_set_permits) or
+    /// [`add_permits`](Semaphore::add_permits) through this client replaces it). Sends nothing.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for more than [`MAX_PERMITS`](Semaphore::MAX_PERMITS) or an
+    /// invalid name; [`Error::Shutdown`] once the client is shut down.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// let exports = client.semaphore("report-exports").with_permits(3)?;
+    /// let permit = exports.acquire(1).await?; // no try_set_permits needed, even after a restart
+    /// permit.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn with_permits(self, permits: u64) -> Result<Self, Error> {
+        configure(&self.object, permits)?;
+        Ok(self)
+    }
+
+    /// The total this client would set the semaphore to if its keys were gone: the last one given
+    /// to [`with_permits`](Semaphore::with_permits) or
+    /// [`try_set_permits`](Semaphore::try_set_permits), or returned by
+    /// [`add_permits`](Semaphore::add_permits), through any handle of this client. `None` if
+    /// there was none.
+    pub fn configured_permits(&self) -> Option<u64> {
+        configured_permits(&self.object)
+    }
+
     /// Sets the total number of permits to `permits`, only if it was never set; returns whether
-    /// this call set it.
+    /// this call set it. Either way, the client remembers `permits` as the semaphore's total (see
+    /// [`with_permits`](Semaphore::with_permits)), so the semaphore is set up again with it if
+    /// its keys are lost. A total that is set wakes every waiter (one waiting since the keys were
+    /// lost is refused at once if it asks for more).
     ///
     /// Zero is accepted (no acquisition is possible until [`add_permits`](Semaphore::add_permits)
     /// adds some).
@@ -116,10 +167,13 @@ impl Semaphore {
 
     /// Adds `permits` to the total (a negative number takes them away) and returns the new total.
     ///
-    /// - On a semaphore whose permits were never set, the total starts from zero: adding sets it.
+    /// - On a semaphore whose total is absent (never set, or lost with the data), the total
+    ///   starts from the [configured total](Semaphore::configured_permits), or from zero.
+    /// - The client remembers the new total as the semaphore's configured total.
     /// - Added permits wake as many waiters.
     /// - Taking permits away never takes them from holders: while holders keep more than the new
-    ///   total, no permit is free, and they come back as holders release.
+    ///   total, no permit is free, and they come back as holders release. It wakes every waiter,
+    ///   so a waiter that asks for more than the new total is refused at once.
     ///
     /// # Cancel safety
     /// As [`try_set_permits`](Semaphore::try_set_permits).
@@ -133,7 +187,8 @@ impl Semaphore {
         add_permits(&self.object, permits).await
     }
 
-    /// How many permits are free now (0 when the permits were never set).
+    /// How many permits are free now (when the total is absent: the
+    /// [configured total](Semaphore::configured_permits), which an acquire would set, or 0).
     ///
     /// Permits of holds whose lease has ended are given back first (and announced to waiters).
     ///
@@ -157,7 +212,8 @@ impl Semaphore {
     /// - [`Error::InvalidArgument`] for zero permits, more than
     ///   [`MAX_PERMITS`](Semaphore::MAX_PERMITS), or an invalid name;
     /// - [`Error::Refused`] at once — not after waiting forever — when `permits` is more than the
-    ///   semaphore's total, or its permits were never set; also when the total is reduced below
+    ///   semaphore's total, or its permits were never set and no total is
+    ///   [configured](Semaphore::with_permits); also, at once, when the total is reduced below
     ///   `permits` while waiting;
     /// - [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down.
     #[doc(alias = "acquire_many", alias = "acquire_many_owned")]
@@ -272,10 +328,34 @@ fn refused(object: &Object, reason: String) -> Error {
     }
 }
 
+/// `with_permits` of both semaphore kinds: remembers `permits` as the object's total.
+pub(crate) fn configure(object: &Object, permits: u64) -> Result<(), Error> {
+    check_permits(permits, "cannot configure")?;
+    let keys = object.keys()?;
+    object.inner().remember_total(&keys.key, permits);
+    Ok(())
+}
+
+/// `configured_permits` of both semaphore kinds.
+pub(crate) fn configured_permits(object: &Object) -> Option<u64> {
+    let keys = object.keys().ok()?;
+    object.inner().configured_total(&keys.key)
+}
+
+/// The configured total as a script argument (`''`: none).
+fn configured_arg(object: &Object, keys: &ObjectKeys) -> String {
+    object
+        .inner()
+        .configured_total(&keys.key)
+        .map_or_else(String::new, |total| total.to_string())
+}
+
 /// `try_set_permits` of both semaphore kinds.
 pub(crate) async fn try_set_permits(object: &Object, permits: u64) -> Result<bool, Error> {
     check_permits(permits, "cannot set")?;
     let keys = object.keys()?;
+    // The pod's intended total, whichever pod's call sets it now.
+    object.inner().remember_total(&keys.key, permits);
     let reply = object
         .inner()
         .exec
@@ -283,7 +363,11 @@ pub(crate) async fn try_set_permits(object: &Object, permits: u64) -> Result<boo
             &TRY_SET_PERMITS,
             object.kind,
             &key_refs(keys),
-            &[&permits.to_string()],
+            &[
+                &permits.to_string(),
+                &keys.channel,
+                object.inner().exec.publish_flag(),
+            ],
             Resend::Never,
         )
         .await?;
@@ -306,12 +390,16 @@ pub(crate) async fn add_permits(object: &Object, permits: i64) -> Result<u64, Er
                 &MAX_PERMITS.to_string(),
                 &keys.channel,
                 object.inner().exec.publish_flag(),
+                &configured_arg(object, keys),
             ],
             Resend::Never,
         )
         .await?;
     match AddReply::decode(&reply)? {
-        AddReply::Added { total } => Ok(total),
+        AddReply::Added { total } => {
+            object.inner().remember_total(&keys.key, total);
+            Ok(total)
+        }
         AddReply::BelowZero { total } => Err(refused(
             object,
             format!(
@@ -341,7 +429,7 @@ pub(crate) async fn available_permits(object: &Object) -> Result<u64, Error> {
         )
         .await?;
     Ok(match AvailableReply::decode(&reply)? {
-        AvailableReply::NotSet => 0,
+        AvailableReply::NotSet => object.inner().configured_total(&keys.key).unwrap_or(0),
         AvailableReply::Set { available, .. } => available,
     })
 }
@@ -432,6 +520,8 @@ impl Attempt for PermitAttempt<'_> {
                     &self.lease_ms,
                     &self.keys.channel,
                     client.exec.publish_flag(),
+                    // Read at each try: a total configured while waiting counts.
+                    &configured_arg(self.object, self.keys),
                 ],
                 Resend::Allowed,
             )
@@ -455,9 +545,10 @@ impl Attempt for PermitAttempt<'_> {
                     "permits"
                 }
             ),
-            AcquireReply::NotSet => {
-                "its permits were never set (call try_set_permits or add_permits first)".into()
-            }
+            AcquireReply::NotSet => "its permits were never set, or were lost with Redis's data, \
+                 and this client has no total for it (configure one with with_permits, or call \
+                 try_set_permits or add_permits)"
+                .into(),
         };
         // Refused: the script took nothing.
         guard.disarm();

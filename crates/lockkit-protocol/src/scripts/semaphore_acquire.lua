@@ -7,13 +7,18 @@
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  channel on which permits that came back are announced
 -- ARGV[5]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[6]  the handle's configured total, '' when it has none: when the total is absent (never
+--          set, or lost with the data: an empty restart, FLUSHALL, eviction, a failover to a
+--          lagging replica), it is set to this first, atomically, and every waiter is told
+--          ('all'); the first initialiser wins, as with semaphore_try_set_permits
 --
 -- Reply    {1, available}  acquired; available = the permits still free afterwards
 --          {0, wait}       too few permits are free; wait = ms until the earliest lease of a
 --                          holder ends (a retry is worthwhile by then even if no release is
 --                          announced), -1 when unknown
 --          {2, total}      refused: k is more than the total, it would never be granted
---          {3, 0}          refused: the semaphore's permits were never set
+--          {3, 0}          refused: the semaphore's permits were never set (and no configured
+--                          total was given)
 --
 -- Idempotent per request: a request re-sent after its first run took the permits finds its
 -- marker, takes nothing more and reports success. The lease is never shortened.
@@ -25,6 +30,14 @@ local now = now_ms()
 local returned = purge(main, leases, now)
 local reply
 local total = tonumber(redis.call('HGET', main, 'permits'))
+local initialised = false
+if total == nil then
+  total = configured_total(ARGV[6])
+  if total ~= nil then
+    redis.call('HSET', main, 'permits', total)
+    initialised = true
+  end
+end
 if total == nil then
   reply = {3, 0}
 else
@@ -50,5 +63,9 @@ else
     end
   end
 end
-announce(main, returned, channel, sharded)
+if initialised then
+  announce_total_changed(channel, sharded)
+else
+  announce(main, returned, channel, sharded)
+end
 return reply

@@ -2,7 +2,8 @@
 -- file to each semaphore_*.lua, so the helpers are written once.
 --
 -- Data of one semaphore:
--- KEYS[1]  main HASH: field `permits` = the total number of permits (absent: never set);
+-- KEYS[1]  main HASH: field `permits` = the total number of permits (absent: never set, or lost
+--          with the data: an acquire or add_permits given a configured total sets it again);
 --          field `used` = the permits held by live holds; field #<hold> (a hold marker, always
 --          starting with '#') = the number of permits that hold took; field `evicted` = how many
 --          times a script found one of the two keys evicted and repaired it (absent: never)
@@ -81,6 +82,15 @@ local function available(main)
   return math.max(total - used, 0)
 end
 
+-- Publishes `payload` on the semaphore's channel (SPUBLISH when `sharded` is '1').
+local function publish(channel, sharded, payload)
+  if sharded == '1' then
+    redis.pcall('SPUBLISH', channel, payload)
+  else
+    redis.pcall('PUBLISH', channel, payload)
+  end
+end
+
 -- Announces that `returned` permits came back: 'n:<k>' wakes k waiters, k = the permits that
 -- came back, or fewer when fewer are free (a total reduced below what holders keep). Nothing
 -- when none are free.
@@ -92,10 +102,27 @@ local function announce(main, returned, channel, sharded)
   if k <= 0 then
     return
   end
-  if sharded == '1' then
-    redis.pcall('SPUBLISH', channel, 'n:' .. k)
-  else
-    redis.pcall('PUBLISH', channel, 'n:' .. k)
+  publish(channel, sharded, 'n:' .. k)
+end
+
+-- Announces that the total was set (it was absent) or lowered: 'all' makes every waiter try
+-- once more, so a waiter whose request the new total made impossible is refused at once (and one
+-- that can now be served is), instead of sleeping until a holder's lease ends. Replaces the
+-- 'n:<k>' announcement of the same script run: every waiter tries anyway.
+local function announce_total_changed(channel, sharded)
+  publish(channel, sharded, 'all')
+end
+
+-- The total given by a script argument (a handle's configured total), or nil: an absent argument,
+-- '' (unknown) and anything that is not a whole number in 0..4294967295 count as unknown.
+local function configured_total(arg)
+  if arg == nil then
+    return nil
   end
+  local total = tonumber(arg)
+  if total == nil or total < 0 or total > 4294967295 or total ~= math.floor(total) then
+    return nil
+  end
+  return total
 end
 
