@@ -86,14 +86,7 @@ impl Harness {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(default_cases);
-        let seed: u64 = std::env::var("LOCKKIT_MODEL_SEED")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(7, |d| d.as_nanos() as u64)
-            });
+        let seed = lockkit_suite::checker::model_seed();
         let mut bytes = [0u8; 32];
         bytes[..8].copy_from_slice(&seed.to_le_bytes());
         let config = Config {
