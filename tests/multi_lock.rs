@@ -269,3 +269,107 @@ async fn an_error_after_a_wait_returns_holding_nothing() {
     );
     assert_eq!(m.held_count(), 0);
 }
+
+// === a lock named twice (issue 19, §2) ===
+
+/// The transfer from an account to itself: a lock named twice through one client is one member.
+/// The multi-lock takes it at once (before: `try_lock` gave `Ok(None)` after its whole wait, and
+/// `lock()` never returned), lists it once, and its guard holds it once.
+#[tokio::test]
+async fn a_lock_named_twice_through_one_client_is_one_member() {
+    let redis = spawned().await;
+    let (m, watcher) = (client(&redis.url()).await, client(&redis.url()).await);
+    let (account, other) = (unique("acct-self"), unique("acct-other"));
+    let transfer = m.multi_lock([m.lock(&account), m.lock(&account)]);
+    assert_eq!(transfer.locks().len(), 1, "listed once");
+
+    let guard = transfer
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("a free lock named twice is granted");
+    assert_eq!(guard.guards().len(), 1, "one guard per distinct lock");
+    assert_eq!(guard.guards()[0].hold_count(), 1, "held once, not re-entered");
+    assert_eq!(m.held_count(), 1);
+    guard.unlock().await.unwrap();
+    assert!(!watcher.lock(&account).is_locked().await.unwrap());
+
+    // Unbounded, in watchdog mode and with a lease; duplicates among other members too.
+    let guard = within(HANG, "lock() of a lock named twice", transfer.lock())
+        .await
+        .unwrap();
+    guard.unlock().await.unwrap();
+    let mixed = m.multi_lock([
+        m.lock(&other),
+        m.lock(&account),
+        m.lock(&other),
+        m.lock(&account),
+    ]);
+    assert_eq!(mixed.locks().len(), 2);
+    let guard = within(
+        HANG,
+        "lock_with_lease() with duplicates",
+        mixed.lock_with_lease(HANG),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = guard.guards().iter().map(|g| g.name()).collect();
+    let mut expected = [account.as_str(), other.as_str()];
+    expected.sort();
+    assert_eq!(names, expected, "each distinct lock once, in name order");
+    guard.unlock().await.unwrap();
+    for name in [&account, &other] {
+        assert!(!watcher.lock(name).is_locked().await.unwrap());
+    }
+}
+
+/// One lock named through two clients of the same Redis cannot be merged up front (two clients
+/// may be two deployments), and the two members would wait for each other: the acquire fails
+/// with `InvalidArgument` as soon as it finds the second held by the first, and holds nothing.
+#[tokio::test]
+async fn one_lock_named_through_two_clients_of_one_redis_is_refused() {
+    let redis = spawned().await;
+    let url = redis.url();
+    let (a, b, x) = (client(&url).await, client(&url).await, client(&url).await);
+    let name = unique("acct-twice");
+    let twice = a.multi_lock([a.lock(&name), b.lock(&name)]);
+    assert_eq!(twice.locks().len(), 2, "kept: the clients may be two deployments");
+
+    let result = twice.try_lock(Duration::from_secs(5), None).await;
+    assert!(
+        matches!(&result, Err(Error::InvalidArgument(msg)) if msg.contains(&name)),
+        "{result:?}"
+    );
+    assert!(!x.lock(&name).is_locked().await.unwrap(), "nothing held");
+
+    // Found after a wait too, with no bound: the lock is busy at first, so the multi-lock waits
+    // for its first member, takes it, and then meets itself on the second.
+    let held_by_x = x.lock(&name).lock().await.unwrap();
+    let task = tokio::spawn(async move { twice.lock().await.map(drop) });
+    until_waiting(&a, 1).await;
+    held_by_x.unlock().await.unwrap();
+    let result = within(HANG, "lock() of one lock through two clients", task)
+        .await
+        .unwrap();
+    assert!(matches!(result, Err(Error::InvalidArgument(_))), "{result:?}");
+    assert!(!x.lock(&name).is_locked().await.unwrap(), "nothing held");
+    assert_eq!(a.held_count() + b.held_count(), 0);
+}
+
+/// The same name on two Redis deployments is two locks: a multi-lock over both holds both.
+#[tokio::test]
+async fn the_same_name_on_two_deployments_is_two_locks() {
+    let (one, two) = (spawned().await, spawned().await);
+    let (a, b) = (client(&one.url()).await, client(&two.url()).await);
+    let name = unique("acct-two-sites");
+    let both = a.multi_lock([a.lock(&name), b.lock(&name)]);
+    let guard = both
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("two free locks");
+    assert_eq!(guard.guards().len(), 2);
+    assert!(a.lock(&name).is_locked().await.unwrap());
+    assert!(b.lock(&name).is_locked().await.unwrap());
+    guard.unlock().await.unwrap();
+}

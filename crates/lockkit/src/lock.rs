@@ -155,6 +155,26 @@ impl Lock {
         self.object.keys()
     }
 
+    /// What makes two handles the same member of a multi-lock: the client they go through, the
+    /// kind and the name (one client's kind and name make one key).
+    pub(crate) fn identity(&self) -> (&str, Kind, &str) {
+        (&self.object.client.id, self.flavor.kind, &self.object.name)
+    }
+
+    /// Whether `guard` is a hold of this very lock: it names the same key, and its owner holds
+    /// this lock as seen through this handle's client. Tells a lock reached through two clients
+    /// of one Redis (the same lock) from same-named locks on two deployments.
+    pub(crate) async fn is_held_by(&self, guard: &LockGuard) -> Result<bool, Error> {
+        let hold = guard.hold();
+        let (Ok(keys), Some(owner)) = (self.keys(), hold.owner.as_deref()) else {
+            return Ok(false);
+        };
+        if keys.key != hold.keys.key {
+            return Ok(false);
+        }
+        Ok(self.object.hold_count_of(&[owner]).await? > 0)
+    }
+
     /// Waits as long as it takes, then holds the lock in watchdog mode.
     ///
     /// # Cancel safety

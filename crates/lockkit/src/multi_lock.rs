@@ -23,6 +23,19 @@ use crate::lock::{Lock, LockGuard};
 /// while it waits**, so it cannot deadlock with a plain holder of one of them who wants another.
 /// The returned [`MultiLockGuard`] releases all of them.
 ///
+/// # Naming a lock twice
+/// A lock named more than once **through the same client** is one member: it is taken once,
+/// listed once by [`locks`](MultiLock::locks), and held by one guard in
+/// [`MultiLockGuard::guards`]. So a transfer from an account to itself (`from == to`) simply
+/// holds that account's lock. Members are told apart by client, kind and name; objects of
+/// different kinds never share a key, so only [`Lock`]s with the same name are merged.
+///
+/// The same name **through two clients** is kept as two members: the clients may talk to two
+/// different Redis deployments, where the names are two different locks. If they turn out to be
+/// one lock (both clients use the same Redis and key prefix), the multi-lock would wait for
+/// itself; instead the acquire fails with [`Error::InvalidArgument`] as soon as it finds the
+/// second member held by its own first one, holding nothing.
+///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
 /// use std::time::Duration;
@@ -41,11 +54,20 @@ pub struct MultiLock {
 
 impl MultiLock {
     pub(crate) fn new(mut locks: Vec<Lock>) -> Self {
+        // A stable sort: same-named locks of different clients keep the caller's order.
         locks.sort_by(|a, b| a.name().cmp(b.name()));
-        Self { locks }
+        // A lock named twice through one client is one member (`from == to`).
+        let mut members: Vec<Lock> = Vec::with_capacity(locks.len());
+        for lock in locks {
+            if !members.iter().any(|m| m.identity() == lock.identity()) {
+                members.push(lock);
+            }
+        }
+        Self { locks: members }
     }
 
-    /// The locks, in the order they are taken (by name).
+    /// The distinct locks, in the order they are taken (by name): a lock named more than once
+    /// through the same client is listed once.
     pub fn locks(&self) -> &[Lock] {
         &self.locks
     }
@@ -56,7 +78,8 @@ impl MultiLock {
     /// Cancel-safe: dropping the future gives back every lock taken so far.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty multi-lock or an invalid name; otherwise as
+    /// [`Error::InvalidArgument`] for an empty multi-lock, an invalid name, or one lock named
+    /// through two clients of the same Redis (see [the type's docs](MultiLock)); otherwise as
     /// [`Lock::lock`]. Nothing is held after an error.
     pub async fn lock(&self) -> Result<MultiLockGuard, Error> {
         loop {
@@ -136,10 +159,20 @@ impl MultiLock {
             let Some((busy, lock)) = busy else {
                 return Ok(Some(MultiLockGuard { guards: held }));
             };
+            // A member busy because this multi-lock holds it through another client is one lock
+            // named through two clients of the same Redis: waiting for it could never end.
+            let twin = holds_already(lock, held.iter().chain(carried.iter().map(|(_, g)| g))).await;
             // Never sit on a subset while waiting: the carried lock too, when the busy one comes
             // before it in the order.
             held.extend(carried.take().map(|(_, guard)| guard));
             release_all(held).await;
+            if twin? {
+                return Err(Error::InvalidArgument(format!(
+                    "a multi-lock names lock `{}` through two clients connected to the same \
+                     Redis, so it would wait for itself; name each lock once, through one client",
+                    lock.name()
+                )));
+            }
             let remaining = match deadline {
                 None => None,
                 Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
@@ -162,6 +195,20 @@ impl MultiLock {
     }
 }
 
+/// Whether one of `guards` (held by this multi-lock) is a hold of `busy` itself, taken through
+/// another client (see [`Lock::is_held_by`]).
+async fn holds_already<'a>(
+    busy: &Lock,
+    guards: impl Iterator<Item = &'a LockGuard>,
+) -> Result<bool, Error> {
+    for guard in guards {
+        if busy.is_held_by(guard).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 /// Gives back every guard, ignoring holds that were already gone.
 async fn release_all(guards: Vec<LockGuard>) {
     for result in join_all(guards.into_iter().map(LockGuard::unlock)).await {
@@ -182,7 +229,8 @@ pub struct MultiLockGuard {
 }
 
 impl MultiLockGuard {
-    /// The guards of the individual locks, in the order they were taken.
+    /// The guards of the individual locks, one per distinct member (a lock named twice through
+    /// one client has one guard), in the order they were taken.
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
     }

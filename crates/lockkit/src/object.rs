@@ -66,9 +66,15 @@ impl Object {
     /// not released, added up (see `ClientInner::current_owners`).
     pub(crate) async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
-        // Sent even without an owner to count: a key of another type is reported.
         let owners = self.inner().current_owners(&keys.key);
         let owner_refs: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
+        self.hold_count_of(&owner_refs).await
+    }
+
+    /// The live holds of `owners` in the main HASH of a reentrant lock, added up.
+    pub(crate) async fn hold_count_of(&self, owners: &[&str]) -> Result<u32, Error> {
+        let keys = self.keys()?;
+        // Sent even without an owner to count: a key of another type is reported.
         let reply = self
             .inner()
             .exec
@@ -76,7 +82,7 @@ impl Object {
                 &lockkit_protocol::lock::HOLD_COUNT,
                 self.kind,
                 &[keys.key.as_str()],
-                &owner_refs,
+                owners,
                 Resend::Allowed,
             )
             .await?;
