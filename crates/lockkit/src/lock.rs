@@ -298,10 +298,15 @@ impl Lock {
         Ok(self.hold_count().await? > 0)
     }
 
-    /// How many holds the calling code has on the lock through this client (0: none): inside a
-    /// holder's [scope](LockGuard::scope), the holder's count (its own hold plus the re-entries
-    /// made in the scope); plus the counts of the guards the calling task acquired and has not
-    /// released.
+    /// The reentrant count of the owners the calling code acts as on this lock, through this
+    /// client (0: none): inside a holder's [scope](LockGuard::scope), that owner's count; outside
+    /// any scope, the counts of the owners of the guards the calling task acquired and has not
+    /// released (wherever they were moved), added up.
+    ///
+    /// An owner's count is every live hold it has: its first hold plus every re-entry made inside
+    /// its scope, whichever future or task made it (another future of a `join!` in the scope,
+    /// another task running [`LockGuard::scope`]). A task outside the scope that acquired nothing
+    /// counts 0. A hold whose lease ended is not counted.
     ///
     /// ```no_run
     /// # async fn demo(lock: lockkit::Lock) -> Result<(), lockkit::Error> {

@@ -61,9 +61,10 @@ impl Object {
         Ok(exists > 0)
     }
 
-    /// The hold count of the calling context in the main HASH of a reentrant lock: the live holds
-    /// of the enclosing scope's owner and of the owners of holds the calling task took and has
-    /// not released, added up (see `ClientInner::current_owners`).
+    /// The hold count of the calling context in the main HASH of a reentrant lock: the owners'
+    /// reentrant counts (every live hold of the enclosing scope's owner, or of the owners of holds
+    /// the calling task took and has not released, whoever made them), added up (see
+    /// `ClientInner::current_owners`).
     pub(crate) async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
         let owners = self.inner().current_owners(&keys.key);
