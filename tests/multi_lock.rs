@@ -289,7 +289,11 @@ async fn a_lock_named_twice_through_one_client_is_one_member() {
         .unwrap()
         .expect("a free lock named twice is granted");
     assert_eq!(guard.guards().len(), 1, "one guard per distinct lock");
-    assert_eq!(guard.guards()[0].hold_count(), 1, "held once, not re-entered");
+    assert_eq!(
+        guard.guards()[0].hold_count(),
+        1,
+        "held once, not re-entered"
+    );
     assert_eq!(m.held_count(), 1);
     guard.unlock().await.unwrap();
     assert!(!watcher.lock(&account).is_locked().await.unwrap());
@@ -333,7 +337,11 @@ async fn one_lock_named_through_two_clients_of_one_redis_is_refused() {
     let (a, b, x) = (client(&url).await, client(&url).await, client(&url).await);
     let name = unique("acct-twice");
     let twice = a.multi_lock([a.lock(&name), b.lock(&name)]);
-    assert_eq!(twice.locks().len(), 2, "kept: the clients may be two deployments");
+    assert_eq!(
+        twice.locks().len(),
+        2,
+        "kept: the clients may be two deployments"
+    );
 
     let result = twice.try_lock(Duration::from_secs(5), None).await;
     assert!(
@@ -351,7 +359,10 @@ async fn one_lock_named_through_two_clients_of_one_redis_is_refused() {
     let result = within(HANG, "lock() of one lock through two clients", task)
         .await
         .unwrap();
-    assert!(matches!(result, Err(Error::InvalidArgument(_))), "{result:?}");
+    assert!(
+        matches!(result, Err(Error::InvalidArgument(_))),
+        "{result:?}"
+    );
     assert!(!x.lock(&name).is_locked().await.unwrap(), "nothing held");
     assert_eq!(a.held_count() + b.held_count(), 0);
 }
@@ -372,4 +383,112 @@ async fn the_same_name_on_two_deployments_is_two_locks() {
     assert!(a.lock(&name).is_locked().await.unwrap());
     assert!(b.lock(&name).is_locked().await.unwrap());
     guard.unlock().await.unwrap();
+}
+
+// === progress under contention (issue 19, §4) ===
+
+/// How long each plain locker and the multi-lock hold what they took.
+const HOLD: Duration = Duration::from_millis(3);
+
+/// Acquisitions counted while plain lockers contend for two locks and a multi-lock over both
+/// acquires in a loop.
+#[derive(Debug)]
+struct Progress {
+    multi: usize,
+    plain: Vec<usize>,
+}
+
+/// Runs `per_member` plain lockers on each of two locks (each looping lock, hold [`HOLD`],
+/// unlock, through clients of their own) and one multi-lock over both (looping the same way),
+/// until the multi-lock has acquired `target` times or `limit` has passed; then stops the
+/// lockers and returns the counts.
+async fn contend(per_member: usize, target: usize, limit: Duration) -> Progress {
+    let redis = spawned().await;
+    let url = redis.url();
+    let base = unique("multi-progress");
+    let names = [format!("{base}:a"), format!("{base}:b")];
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut lockers = Vec::new();
+    for name in &names {
+        for _ in 0..per_member {
+            let (client, lock_name) = (client(&url).await, name.clone());
+            let mut stopped = stopped.clone();
+            lockers.push(tokio::spawn(async move {
+                let lock = client.lock(lock_name);
+                let mut count = 0;
+                while !*stopped.borrow() {
+                    let guard = tokio::select! {
+                        guard = lock.lock() => guard.unwrap(),
+                        _ = stopped.changed() => break,
+                    };
+                    count += 1;
+                    tokio::time::sleep(HOLD).await;
+                    guard.unlock().await.unwrap();
+                }
+                count
+            }));
+        }
+    }
+    let m = client(&url).await;
+    let multi = m.multi_lock(names.iter().map(|name| m.lock(name)));
+    let mut acquired = 0;
+    let _ = tokio::time::timeout(limit, async {
+        while acquired < target {
+            let guard = multi.lock().await.unwrap();
+            acquired += 1;
+            tokio::time::sleep(HOLD).await;
+            guard.unlock().await.unwrap();
+        }
+    })
+    .await;
+    stop.send_replace(true);
+    let mut plain = Vec::new();
+    for locker in lockers {
+        plain.push(
+            within(HANG, "a plain locker to stop", locker)
+                .await
+                .unwrap(),
+        );
+    }
+    Progress {
+        multi: acquired,
+        plain,
+    }
+}
+
+/// How many acquisitions the progress test waits for.
+const PROGRESS_TARGET: usize = 20;
+
+/// Issue 19, §4: a multi-lock whose members are each contended by W = 4 plain lockers gets
+/// them all, again and again, while the lockers keep going. It used to try the members it had
+/// not waited for once (`try_lock(ZERO)`), outside their waiting sets, and under steady
+/// contention a member is always held or reserved for one of its waiters: 0 or 1 acquisitions in
+/// 5 s against 1,455 for the lockers. Now it waits in every member's line at once and takes them
+/// all when each is free for it. A count, not a speed: the limit is a hang guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_makes_progress_against_plain_lockers_of_its_members() {
+    let progress = contend(4, PROGRESS_TARGET, HANG).await;
+    assert_eq!(
+        progress.multi, PROGRESS_TARGET,
+        "the multi-lock starved: {progress:?}"
+    );
+    assert!(
+        progress.plain.iter().all(|count| *count > 0),
+        "every plain locker got its lock too: {progress:?}"
+    );
+}
+
+/// The measurement behind issue 19, §4: W = 4 plain lockers on each of two locks and one
+/// multi-lock over both, for 5 s. Prints the counts; run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: prints acquisition counts over a fixed 5 s"]
+async fn measure_multi_lock_progress_against_plain_lockers() {
+    let progress = contend(4, usize::MAX, Duration::from_secs(5)).await;
+    println!(
+        "multi-lock progress over 5 s, W = 4 per member, hold {HOLD:?}: multi-lock {}, plain \
+         lockers {:?} (total {})",
+        progress.multi,
+        progress.plain,
+        progress.plain.iter().sum::<usize>()
+    );
 }

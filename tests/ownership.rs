@@ -601,9 +601,19 @@ async fn hold_count_is_the_owners_count_including_re_entries_made_by_others_in_i
         .await
         .unwrap();
     assert_eq!(in_other_task, 2, "inside the scope, in the other task");
-    assert_eq!(outside, 2, "the guard's owner, counted by the task that acquired it");
-    assert_eq!(unrelated, 0, "a task outside the scope that acquired nothing");
-    assert_eq!(lock.hold_count().await.unwrap(), 1, "the re-entry is released");
+    assert_eq!(
+        outside, 2,
+        "the guard's owner, counted by the task that acquired it"
+    );
+    assert_eq!(
+        unrelated, 0,
+        "a task outside the scope that acquired nothing"
+    );
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the re-entry is released"
+    );
     guard.unlock().await.unwrap();
     assert_eq!(lock.hold_count().await.unwrap(), 0);
 }

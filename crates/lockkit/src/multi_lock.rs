@@ -7,7 +7,7 @@ use futures::future::{join_all, select_all};
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::lock::{Lock, LockGuard};
+use crate::lock::{Lock, LockGuard, Member};
 
 /// Several [`Lock`]s taken **all-or-nothing**: a successful acquire holds every one of them, a
 /// failed or timed-out one holds none.
@@ -16,11 +16,18 @@ use crate::lock::{Lock, LockGuard};
 /// different clients. They are always taken in the order of their names, so two multi-locks over
 /// overlapping sets cannot deadlock each other.
 ///
-/// Acquiring: try every lock without waiting; if one is busy, give back what was taken, wait
-/// (event-driven, as [`Lock`]) for the busy one within what is left of `wait`, keep it, and try
-/// the others again. If another lock is busy in that round, everything is given back again (the
-/// lock waited for included) before the next wait: a multi-lock **never holds some of its locks
-/// while it waits**, so it cannot deadlock with a plain holder of one of them who wants another.
+/// Acquiring: try to take every lock at once, in order, without waiting. If one is busy, give
+/// back what was taken, then wait, holding nothing, **in every member's waiting set at once**
+/// (event-driven, as [`Lock`]) until each lock would be granted to the multi-lock: free, or
+/// reserved for it by a release (as a lock is handed to its longest waiter); then take them all
+/// again. Each member keeps one owner for the whole call, so its place in a lock's line, and a
+/// reservation made for it, outlast a round in which another member was still busy: under steady
+/// contention on its members a multi-lock gets its turn like any other waiter, where trying the
+/// other members once would find them always held or reserved for someone else.
+///
+/// A multi-lock **never holds some of its locks while it waits**, so it cannot deadlock with a
+/// plain holder of one of them who wants another. A reservation for it is not a hold: it lasts
+/// the handoff window at most, after which the lock goes to the next waiter.
 /// The returned [`MultiLockGuard`] releases all of them.
 ///
 /// # Naming a lock twice
@@ -131,40 +138,39 @@ impl MultiLock {
             ));
         }
         let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
-        // The lock waited for in the previous round, already held: (index, guard). It is put
-        // back into `held` at its place in the order, or given back with `held` when an earlier
-        // lock is busy: nothing is held across a wait (no hold-and-wait).
-        let mut carried: Option<(usize, LockGuard)> = None;
+        // One owner per member for the whole call: its place in a member's waiting set, and a
+        // reservation a release made for it, outlast a round in which another member was busy.
+        let members = self
+            .locks
+            .iter()
+            .map(|lock| lock.member(lease))
+            .collect::<Result<Vec<Member<'_>>, Error>>()?;
         loop {
-            let mut held: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
+            // Take every member now, in order, without waiting.
+            let mut held: Vec<LockGuard> = Vec::with_capacity(members.len());
             let mut busy = None;
-            for (index, lock) in self.locks.iter().enumerate() {
-                if let Some((_, guard)) = carried.take_if(|(i, _)| *i == index) {
-                    held.push(guard);
-                    continue;
-                }
-                match lock.try_lock(Duration::ZERO, lease).await {
+            for (index, member) in members.iter().enumerate() {
+                match member.take().await {
                     Ok(Some(guard)) => held.push(guard),
                     Ok(None) => {
-                        busy = Some((index, lock));
+                        busy = Some(index);
                         break;
                     }
                     Err(err) => {
-                        held.extend(carried.take().map(|(_, guard)| guard));
                         release_all(held).await;
                         return Err(err);
                     }
                 }
             }
-            let Some((busy, lock)) = busy else {
+            let Some(busy) = busy else {
+                members.iter().for_each(Member::granted);
                 return Ok(Some(MultiLockGuard { guards: held }));
             };
+            let lock = &self.locks[busy];
             // A member busy because this multi-lock holds it through another client is one lock
             // named through two clients of the same Redis: waiting for it could never end.
-            let twin = holds_already(lock, held.iter().chain(carried.iter().map(|(_, g)| g))).await;
-            // Never sit on a subset while waiting: the carried lock too, when the busy one comes
-            // before it in the order.
-            held.extend(carried.take().map(|(_, guard)| guard));
+            let twin = holds_already(lock, held.iter()).await;
+            // Never sit on a subset while waiting.
             release_all(held).await;
             if twin? {
                 return Err(Error::InvalidArgument(format!(
@@ -180,16 +186,14 @@ impl MultiLock {
                     _ => return Ok(None),
                 },
             };
-            let guard = match remaining {
-                Some(left) => lock.try_lock(left, lease).await?,
-                None => Some(match lease {
-                    Some(lease) => lock.lock_with_lease(lease).await?,
-                    None => lock.lock().await?,
-                }),
-            };
-            match guard {
-                Some(guard) => carried = Some((busy, guard)),
-                None => return Ok(None),
+            // Holding nothing, wait in every member's waiting set at once until each would be
+            // granted to this multi-lock (free, or reserved for it by a release), then take
+            // them all in the next round.
+            let looks = join_all(members.iter().map(|member| member.until_free(remaining))).await;
+            for free in looks {
+                if !free? {
+                    return Ok(None);
+                }
             }
         }
     }

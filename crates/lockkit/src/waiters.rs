@@ -736,7 +736,10 @@ mod tests {
         let waiter = hub.register(&channel, None, 1).await.unwrap();
         assert_eq!(subscribers(&client, &channel).await, 1);
         let dropped = std::thread::spawn(move || {
-            assert!(tokio::runtime::Handle::try_current().is_err(), "no runtime here");
+            assert!(
+                tokio::runtime::Handle::try_current().is_err(),
+                "no runtime here"
+            );
             drop(waiter);
         })
         .join();
