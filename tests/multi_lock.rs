@@ -492,3 +492,37 @@ async fn measure_multi_lock_progress_against_plain_lockers() {
         progress.plain.iter().sum::<usize>()
     );
 }
+
+/// A member that fails while the multi-lock waits for all of them at once (here `a`, held by X,
+/// is overwritten with a string, so its next look answers WRONGTYPE) ends the call with that
+/// error at once, holding nothing, while another member (`b`, held by Y in watchdog mode) is
+/// still busy: the waits on the other members do not keep the error back until they end.
+#[tokio::test]
+async fn an_error_on_one_member_ends_the_wait_for_all_of_them() {
+    use fred::interfaces::KeysInterface;
+    let redis = spawned().await;
+    let url = redis.url();
+    let (m, x, y, watcher) = (
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+    );
+    let base = unique("multi-error-while-waiting");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{base}:{suffix}"));
+    let _a_by_x = x.lock(&a).lock().await.unwrap();
+    let b_by_y = y.lock(&b).lock().await.unwrap();
+    let multi = m.multi_lock([m.lock(&a), m.lock(&b)]);
+    let task = tokio::spawn(async move { multi.lock().await.map(drop) });
+    until_waiting_for(&watcher, &m, &a).await;
+    until_waiting_for(&watcher, &m, &b).await;
+    let _: () = lockkit_suite::raw(&url)
+        .await
+        .set(lockkit_suite::lock_key(&a), "not a lock", None, None, false)
+        .await
+        .unwrap();
+    let result = within(HANG, "the multi-lock's error", task).await.unwrap();
+    assert!(matches!(result, Err(Error::WrongType { .. })), "{result:?}");
+    assert_eq!(m.held_count(), 0);
+    b_by_y.unlock().await.unwrap();
+}

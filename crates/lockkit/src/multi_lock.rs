@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures::future::{join_all, select_all};
+use futures::future::{join_all, select_all, try_join_all};
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -188,12 +188,11 @@ impl MultiLock {
             };
             // Holding nothing, wait in every member's waiting set at once until each would be
             // granted to this multi-lock (free, or reserved for it by a release), then take
-            // them all in the next round.
-            let looks = join_all(members.iter().map(|member| member.until_free(remaining))).await;
-            for free in looks {
-                if !free? {
-                    return Ok(None);
-                }
+            // them all in the next round. An error on one member ends the others' waits.
+            let looks =
+                try_join_all(members.iter().map(|member| member.until_free(remaining))).await?;
+            if looks.contains(&false) {
+                return Ok(None);
             }
         }
     }
