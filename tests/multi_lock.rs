@@ -526,3 +526,79 @@ async fn an_error_on_one_member_ends_the_wait_for_all_of_them() {
     assert_eq!(m.held_count(), 0);
     b_by_y.unlock().await.unwrap();
 }
+
+/// A multi-lock whose wait is cancelled (its task aborted) while it stands in two members' lines
+/// leaves both lines at once: its waiting-set and keep-alive entries are gone, not left to run
+/// out. (Plain waiters stand in the same lines and keep the sets alive, so an entry left behind
+/// would stay until a release pruned it.) The plain waiters then get the locks when X lets go.
+#[tokio::test]
+async fn a_cancelled_multi_lock_leaves_every_members_line() {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+
+    let redis = spawned().await;
+    let url = redis.url();
+    let (m, x, other, watcher) = (
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+    );
+    let base = unique("multi-cancelled");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{base}:{suffix}"));
+    let a_by_x = x.lock(&a).lock().await.unwrap();
+    let b_by_x = x.lock(&b).lock().await.unwrap();
+    let multi = m.multi_lock([m.lock(&a), m.lock(&b)]);
+    let task = tokio::spawn(async move { multi.lock().await.map(drop) });
+    until_waiting_for(&watcher, &m, &a).await;
+    until_waiting_for(&watcher, &m, &b).await;
+    let plain: Vec<_> = [&a, &b]
+        .into_iter()
+        .map(|name| {
+            let lock = other.lock(name);
+            tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+        })
+        .collect();
+    until_waiting(&other, 2).await;
+
+    task.abort();
+    let _ = task.await;
+    let raw = lockkit_suite::raw(&url).await;
+    within(
+        HANG,
+        "the cancelled multi-lock to leave both lines",
+        async {
+            loop {
+                let mut left = 0;
+                for name in [&a, &b] {
+                    let keys = lockkit::protocol::keys::Namespace::default()
+                        .lock(name)
+                        .unwrap();
+                    for set in ["waiting", "timeouts"] {
+                        let members: Vec<String> = raw
+                            .custom(
+                                CustomCommand::new_static("ZRANGE", ClusterHash::FirstKey, false),
+                                vec![keys.aux(set).unwrap(), "0", "-1"],
+                            )
+                            .await
+                            .unwrap();
+                        left += members.iter().filter(|w| w.starts_with(m.id())).count();
+                    }
+                }
+                if left == 0 {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(m.waiting_count(), 0);
+    a_by_x.unlock().await.unwrap();
+    b_by_x.unlock().await.unwrap();
+    for waiter in plain {
+        within(HANG, "a plain waiter after the multi-lock left", waiter)
+            .await
+            .unwrap();
+    }
+}
