@@ -1269,9 +1269,15 @@ enum Other {
     Release(usize),
 }
 
-/// The multi-lock's owners' entries in its members' keep-alive sets (it is waiting for that
-/// member while it has one), and the members its owners hold: all read at one instant (one
+/// The multi-lock's owners' places in its members' waiting sets (it is waiting for that member
+/// while it stands in line there), and the members its owners hold: all read at one instant (one
 /// script over every member's keys; a standalone server allows keys of several slots).
+///
+/// The line, not the keep-alive set: a release that reserves a member for the multi-lock takes
+/// its owner out of the line at once, but its keep-alive entry stays (the reservation holds only
+/// while it is live) until the multi-lock takes the member or gives up. A multi-lock waits for
+/// all its members at once (issue 19, §4), so it may keep such a reservation while it still
+/// stands in another member's line; what it never does is hold a member there.
 async fn multi_state(
     redis: &Fred,
     members: &[ObjectKeys],
@@ -1290,7 +1296,7 @@ async fn multi_state(
                 "main" if k.ty == "hash" && k.items.iter().step_by(2).any(|f| ours(&f)) => {
                     held.insert(keys.key.clone());
                 }
-                "timeouts" => waiting.extend(
+                "waiting" => waiting.extend(
                     k.items
                         .iter()
                         .step_by(2)

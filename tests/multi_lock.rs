@@ -269,3 +269,336 @@ async fn an_error_after_a_wait_returns_holding_nothing() {
     );
     assert_eq!(m.held_count(), 0);
 }
+
+// === a lock named twice (issue 19, §2) ===
+
+/// The transfer from an account to itself: a lock named twice through one client is one member.
+/// The multi-lock takes it at once (before: `try_lock` gave `Ok(None)` after its whole wait, and
+/// `lock()` never returned), lists it once, and its guard holds it once.
+#[tokio::test]
+async fn a_lock_named_twice_through_one_client_is_one_member() {
+    let redis = spawned().await;
+    let (m, watcher) = (client(&redis.url()).await, client(&redis.url()).await);
+    let (account, other) = (unique("acct-self"), unique("acct-other"));
+    let transfer = m.multi_lock([m.lock(&account), m.lock(&account)]);
+    assert_eq!(transfer.locks().len(), 1, "listed once");
+
+    let guard = transfer
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("a free lock named twice is granted");
+    assert_eq!(guard.guards().len(), 1, "one guard per distinct lock");
+    assert_eq!(
+        guard.guards()[0].hold_count(),
+        1,
+        "held once, not re-entered"
+    );
+    assert_eq!(m.held_count(), 1);
+    guard.unlock().await.unwrap();
+    assert!(!watcher.lock(&account).is_locked().await.unwrap());
+
+    // Unbounded, in watchdog mode and with a lease; duplicates among other members too.
+    let guard = within(HANG, "lock() of a lock named twice", transfer.lock())
+        .await
+        .unwrap();
+    guard.unlock().await.unwrap();
+    let mixed = m.multi_lock([
+        m.lock(&other),
+        m.lock(&account),
+        m.lock(&other),
+        m.lock(&account),
+    ]);
+    assert_eq!(mixed.locks().len(), 2);
+    let guard = within(
+        HANG,
+        "lock_with_lease() with duplicates",
+        mixed.lock_with_lease(HANG),
+    )
+    .await
+    .unwrap();
+    let names: Vec<&str> = guard.guards().iter().map(|g| g.name()).collect();
+    let mut expected = [account.as_str(), other.as_str()];
+    expected.sort();
+    assert_eq!(names, expected, "each distinct lock once, in name order");
+    guard.unlock().await.unwrap();
+    for name in [&account, &other] {
+        assert!(!watcher.lock(name).is_locked().await.unwrap());
+    }
+}
+
+/// One lock named through two clients of the same Redis cannot be merged up front (two clients
+/// may be two deployments), and the two members would wait for each other: the acquire fails
+/// with `InvalidArgument` as soon as it finds the second held by the first, and holds nothing.
+#[tokio::test]
+async fn one_lock_named_through_two_clients_of_one_redis_is_refused() {
+    let redis = spawned().await;
+    let url = redis.url();
+    let (a, b, x) = (client(&url).await, client(&url).await, client(&url).await);
+    let name = unique("acct-twice");
+    let twice = a.multi_lock([a.lock(&name), b.lock(&name)]);
+    assert_eq!(
+        twice.locks().len(),
+        2,
+        "kept: the clients may be two deployments"
+    );
+
+    let result = twice.try_lock(Duration::from_secs(5), None).await;
+    assert!(
+        matches!(&result, Err(Error::InvalidArgument(msg)) if msg.contains(&name)),
+        "{result:?}"
+    );
+    assert!(!x.lock(&name).is_locked().await.unwrap(), "nothing held");
+
+    // Found after a wait too, with no bound: the lock is busy at first, so the multi-lock waits
+    // for its first member, takes it, and then meets itself on the second.
+    let held_by_x = x.lock(&name).lock().await.unwrap();
+    let task = tokio::spawn(async move { twice.lock().await.map(drop) });
+    until_waiting(&a, 1).await;
+    held_by_x.unlock().await.unwrap();
+    let result = within(HANG, "lock() of one lock through two clients", task)
+        .await
+        .unwrap();
+    assert!(
+        matches!(result, Err(Error::InvalidArgument(_))),
+        "{result:?}"
+    );
+    assert!(!x.lock(&name).is_locked().await.unwrap(), "nothing held");
+    assert_eq!(a.held_count() + b.held_count(), 0);
+}
+
+/// The same name on two Redis deployments is two locks: a multi-lock over both holds both.
+#[tokio::test]
+async fn the_same_name_on_two_deployments_is_two_locks() {
+    let (one, two) = (spawned().await, spawned().await);
+    let (a, b) = (client(&one.url()).await, client(&two.url()).await);
+    let name = unique("acct-two-sites");
+    let both = a.multi_lock([a.lock(&name), b.lock(&name)]);
+    let guard = both
+        .try_lock(Duration::from_secs(5), None)
+        .await
+        .unwrap()
+        .expect("two free locks");
+    assert_eq!(guard.guards().len(), 2);
+    assert!(a.lock(&name).is_locked().await.unwrap());
+    assert!(b.lock(&name).is_locked().await.unwrap());
+    guard.unlock().await.unwrap();
+}
+
+// === progress under contention (issue 19, §4) ===
+
+/// How long each plain locker and the multi-lock hold what they took.
+const HOLD: Duration = Duration::from_millis(3);
+
+/// Acquisitions counted while plain lockers contend for two locks and a multi-lock over both
+/// acquires in a loop.
+#[derive(Debug)]
+struct Progress {
+    multi: usize,
+    plain: Vec<usize>,
+}
+
+/// Runs `per_member` plain lockers on each of two locks (each looping lock, hold [`HOLD`],
+/// unlock, through clients of their own) and one multi-lock over both (looping the same way),
+/// until the multi-lock has acquired `target` times or `limit` has passed; then stops the
+/// lockers and returns the counts.
+async fn contend(per_member: usize, target: usize, limit: Duration) -> Progress {
+    let redis = spawned().await;
+    let url = redis.url();
+    let base = unique("multi-progress");
+    let names = [format!("{base}:a"), format!("{base}:b")];
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut lockers = Vec::new();
+    for name in &names {
+        for _ in 0..per_member {
+            let (client, lock_name) = (client(&url).await, name.clone());
+            let mut stopped = stopped.clone();
+            lockers.push(tokio::spawn(async move {
+                let lock = client.lock(lock_name);
+                let mut count = 0;
+                while !*stopped.borrow() {
+                    let guard = tokio::select! {
+                        guard = lock.lock() => guard.unwrap(),
+                        _ = stopped.changed() => break,
+                    };
+                    count += 1;
+                    tokio::time::sleep(HOLD).await;
+                    guard.unlock().await.unwrap();
+                }
+                count
+            }));
+        }
+    }
+    let m = client(&url).await;
+    let multi = m.multi_lock(names.iter().map(|name| m.lock(name)));
+    let mut acquired = 0;
+    let _ = tokio::time::timeout(limit, async {
+        while acquired < target {
+            let guard = multi.lock().await.unwrap();
+            acquired += 1;
+            tokio::time::sleep(HOLD).await;
+            guard.unlock().await.unwrap();
+        }
+    })
+    .await;
+    stop.send_replace(true);
+    let mut plain = Vec::new();
+    for locker in lockers {
+        plain.push(
+            within(HANG, "a plain locker to stop", locker)
+                .await
+                .unwrap(),
+        );
+    }
+    Progress {
+        multi: acquired,
+        plain,
+    }
+}
+
+/// How many acquisitions the progress test waits for.
+const PROGRESS_TARGET: usize = 20;
+
+/// Issue 19, §4: a multi-lock whose members are each contended by W = 4 plain lockers gets
+/// them all, again and again, while the lockers keep going. It used to try the members it had
+/// not waited for once (`try_lock(ZERO)`), outside their waiting sets, and under steady
+/// contention a member is always held or reserved for one of its waiters: 0 or 1 acquisitions in
+/// 5 s against 1,455 for the lockers. Now it waits in every member's line at once and takes them
+/// all when each is free for it. A count, not a speed: the limit is a hang guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_lock_makes_progress_against_plain_lockers_of_its_members() {
+    let progress = contend(4, PROGRESS_TARGET, HANG).await;
+    assert_eq!(
+        progress.multi, PROGRESS_TARGET,
+        "the multi-lock starved: {progress:?}"
+    );
+    assert!(
+        progress.plain.iter().all(|count| *count > 0),
+        "every plain locker got its lock too: {progress:?}"
+    );
+}
+
+/// The measurement behind issue 19, §4: W = 4 plain lockers on each of two locks and one
+/// multi-lock over both, for 5 s. Prints the counts; run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check: prints acquisition counts over a fixed 5 s"]
+async fn measure_multi_lock_progress_against_plain_lockers() {
+    let progress = contend(4, usize::MAX, Duration::from_secs(5)).await;
+    println!(
+        "multi-lock progress over 5 s, W = 4 per member, hold {HOLD:?}: multi-lock {}, plain \
+         lockers {:?} (total {})",
+        progress.multi,
+        progress.plain,
+        progress.plain.iter().sum::<usize>()
+    );
+}
+
+/// A member that fails while the multi-lock waits for all of them at once (here `a`, held by X,
+/// is overwritten with a string, so its next look answers WRONGTYPE) ends the call with that
+/// error at once, holding nothing, while another member (`b`, held by Y in watchdog mode) is
+/// still busy: the waits on the other members do not keep the error back until they end.
+#[tokio::test]
+async fn an_error_on_one_member_ends_the_wait_for_all_of_them() {
+    use fred::interfaces::KeysInterface;
+    let redis = spawned().await;
+    let url = redis.url();
+    let (m, x, y, watcher) = (
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+    );
+    let base = unique("multi-error-while-waiting");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{base}:{suffix}"));
+    let _a_by_x = x.lock(&a).lock().await.unwrap();
+    let b_by_y = y.lock(&b).lock().await.unwrap();
+    let multi = m.multi_lock([m.lock(&a), m.lock(&b)]);
+    let task = tokio::spawn(async move { multi.lock().await.map(drop) });
+    until_waiting_for(&watcher, &m, &a).await;
+    until_waiting_for(&watcher, &m, &b).await;
+    let _: () = lockkit_suite::raw(&url)
+        .await
+        .set(lockkit_suite::lock_key(&a), "not a lock", None, None, false)
+        .await
+        .unwrap();
+    let result = within(HANG, "the multi-lock's error", task).await.unwrap();
+    assert!(matches!(result, Err(Error::WrongType { .. })), "{result:?}");
+    assert_eq!(m.held_count(), 0);
+    b_by_y.unlock().await.unwrap();
+}
+
+/// A multi-lock whose wait is cancelled (its task aborted) while it stands in two members' lines
+/// leaves both lines at once: its waiting-set and keep-alive entries are gone, not left to run
+/// out. (Plain waiters stand in the same lines and keep the sets alive, so an entry left behind
+/// would stay until a release pruned it.) The plain waiters then get the locks when X lets go.
+#[tokio::test]
+async fn a_cancelled_multi_lock_leaves_every_members_line() {
+    use fred::interfaces::ClientLike;
+    use fred::types::{ClusterHash, CustomCommand};
+
+    let redis = spawned().await;
+    let url = redis.url();
+    let (m, x, other, watcher) = (
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+        client(&url).await,
+    );
+    let base = unique("multi-cancelled");
+    let [a, b] = ["a", "b"].map(|suffix| format!("{base}:{suffix}"));
+    let a_by_x = x.lock(&a).lock().await.unwrap();
+    let b_by_x = x.lock(&b).lock().await.unwrap();
+    let multi = m.multi_lock([m.lock(&a), m.lock(&b)]);
+    let task = tokio::spawn(async move { multi.lock().await.map(drop) });
+    until_waiting_for(&watcher, &m, &a).await;
+    until_waiting_for(&watcher, &m, &b).await;
+    let plain: Vec<_> = [&a, &b]
+        .into_iter()
+        .map(|name| {
+            let lock = other.lock(name);
+            tokio::spawn(async move { lock.lock().await.unwrap().unlock().await.unwrap() })
+        })
+        .collect();
+    until_waiting(&other, 2).await;
+
+    task.abort();
+    let _ = task.await;
+    let raw = lockkit_suite::raw(&url).await;
+    within(
+        HANG,
+        "the cancelled multi-lock to leave both lines",
+        async {
+            loop {
+                let mut left = 0;
+                for name in [&a, &b] {
+                    let keys = lockkit::protocol::keys::Namespace::default()
+                        .lock(name)
+                        .unwrap();
+                    for set in ["waiting", "timeouts"] {
+                        let members: Vec<String> = raw
+                            .custom(
+                                CustomCommand::new_static("ZRANGE", ClusterHash::FirstKey, false),
+                                vec![keys.aux(set).unwrap(), "0", "-1"],
+                            )
+                            .await
+                            .unwrap();
+                        left += members.iter().filter(|w| w.starts_with(m.id())).count();
+                    }
+                }
+                if left == 0 {
+                    return;
+                }
+                tokio::task::yield_now().await;
+            }
+        },
+    )
+    .await;
+    assert_eq!(m.waiting_count(), 0);
+    a_by_x.unlock().await.unwrap();
+    b_by_x.unlock().await.unwrap();
+    for waiter in plain {
+        within(HANG, "a plain waiter after the multi-lock left", waiter)
+            .await
+            .unwrap();
+    }
+}

@@ -632,3 +632,93 @@ async fn hold_count_counts_only_live_holds() {
     assert!(matches!(inner.unlock().await, Err(Error::NotHeld { .. })));
     guard.unlock().await.unwrap();
 }
+
+/// Issue 19, §4: `hold_count()` is the reentrant count of the owners the calling code acts as
+/// (the design brief: "the current owner's (scope's) reentrant count"): inside a scope, the scope
+/// owner's; outside, the owner of each guard the calling task acquired and has not released. An
+/// owner's count is every live hold it has, so it includes re-entries made inside its scope by
+/// other futures of the task (`join!`) and by other tasks running a future inside the scope
+/// (`tokio::spawn(guard.scope(..))`); a task outside the scope that acquired nothing counts 0.
+#[tokio::test]
+async fn hold_count_is_the_owners_count_including_re_entries_made_by_others_in_its_scope() {
+    use tokio::sync::oneshot;
+
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let lock = client.lock(unique("count-owner"));
+    let count_in_a_spawned_task = |lock: lockkit::Lock| async move {
+        tokio::spawn(async move { lock.hold_count().await })
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let guard = lock.lock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 1);
+
+    // Inside the scope: another future of the task re-enters and keeps its hold while this one
+    // counts. The re-entry is the same owner's: it counts.
+    let (entered, until_entered) = oneshot::channel();
+    let (counted, until_counted) = oneshot::channel();
+    let inside = guard
+        .scope(async {
+            let (reentry, count) = tokio::join!(
+                async {
+                    let inner = lock.lock().await.unwrap();
+                    entered.send(()).unwrap();
+                    until_counted.await.unwrap();
+                    inner
+                },
+                async {
+                    until_entered.await.unwrap();
+                    let count = lock.hold_count().await.unwrap();
+                    counted.send(()).unwrap();
+                    count
+                }
+            );
+            // A task spawned from inside the scope is outside it, and acquired nothing.
+            let spawned = count_in_a_spawned_task(lock.clone()).await;
+            reentry.unlock().await.unwrap();
+            (count, spawned)
+        })
+        .await;
+    assert_eq!(inside, (2, 0));
+
+    // Another task runs a future inside the scope and re-enters there; while it keeps that hold,
+    // the task that acquired the guard (outside the scope now) counts it too: same owner.
+    let (entered, until_entered) = oneshot::channel();
+    let (counted, until_counted) = oneshot::channel();
+    let other_task = tokio::spawn(guard.scope({
+        let lock = lock.clone();
+        async move {
+            let inner = lock.lock().await.unwrap();
+            let count = lock.hold_count().await.unwrap();
+            entered.send(()).unwrap();
+            until_counted.await.unwrap();
+            inner.unlock().await.unwrap();
+            count
+        }
+    }));
+    until_entered.await.unwrap();
+    let outside = lock.hold_count().await.unwrap();
+    let unrelated = count_in_a_spawned_task(lock.clone()).await;
+    counted.send(()).unwrap();
+    let in_other_task = within(HANG, "the other task's scope", other_task)
+        .await
+        .unwrap();
+    assert_eq!(in_other_task, 2, "inside the scope, in the other task");
+    assert_eq!(
+        outside, 2,
+        "the guard's owner, counted by the task that acquired it"
+    );
+    assert_eq!(
+        unrelated, 0,
+        "a task outside the scope that acquired nothing"
+    );
+    assert_eq!(
+        lock.hold_count().await.unwrap(),
+        1,
+        "the re-entry is released"
+    );
+    guard.unlock().await.unwrap();
+    assert_eq!(lock.hold_count().await.unwrap(), 0);
+}

@@ -516,3 +516,125 @@ async fn a_lock_channel_carries_a_release_only_when_someone_waits_and_then_taken
         let _ = subscriber.quit().await;
     }
 }
+
+/// Issue 19, §4: a look (`lock_acquire` with `ARGV[7]` = `1`, how a multi-lock waits for all its
+/// members at once) takes nothing. On a free lock it answers `{2}` and writes nothing; on a held
+/// one it joins the waiting set and keeps its place on the next look; once a release has reserved
+/// the lock for it, it answers `{2}` and leaves the reservation standing (others are still told
+/// the lock is reserved) until the owner's real acquire takes it.
+#[tokio::test]
+async fn a_look_takes_nothing_keeps_its_place_and_leaves_its_reservation_standing() {
+    let server = spawned().await;
+    let raw = raw(&server.url()).await;
+    let subscriber = lockkit_suite::raw(&server.url()).await;
+    let name = unique("look");
+    let keys = keys(Kind::Lock, &name);
+    // A subscriber on the channel, so a release reserves the lock for the longest waiter.
+    subscriber.subscribe(keys.channel.as_str()).await.unwrap();
+    let (acquire, release) = scripts(Kind::Lock);
+    let look = |owner: &'static str| {
+        eval(
+            acquire,
+            &keys.keys,
+            &[owner, "#look", "30000", LONG, &keys.channel, "0", "1"],
+        )
+    };
+    let score = |owner: &'static str| {
+        let raw = raw.clone();
+        let waiting = keys.aux("waiting").unwrap().to_owned();
+        async move {
+            let score: Option<String> = raw
+                .custom(
+                    CustomCommand::new_static("ZSCORE", ClusterHash::FirstKey, false),
+                    vec![waiting.as_str(), owner],
+                )
+                .await
+                .unwrap();
+            score
+        }
+    };
+    let handoff = || async {
+        let reserved: Option<String> = raw.get(keys.aux("handoff").unwrap()).await.unwrap();
+        reserved
+    };
+
+    let free = send_commands(server.addr(), &[look("M")]).await.unwrap();
+    assert_eq!(ints(&free[0]), [2], "free: it would be granted");
+    assert_eq!(
+        raw.exists::<u64, _>(keys.keys.clone()).await.unwrap(),
+        0,
+        "nothing written"
+    );
+
+    let held = send_commands(
+        server.addr(),
+        &[
+            eval(
+                acquire,
+                &keys.keys,
+                &["H", "#H:1", "30000", "0", &keys.channel, "0"],
+            ),
+            look("M"),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(ints(&held[0]), [1, 1]);
+    assert_eq!(ints(&held[1])[0], 0, "held by H: busy");
+    let place = score("M").await.expect("M stands in line");
+    let again = send_commands(server.addr(), &[look("M")]).await.unwrap();
+    assert_eq!(ints(&again[0])[0], 0);
+    assert_eq!(
+        score("M").await,
+        Some(place),
+        "a second look keeps the place"
+    );
+
+    let released = send_commands(
+        server.addr(),
+        &[
+            eval(release, &keys.keys, &["#H:1", &keys.channel, "0"]),
+            look("M"),
+            // In the same batch: the handoff window is 10 ms.
+            vec!["GET", keys.aux("handoff").unwrap()],
+            eval(
+                acquire,
+                &keys.keys,
+                &["O", "#O:1", "30000", "0", &keys.channel, "0"],
+            ),
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(ints(&released[0]), [1, 0], "H released the lock");
+    assert_eq!(
+        ints(&released[1]),
+        [2],
+        "reserved for M: it would be granted"
+    );
+    assert_eq!(
+        released[2],
+        lockkit_testkit::RespValue::Bulk(Some(b"M".to_vec())),
+        "the reservation stands"
+    );
+    assert_eq!(ints(&released[3])[0..1], [0], "another owner is refused");
+    assert_eq!(
+        ints(&released[3]).get(2),
+        Some(&1),
+        "... because it is reserved"
+    );
+
+    let taken = send_commands(
+        server.addr(),
+        &[eval(
+            acquire,
+            &keys.keys,
+            &["M", "#M:1", "30000", "0", &keys.channel, "0"],
+        )],
+    )
+    .await
+    .unwrap();
+    assert_eq!(ints(&taken[0]), [1, 1], "M's real acquire takes it");
+    assert_eq!(handoff().await, None);
+    assert_eq!(score("M").await, None, "M left the line");
+}

@@ -197,6 +197,19 @@ impl ReleaseReply {
     }
 }
 
+/// Decodes [`ACQUIRE`]'s reply to a try that only looks (`ARGV[7]` = `1`, a multi-lock waiting
+/// for all its members at once): `None` when the lock would have been acquired (`{2}`), else the
+/// busy or reserved reply (the owner joined or stayed in the waiting set, as for a wait).
+pub fn decode_look(reply: &[i64]) -> Result<Option<AcquireReply>, DecodeError> {
+    if *reply == [2] {
+        return Ok(None);
+    }
+    match AcquireReply::decode(reply) {
+        Ok(AcquireReply::Acquired { .. }) | Err(_) => Err(DecodeError::new(ACQUIRE.name(), reply)),
+        Ok(busy) => Ok(Some(busy)),
+    }
+}
+
 /// Decodes [`RENEW`]'s reply: for each hold, whether it is still there.
 pub fn decode_renew(reply: &[i64], holds: usize) -> Result<Vec<bool>, DecodeError> {
     if reply.len() != holds || reply.iter().any(|v| *v != 0 && *v != 1) {

@@ -79,6 +79,33 @@ where
     .await
 }
 
+/// Runs the same loop as [`acquire`] for an attempt that takes nothing: a multi-lock waiting,
+/// holding nothing, until a member would be granted to it. No acquisition is counted in the
+/// metrics or spanned, since none is made; the wait itself is (`Waiting`).
+pub(crate) async fn wait_until<A>(
+    client: &ClientInner,
+    attempt: &A,
+    wait: Option<Duration>,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt + Sync,
+{
+    client.check_open()?;
+    let kind = attempt.object().0.segment();
+    acquire_loop(client, attempt, wait, kind)
+        .await
+        .map_err(|err| shut_down_or(client, err))
+}
+
+/// Whatever broke while the client was shutting down, the reason is the shutdown.
+fn shut_down_or(client: &ClientInner, err: Error) -> Error {
+    if client.is_shut_down() {
+        Error::Shutdown
+    } else {
+        err
+    }
+}
+
 /// Runs one acquire call's loop: refused once the client is shut down, inside the
 /// `lockkit.acquire` span (debug level: the object's kind and name, the wait; the lease and mode
 /// are recorded when a hold is granted, [`crate::guard::HoldGuard::granted`]), with an error seen
@@ -105,14 +132,10 @@ where
         lease = tracing::field::Empty,
         watchdog = tracing::field::Empty,
     );
-    let result = waiting.instrument(span).await.map_err(|err| {
-        // Whatever broke while the client was shutting down, the reason is the shutdown.
-        if client.is_shut_down() {
-            Error::Shutdown
-        } else {
-            err
-        }
-    });
+    let result = waiting
+        .instrument(span)
+        .await
+        .map_err(|err| shut_down_or(client, err));
     match &result {
         Ok(Some(_)) => metrics::acquired(kind.segment(), &started),
         Ok(None) => metrics::timed_out(kind.segment()),

@@ -166,7 +166,9 @@ impl Client {
         self.inner.watchdog.holds()
     }
 
-    /// The number of this client's tasks currently waiting for a release.
+    /// The number of waits on a release this client's tasks currently have: one per waiting
+    /// acquire, and one per busy member for a waiting [`MultiLock`] (it waits on every busy
+    /// member at once).
     pub fn waiting_count(&self) -> usize {
         self.inner.hub.waiting()
     }

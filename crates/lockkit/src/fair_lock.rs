@@ -267,9 +267,10 @@ impl FairLock {
         Ok(self.hold_count().await? > 0)
     }
 
-    /// How many live holds the calling code has on the lock through this client (0: none): inside
-    /// a holder's [scope](LockGuard::scope), that holder's count; plus the counts of the guards the
-    /// calling task acquired and has not released, wherever they were moved. As
+    /// The reentrant count of the owners the calling code acts as, through this client (0: none):
+    /// inside a holder's [scope](LockGuard::scope), that owner's count; outside any scope, the
+    /// owners of the guards the calling task acquired and has not released, wherever they were
+    /// moved. Every re-entry made inside an owner's scope counts, whoever made it. As
     /// [`Lock::hold_count`](crate::Lock::hold_count).
     ///
     /// # Errors

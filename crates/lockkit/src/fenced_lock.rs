@@ -126,9 +126,9 @@ impl FencedLock {
         self.lock.is_held_by_current_task().await
     }
 
-    /// How many live holds the calling code has on the lock through this client: the enclosing
-    /// scope owner's, plus those of the guards the calling task acquired and has not released, as
-    /// [`Lock::hold_count`].
+    /// The reentrant count of the owners the calling code acts as (the enclosing scope's owner,
+    /// or the owners of the guards the calling task acquired and has not released), counting
+    /// every re-entry made inside their scopes, as [`Lock::hold_count`].
     ///
     /// # Errors
     /// [`Error::Redis`], [`Error::WrongType`].

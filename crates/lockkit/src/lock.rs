@@ -155,6 +155,26 @@ impl Lock {
         self.object.keys()
     }
 
+    /// What makes two handles the same member of a multi-lock: the client they go through, the
+    /// kind and the name (one client's kind and name make one key).
+    pub(crate) fn identity(&self) -> (&str, Kind, &str) {
+        (&self.object.client.id, self.flavor.kind, &self.object.name)
+    }
+
+    /// Whether `guard` is a hold of this very lock: it names the same key, and its owner holds
+    /// this lock as seen through this handle's client. Tells a lock reached through two clients
+    /// of one Redis (the same lock) from same-named locks on two deployments.
+    pub(crate) async fn is_held_by(&self, guard: &LockGuard) -> Result<bool, Error> {
+        let hold = guard.hold();
+        let (Ok(keys), Some(owner)) = (self.keys(), hold.owner.as_deref()) else {
+            return Ok(false);
+        };
+        if keys.key != hold.keys.key {
+            return Ok(false);
+        }
+        Ok(self.object.hold_count_of(&[owner]).await? > 0)
+    }
+
     /// Waits as long as it takes, then holds the lock in watchdog mode.
     ///
     /// # Cancel safety
@@ -226,9 +246,6 @@ impl Lock {
         wait: Option<Duration>,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
-        let keys = self.keys()?;
-        let inner = self.object.inner();
-        let (lease, watchdog) = lease_mode(inner, lease)?;
         // A single attempt (`try_lock(ZERO)`) never joins the waiting set: the lock must not be
         // reserved for a caller that is gone.
         let keepalive = if wait == Some(Duration::ZERO) {
@@ -236,8 +253,21 @@ impl Lock {
         } else {
             WAITER_KEEPALIVE
         };
+        let attempt = self.attempt(lease, keepalive)?;
+        acquire(self.object.inner(), &attempt, wait).await
+    }
+
+    /// One acquire call's attempt, as the calling context's owner (see [`crate::owner`]).
+    fn attempt(
+        &self,
+        lease: Option<Duration>,
+        keepalive: Duration,
+    ) -> Result<LockAttempt<'_>, Error> {
+        let keys = self.keys()?;
+        let inner = self.object.inner();
+        let (lease, watchdog) = lease_mode(inner, lease)?;
         let owner = inner.owner_for(&keys.key);
-        let attempt = LockAttempt {
+        Ok(LockAttempt {
             flavor: self.flavor,
             client: self.object.inner(),
             name: &self.object.name,
@@ -256,8 +286,14 @@ impl Lock {
             watchdog,
             keepalive,
             keepalive_ms: lease_millis(keepalive).to_string(),
-        };
-        acquire(inner, &attempt, wait).await
+        })
+    }
+
+    /// This lock as a member of one multi-lock acquire call (see [`Member`]).
+    pub(crate) fn member(&self, lease: Option<Duration>) -> Result<Member<'_>, Error> {
+        Ok(Member {
+            attempt: self.attempt(lease, WAITER_KEEPALIVE)?,
+        })
     }
 
     /// Whether anyone holds the lock.
@@ -278,10 +314,15 @@ impl Lock {
         Ok(self.hold_count().await? > 0)
     }
 
-    /// How many holds the calling code has on the lock through this client (0: none): inside a
-    /// holder's [scope](LockGuard::scope), the holder's count (its own hold plus the re-entries
-    /// made in the scope); plus the counts of the guards the calling task acquired and has not
-    /// released.
+    /// The reentrant count of the owners the calling code acts as on this lock, through this
+    /// client (0: none): inside a holder's [scope](LockGuard::scope), that owner's count; outside
+    /// any scope, the counts of the owners of the guards the calling task acquired and has not
+    /// released (wherever they were moved), added up.
+    ///
+    /// An owner's count is every live hold it has: its first hold plus every re-entry made inside
+    /// its scope, whichever future or task made it (another future of a `join!` in the scope,
+    /// another task running [`LockGuard::scope`]). A task outside the scope that acquired nothing
+    /// counts 0. A hold whose lease ended is not counted.
     ///
     /// ```no_run
     /// # async fn demo(lock: lockkit::Lock) -> Result<(), lockkit::Error> {
@@ -348,6 +389,135 @@ struct LockAttempt<'a> {
     keepalive_ms: String,
 }
 
+impl LockAttempt<'_> {
+    /// What a refused try means for the wait: sleep at most until the holder's lease ends (and
+    /// retry well before the waiting-set entry's keep-alive runs out), or until the reservation
+    /// for another waiter ends.
+    fn refused<T>(&self, reply: AcquireReply) -> Outcome<T> {
+        // A waiter retries (and so keeps its entry alive) well before the keep-alive runs out,
+        // even when no message comes and the holder's lease is long.
+        let refresh = self.keepalive / 3;
+        match reply {
+            AcquireReply::Busy { pttl_ms } => Outcome::Busy {
+                retry_in: Some(
+                    pttl_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
+                ),
+            },
+            AcquireReply::Reserved { window_ms } => Outcome::Reserved {
+                window: Duration::from_millis(window_ms),
+                refresh,
+            },
+            // Not a refusal: the callers match a grant first.
+            AcquireReply::Acquired { .. } => Outcome::Busy { retry_in: None },
+        }
+    }
+}
+
+/// A lock as a member of one multi-lock acquire call ([`crate::MultiLock`]). Its owner is fixed
+/// for the whole call, so its place in the lock's waiting set, and a reservation a release made
+/// for it, outlast a round in which another member was busy. Dropped while the call still waits
+/// (it gave up, failed or was cancelled), its entry leaves the waiting set and a reservation it
+/// had goes on to the next waiter.
+pub(crate) struct Member<'a> {
+    attempt: LockAttempt<'a>,
+}
+
+impl Member<'_> {
+    /// One try to take the lock now as the call's owner (a reservation for it included); `None`
+    /// when it is held by another owner or reserved for one. Joins nothing.
+    pub(crate) async fn take(&self) -> Result<Option<LockGuard>, Error> {
+        let take = Take(&self.attempt);
+        acquire(self.attempt.client, &take, Some(Duration::ZERO)).await
+    }
+
+    /// Waits, holding nothing, until the lock would be granted to the call's owner: free, or
+    /// reserved for it (which lasts the handoff window). Waits as a waiter of the lock does:
+    /// in its waiting set, woken by its releases. `false`: not within `wait`.
+    pub(crate) async fn until_free(&self, wait: Option<Duration>) -> Result<bool, Error> {
+        let look = Look(&self.attempt);
+        Ok(crate::acquire::wait_until(self.attempt.client, &look, wait)
+            .await?
+            .is_some())
+    }
+
+    /// The call took every member: the grants took its entries out of the waiting sets.
+    pub(crate) fn granted(&self) {
+        self.attempt.queued.granted();
+    }
+}
+
+/// A member's one try to take the lock, which never joins its waiting set.
+struct Take<'a, 'b>(&'b LockAttempt<'a>);
+
+impl Attempt for Take<'_, '_> {
+    type Output = LockGuard;
+
+    fn channel(&self) -> &str {
+        self.0.channel()
+    }
+
+    fn object(&self) -> (Kind, &str) {
+        self.0.object()
+    }
+
+    async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        self.0.try_once("0").await
+    }
+}
+
+/// A member's look at the lock: "free for this owner", or join (stay in) the waiting set.
+struct Look<'a, 'b>(&'b LockAttempt<'a>);
+
+impl Attempt for Look<'_, '_> {
+    type Output = ();
+
+    fn channel(&self) -> &str {
+        self.0.channel()
+    }
+
+    fn object(&self) -> (Kind, &str) {
+        self.0.object()
+    }
+
+    fn waiter_tag(&self) -> Option<&str> {
+        self.0.waiter_tag()
+    }
+
+    fn owned_key(&self) -> Option<&str> {
+        self.0.owned_key()
+    }
+
+    async fn attempt(&self) -> Result<Outcome<()>, Error> {
+        let attempt = self.0;
+        let client = attempt.client;
+        attempt.queued.joining();
+        let keys: Vec<&str> = attempt.keys.keys.iter().map(String::as_str).collect();
+        let reply = client
+            .exec
+            .ints(
+                attempt.flavor.acquire,
+                attempt.flavor.kind,
+                &keys,
+                &[
+                    &attempt.owner,
+                    // No hold is taken: the marker is never written.
+                    "#look",
+                    &attempt.lease_ms,
+                    &attempt.keepalive_ms,
+                    &attempt.keys.channel,
+                    client.exec.publish_flag(),
+                    "1",
+                ],
+                Resend::Allowed,
+            )
+            .await?;
+        Ok(match lockkit_protocol::lock::decode_look(&reply)? {
+            None => Outcome::Acquired(()),
+            Some(refused) => attempt.refused(refused),
+        })
+    }
+}
+
 impl Attempt for LockAttempt<'_> {
     type Output = LockGuard;
 
@@ -370,6 +540,13 @@ impl Attempt for LockAttempt<'_> {
     }
 
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        self.try_once(&self.keepalive_ms).await
+    }
+}
+
+impl LockAttempt<'_> {
+    /// One run of the acquire script; `keepalive_ms` = "0" never joins the waiting set.
+    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the
         // script may have taken is given back.
@@ -382,7 +559,7 @@ impl Attempt for LockAttempt<'_> {
             self.watchdog,
             Some(&self.owner),
         );
-        if !self.keepalive.is_zero() {
+        if keepalive_ms != "0" {
             self.queued.joining();
         }
         let sent = Instant::now();
@@ -397,7 +574,7 @@ impl Attempt for LockAttempt<'_> {
                     &self.owner,
                     &guard.hold().marker,
                     &self.lease_ms,
-                    &self.keepalive_ms,
+                    keepalive_ms,
                     &self.keys.channel,
                     client.exec.publish_flag(),
                 ],
@@ -414,23 +591,9 @@ impl Attempt for LockAttempt<'_> {
                     token,
                 )))
             }
-            AcquireReply::Busy { pttl_ms } => {
+            refused => {
                 guard.disarm();
-                // A waiter retries (and so keeps its entry alive) well before the keep-alive
-                // runs out, even when no message comes and the holder's lease is long.
-                let refresh = self.keepalive / 3;
-                Ok(Outcome::Busy {
-                    retry_in: Some(
-                        pttl_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
-                    ),
-                })
-            }
-            AcquireReply::Reserved { window_ms } => {
-                guard.disarm();
-                Ok(Outcome::Reserved {
-                    window: Duration::from_millis(window_ms),
-                    refresh: self.keepalive / 3,
-                })
+                Ok(self.refused(refused))
             }
         }
     }

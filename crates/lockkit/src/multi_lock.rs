@@ -3,11 +3,11 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures::future::{join_all, select_all};
+use futures::future::{join_all, select_all, try_join_all};
 use tokio::time::Instant;
 
 use crate::error::Error;
-use crate::lock::{Lock, LockGuard};
+use crate::lock::{Lock, LockGuard, Member};
 
 /// Several [`Lock`]s taken **all-or-nothing**: a successful acquire holds every one of them, a
 /// failed or timed-out one holds none.
@@ -16,12 +16,32 @@ use crate::lock::{Lock, LockGuard};
 /// different clients. They are always taken in the order of their names, so two multi-locks over
 /// overlapping sets cannot deadlock each other.
 ///
-/// Acquiring: try every lock without waiting; if one is busy, give back what was taken, wait
-/// (event-driven, as [`Lock`]) for the busy one within what is left of `wait`, keep it, and try
-/// the others again. If another lock is busy in that round, everything is given back again (the
-/// lock waited for included) before the next wait: a multi-lock **never holds some of its locks
-/// while it waits**, so it cannot deadlock with a plain holder of one of them who wants another.
+/// Acquiring: try to take every lock at once, in order, without waiting. If one is busy, give
+/// back what was taken, then wait, holding nothing, **in every member's waiting set at once**
+/// (event-driven, as [`Lock`]) until each lock would be granted to the multi-lock: free, or
+/// reserved for it by a release (as a lock is handed to its longest waiter); then take them all
+/// again. Each member keeps one owner for the whole call, so its place in a lock's line, and a
+/// reservation made for it, outlast a round in which another member was still busy: under steady
+/// contention on its members a multi-lock gets its turn like any other waiter, where trying the
+/// other members once would find them always held or reserved for someone else.
+///
+/// A multi-lock **never holds some of its locks while it waits**, so it cannot deadlock with a
+/// plain holder of one of them who wants another. A reservation for it is not a hold: it lasts
+/// the handoff window at most, after which the lock goes to the next waiter.
 /// The returned [`MultiLockGuard`] releases all of them.
+///
+/// # Naming a lock twice
+/// A lock named more than once **through the same client** is one member: it is taken once,
+/// listed once by [`locks`](MultiLock::locks), and held by one guard in
+/// [`MultiLockGuard::guards`]. So a transfer from an account to itself (`from == to`) simply
+/// holds that account's lock. Members are told apart by client, kind and name; objects of
+/// different kinds never share a key, so only [`Lock`]s with the same name are merged.
+///
+/// The same name **through two clients** is kept as two members: the clients may talk to two
+/// different Redis deployments, where the names are two different locks. If they turn out to be
+/// one lock (both clients use the same Redis and key prefix), the multi-lock would wait for
+/// itself; instead the acquire fails with [`Error::InvalidArgument`] as soon as it finds the
+/// second member held by its own first one, holding nothing.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -41,11 +61,20 @@ pub struct MultiLock {
 
 impl MultiLock {
     pub(crate) fn new(mut locks: Vec<Lock>) -> Self {
+        // A stable sort: same-named locks of different clients keep the caller's order.
         locks.sort_by(|a, b| a.name().cmp(b.name()));
-        Self { locks }
+        // A lock named twice through one client is one member (`from == to`).
+        let mut members: Vec<Lock> = Vec::with_capacity(locks.len());
+        for lock in locks {
+            if !members.iter().any(|m| m.identity() == lock.identity()) {
+                members.push(lock);
+            }
+        }
+        Self { locks: members }
     }
 
-    /// The locks, in the order they are taken (by name).
+    /// The distinct locks, in the order they are taken (by name): a lock named more than once
+    /// through the same client is listed once.
     pub fn locks(&self) -> &[Lock] {
         &self.locks
     }
@@ -56,7 +85,8 @@ impl MultiLock {
     /// Cancel-safe: dropping the future gives back every lock taken so far.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an empty multi-lock or an invalid name; otherwise as
+    /// [`Error::InvalidArgument`] for an empty multi-lock, an invalid name, or one lock named
+    /// through two clients of the same Redis (see [the type's docs](MultiLock)); otherwise as
     /// [`Lock::lock`]. Nothing is held after an error.
     pub async fn lock(&self) -> Result<MultiLockGuard, Error> {
         loop {
@@ -108,38 +138,47 @@ impl MultiLock {
             ));
         }
         let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
-        // The lock waited for in the previous round, already held: (index, guard). It is put
-        // back into `held` at its place in the order, or given back with `held` when an earlier
-        // lock is busy: nothing is held across a wait (no hold-and-wait).
-        let mut carried: Option<(usize, LockGuard)> = None;
+        // One owner per member for the whole call: its place in a member's waiting set, and a
+        // reservation a release made for it, outlast a round in which another member was busy.
+        let members = self
+            .locks
+            .iter()
+            .map(|lock| lock.member(lease))
+            .collect::<Result<Vec<Member<'_>>, Error>>()?;
         loop {
-            let mut held: Vec<LockGuard> = Vec::with_capacity(self.locks.len());
+            // Take every member now, in order, without waiting.
+            let mut held: Vec<LockGuard> = Vec::with_capacity(members.len());
             let mut busy = None;
-            for (index, lock) in self.locks.iter().enumerate() {
-                if let Some((_, guard)) = carried.take_if(|(i, _)| *i == index) {
-                    held.push(guard);
-                    continue;
-                }
-                match lock.try_lock(Duration::ZERO, lease).await {
+            for (index, member) in members.iter().enumerate() {
+                match member.take().await {
                     Ok(Some(guard)) => held.push(guard),
                     Ok(None) => {
-                        busy = Some((index, lock));
+                        busy = Some(index);
                         break;
                     }
                     Err(err) => {
-                        held.extend(carried.take().map(|(_, guard)| guard));
                         release_all(held).await;
                         return Err(err);
                     }
                 }
             }
-            let Some((busy, lock)) = busy else {
+            let Some(busy) = busy else {
+                members.iter().for_each(Member::granted);
                 return Ok(Some(MultiLockGuard { guards: held }));
             };
-            // Never sit on a subset while waiting: the carried lock too, when the busy one comes
-            // before it in the order.
-            held.extend(carried.take().map(|(_, guard)| guard));
+            let lock = &self.locks[busy];
+            // A member busy because this multi-lock holds it through another client is one lock
+            // named through two clients of the same Redis: waiting for it could never end.
+            let twin = holds_already(lock, held.iter()).await;
+            // Never sit on a subset while waiting.
             release_all(held).await;
+            if twin? {
+                return Err(Error::InvalidArgument(format!(
+                    "a multi-lock names lock `{}` through two clients connected to the same \
+                     Redis, so it would wait for itself; name each lock once, through one client",
+                    lock.name()
+                )));
+            }
             let remaining = match deadline {
                 None => None,
                 Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
@@ -147,19 +186,30 @@ impl MultiLock {
                     _ => return Ok(None),
                 },
             };
-            let guard = match remaining {
-                Some(left) => lock.try_lock(left, lease).await?,
-                None => Some(match lease {
-                    Some(lease) => lock.lock_with_lease(lease).await?,
-                    None => lock.lock().await?,
-                }),
-            };
-            match guard {
-                Some(guard) => carried = Some((busy, guard)),
-                None => return Ok(None),
+            // Holding nothing, wait in every member's waiting set at once until each would be
+            // granted to this multi-lock (free, or reserved for it by a release), then take
+            // them all in the next round. An error on one member ends the others' waits.
+            let looks =
+                try_join_all(members.iter().map(|member| member.until_free(remaining))).await?;
+            if looks.contains(&false) {
+                return Ok(None);
             }
         }
     }
+}
+
+/// Whether one of `guards` (held by this multi-lock) is a hold of `busy` itself, taken through
+/// another client (see [`Lock::is_held_by`]).
+async fn holds_already<'a>(
+    busy: &Lock,
+    guards: impl Iterator<Item = &'a LockGuard>,
+) -> Result<bool, Error> {
+    for guard in guards {
+        if busy.is_held_by(guard).await? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Gives back every guard, ignoring holds that were already gone.
@@ -182,7 +232,8 @@ pub struct MultiLockGuard {
 }
 
 impl MultiLockGuard {
-    /// The guards of the individual locks, in the order they were taken.
+    /// The guards of the individual locks, one per distinct member (a lock named twice through
+    /// one client has one guard), in the order they were taken.
     pub fn guards(&self) -> &[LockGuard] {
         &self.guards
     }

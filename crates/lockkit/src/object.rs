@@ -61,14 +61,21 @@ impl Object {
         Ok(exists > 0)
     }
 
-    /// The hold count of the calling context in the main HASH of a reentrant lock: the live holds
-    /// of the enclosing scope's owner and of the owners of holds the calling task took and has
-    /// not released, added up (see `ClientInner::current_owners`).
+    /// The hold count of the calling context in the main HASH of a reentrant lock: the owners'
+    /// reentrant counts (every live hold of the enclosing scope's owner, or of the owners of holds
+    /// the calling task took and has not released, whoever made them), added up (see
+    /// `ClientInner::current_owners`).
     pub(crate) async fn hold_count(&self) -> Result<u32, Error> {
         let keys = self.keys()?;
-        // Sent even without an owner to count: a key of another type is reported.
         let owners = self.inner().current_owners(&keys.key);
         let owner_refs: Vec<&str> = owners.iter().map(|owner| &**owner).collect();
+        self.hold_count_of(&owner_refs).await
+    }
+
+    /// The live holds of `owners` in the main HASH of a reentrant lock, added up.
+    pub(crate) async fn hold_count_of(&self, owners: &[&str]) -> Result<u32, Error> {
+        let keys = self.keys()?;
+        // Sent even without an owner to count: a key of another type is reported.
         let reply = self
             .inner()
             .exec
@@ -76,7 +83,7 @@ impl Object {
                 &lockkit_protocol::lock::HOLD_COUNT,
                 self.kind,
                 &[keys.key.as_str()],
-                &owner_refs,
+                owners,
                 Resend::Allowed,
             )
             .await?;

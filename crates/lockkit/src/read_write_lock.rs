@@ -262,8 +262,9 @@ impl ReadWriteLock {
         Ok(self.status().await?.mode == Some(Mode::Write))
     }
 
-    /// How many read holds the calling code has through this client (the enclosing scope's
-    /// owner's, plus those of guards the calling task acquired and has not released, as
+    /// The read holds of the owners the calling code acts as through this client (the enclosing
+    /// scope's owner, or the owners of the guards the calling task acquired and has not released,
+    /// counting every re-entry made inside their scopes, as
     /// [`Lock::hold_count`](crate::Lock::hold_count)); 0 when none.
     ///
     /// # Errors

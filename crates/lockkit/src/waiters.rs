@@ -135,13 +135,19 @@ struct HubInner {
     slot_owners: Mutex<HashMap<u16, Option<Server>>>,
     /// A slot-owner check is running (at most one at a time).
     checking: AtomicBool,
+    /// The runtime the client was built on (the hub's dispatcher runs there): a waiter dropped
+    /// outside any runtime still schedules its channel's retirement through it.
+    runtime: tokio::runtime::Handle,
 }
 
 impl WaiterHub {
     /// Starts the hub on a connected subscriber client; `closed` stops it and closes the
     /// connection.
     /// `sharded` selects sharded pub/sub (`SSUBSCRIBE`).
+    ///
+    /// Must be called inside a tokio runtime (the client's `build`): the hub runs there.
     pub(crate) fn start(sub: SubscriberClient, sharded: bool, closed: CancellationToken) -> Self {
+        let runtime = tokio::runtime::Handle::current();
         let inner = Arc::new(HubInner {
             sub: sub.clone(),
             sharded,
@@ -149,8 +155,9 @@ impl WaiterHub {
             subscribe_lock: tokio::sync::Mutex::new(()),
             slot_owners: Mutex::new(HashMap::new()),
             checking: AtomicBool::new(false),
+            runtime: runtime.clone(),
         });
-        tokio::spawn(dispatch(Arc::downgrade(&inner), sub, closed));
+        runtime.spawn(dispatch(Arc::downgrade(&inner), sub, closed));
         Self { inner }
     }
 
@@ -287,10 +294,12 @@ impl Drop for Waiter {
         if !self.hub.channels.lock().cancel(&self.channel, self.id, now) {
             return;
         }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let hub = Arc::downgrade(&self.hub);
-            runtime.spawn(retire(hub, std::mem::take(&mut self.channel)));
-        }
+        // Through the client's runtime, not the caller's: a waiter may be dropped outside any
+        // runtime (a future dropped on a plain thread), and the channel is marked as retiring
+        // now, so no later idle period would retire it if this one did not.
+        let hub = Arc::downgrade(&self.hub);
+        let channel = std::mem::take(&mut self.channel);
+        self.hub.runtime.spawn(retire(hub, channel));
     }
 }
 
@@ -656,47 +665,93 @@ mod tests {
         assert_eq!(woken(&waiters), 0, "no hand-over between equal needs");
     }
 
+    /// How many subscribers Redis has for `channel` (PUBLISH answers how many got the message;
+    /// `n:0` wakes nobody).
+    async fn subscribers(client: &Client, channel: &str) -> i64 {
+        client
+            .inner
+            .exec
+            .redis()
+            .publish(channel, "n:0")
+            .await
+            .unwrap()
+    }
+
+    /// Until Redis has no subscriber for `channel`. A hang guard, not a time bound: the
+    /// unsubscribe runs in a spawned task after the linger, and there is no event to wait on.
+    async fn until_unsubscribed(client: &Client, channel: &str) {
+        let gone = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            while subscribers(client, channel).await != 0 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        assert!(gone.is_ok(), "still subscribed after the last waiter left");
+    }
+
     /// Subscriptions live while a local task waits on the channel: when the last waiter leaves,
     /// the hub unsubscribes (in the background), so Redis stops sending the channel's releases
     /// to this client; a waiter that leaves while another waits keeps the subscription.
     #[tokio::test]
     async fn the_last_waiter_to_leave_unsubscribes() {
-        use std::time::Duration;
-
         let redis = lockkit_testkit::redis_url().await.unwrap();
         let client = Client::connect(redis.url()).await.unwrap();
         let channel = format!("test:unsubscribe:{}", client.id());
         let hub = &client.inner.hub;
-        let raw = client.inner.exec.redis();
-        // PUBLISH answers how many subscribers got the message (`n:0` wakes nobody).
-        let subscribers = || async {
-            let receivers: i64 = raw.publish(&channel, "n:0").await.unwrap();
-            receivers
-        };
-        // A hang guard, not a time bound: the unsubscribe runs in a spawned task.
-        let until_unsubscribed = || async {
-            let gone = tokio::time::timeout(Duration::from_secs(30), async {
-                while subscribers().await != 0 {
-                    tokio::task::yield_now().await;
-                }
-            })
-            .await;
-            assert!(gone.is_ok(), "still subscribed after the last waiter left");
-        };
 
         let only = hub.register(&channel, None, 1).await.unwrap();
-        assert_eq!(subscribers().await, 1);
+        assert_eq!(subscribers(&client, &channel).await, 1);
         drop(only);
-        until_unsubscribed().await;
+        until_unsubscribed(&client, &channel).await;
 
         let first = hub.register(&channel, None, 1).await.unwrap();
         let second = hub.register(&channel, None, 1).await.unwrap();
-        assert_eq!(subscribers().await, 1, "one subscription for both waiters");
+        assert_eq!(
+            subscribers(&client, &channel).await,
+            1,
+            "one subscription for both waiters"
+        );
         drop(first);
-        assert_eq!(subscribers().await, 1, "the other waiter still waits");
+        assert_eq!(
+            subscribers(&client, &channel).await,
+            1,
+            "the other waiter still waits"
+        );
         drop(second);
         assert_eq!(client.waiting_count(), 0);
-        until_unsubscribed().await;
+        until_unsubscribed(&client, &channel).await;
+    }
+
+    /// Issue 19, §4: a waiter dropped outside any runtime (here on a plain thread) still gets
+    /// its channel retired. It used to mark the channel as retiring without being able to spawn
+    /// the retirement, and since a channel has at most one retirement under way, no later idle
+    /// period retired it either: the subscription stayed for the client's lifetime.
+    #[tokio::test]
+    async fn a_waiter_dropped_outside_a_runtime_still_unsubscribes() {
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let channel = format!("test:unsubscribe:thread:{}", client.id());
+        let hub = &client.inner.hub;
+
+        let waiter = hub.register(&channel, None, 1).await.unwrap();
+        assert_eq!(subscribers(&client, &channel).await, 1);
+        let dropped = std::thread::spawn(move || {
+            assert!(
+                tokio::runtime::Handle::try_current().is_err(),
+                "no runtime here"
+            );
+            drop(waiter);
+        })
+        .join();
+        assert!(dropped.is_ok());
+        assert_eq!(client.waiting_count(), 0);
+        until_unsubscribed(&client, &channel).await;
+
+        // And the channel's later idle periods retire it as usual.
+        let again = hub.register(&channel, None, 1).await.unwrap();
+        assert_eq!(subscribers(&client, &channel).await, 1);
+        drop(again);
+        until_unsubscribed(&client, &channel).await;
     }
 
     /// Sharded mode: a slot-owner check re-subscribes and wakes the waiters of a slot whose owner

@@ -69,17 +69,27 @@ local function publish(channel, sharded, message)
 end
 
 -- For a free lock: the rest of the window (ms) if a release reserved it for another owner that
+-- still waits, else nil; and the owner it was reserved for, if any. Changes nothing.
+local function reservation(handoff, timeouts, owner, now)
+  local reserved = redis.call('GET', handoff)
+  if reserved and reserved ~= owner then
+    local deadline = redis.call('ZSCORE', timeouts, reserved)
+    if deadline and tonumber(deadline) > now then
+      return redis.call('PTTL', handoff), reserved
+    end
+  end
+  return nil, reserved
+end
+
+-- For a free lock: the rest of the window (ms) if a release reserved it for another owner that
 -- still waits; else nil, after ending a reservation (for `owner`, or for an owner that stopped
 -- waiting) and taking `owner` out of the waiting set (it is about to take the lock). Ending a
 -- reservation is announced (`taken`) on `channel` when one is given: the clients that were told
 -- of it (`p:<owner>`) and armed a wake-up for the end of the window need not try.
 local function reserved_for_another(handoff, waiting, timeouts, owner, now, channel, sharded)
-  local reserved = redis.call('GET', handoff)
-  if reserved and reserved ~= owner then
-    local deadline = redis.call('ZSCORE', timeouts, reserved)
-    if deadline and tonumber(deadline) > now then
-      return redis.call('PTTL', handoff)
-    end
+  local window, reserved = reservation(handoff, timeouts, owner, now)
+  if window then
+    return window
   end
   if reserved then
     redis.call('DEL', handoff)

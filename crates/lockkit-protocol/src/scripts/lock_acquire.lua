@@ -17,8 +17,12 @@
 -- ARGV[5]  channel on which the end of a reservation is announced (`taken`); optional: without
 --          it, nothing is announced
 -- ARGV[6]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[7]  optional; 1 = only look (a multi-lock waiting for all its members at once): where the
+--          lock would be taken, reply {2} and take nothing (a reservation for this owner stays
+--          until its window ends); where it is busy, join or stay in the waiting set as usual
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
+--          {2}              (only looking) it would have been acquired
 --          {0, pttl}        held by another owner; pttl is what is left of its latest live hold
 --                           (its own expiry, never -2)
 --          {0, window, 1}   free but reserved for another waiter: window is what is left of the
@@ -33,9 +37,13 @@
 local key, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, marker = ARGV[1], ARGV[2]
 local lease = tonumber(ARGV[3])
+local look = ARGV[7] == '1'
 
 -- Free, nobody waiting, no handoff under way: the common case, in four commands.
 if redis.call('EXISTS', key, handoff, waiting, timeouts) == 0 then
+  if look then
+    return {2}
+  end
   local expiry = now_ms() + lease
   redis.call('HSET', key, owner, 1, marker, hold_value(expiry, owner))
   redis.call('PEXPIREAT', key, expiry)
@@ -47,11 +55,23 @@ local latest = settle(key, now, nil)
 
 if not latest then
   -- Free. A release that woke waiters may have reserved it for the one waiting longest.
+  if look then
+    local window = reservation(handoff, timeouts, owner, now)
+    if window then
+      return reserved_turn(waiting, timeouts, owner, ARGV[4], window, now)
+    end
+    return {2}
+  end
   local window = reserved_for_another(handoff, waiting, timeouts, owner, now, ARGV[5], ARGV[6])
   if window then
     return reserved_turn(waiting, timeouts, owner, ARGV[4], window, now)
   end
   return {1, take(key, owner, marker, now + lease, nil, false)}
+end
+
+-- Re-entry by the same owner, only looked at.
+if look and redis.call('HEXISTS', key, owner) == 1 then
+  return {2}
 end
 
 -- A re-sent request whose first run took the hold: report it, count nothing.
