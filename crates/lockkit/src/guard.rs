@@ -166,11 +166,19 @@ impl HoldGuard {
     /// in the background.
     ///
     /// A hold that has reported itself lost answers [`Error::NotHeld`] every time (see
-    /// [`release`]).
+    /// [`release`]), and at once: its release (which frees the object if Redis has not ended
+    /// the hold yet) goes on in the background, so an unreachable Redis cannot hold up the
+    /// answer that is already known. Otherwise the release takes at most the command timeout.
     pub(crate) async fn release(mut self) -> Result<(), Error> {
         if self.client.is_shut_down() {
             self.armed = false;
             return Err(Error::Shutdown);
+        }
+        if self.hold.is_lost() {
+            // Still armed: dropping `self` hands the release to the watchdog's worker.
+            return Err(Error::NotHeld {
+                name: self.hold.name.to_string(),
+            });
         }
         self.client.watchdog.unregister(self.hold.seq);
         let result = release(&self.client.exec, &self.hold).await;
