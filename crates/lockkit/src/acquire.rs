@@ -11,7 +11,8 @@
 //!
 //! A call with a `wait` returns within it, whatever Redis does ([`WaitBound`]): every network
 //! step of the loop (a try, the subscription) is cut off at the deadline, except that a try is
-//! always given one round trip (at most [`ROUND_TRIP`], or the command timeout if shorter), so
+//! always given one round trip (at most [`ROUND_TRIP`](crate::exec::ROUND_TRIP), or the command
+//! timeout if shorter), so
 //! that a `wait` of zero, or a last try just before the deadline, still gets its answer from a
 //! healthy Redis. A try cut off is dropped, and gives back what its script may have taken
 //! ([`Attempt::attempt`] is cancel-safe); the call fails with an ambiguous [`Error::Redis`] that
@@ -137,11 +138,6 @@ where
 /// The name of the span around an acquire call.
 pub(crate) const ACQUIRE_SPAN: &str = "lockkit.acquire";
 
-/// The most time a try is given beyond an acquire's deadline (or, for a `wait` of zero, at
-/// all), unless the command timeout is shorter: one round trip to a healthy Redis takes well
-/// under a millisecond on a LAN and a few hundred across regions.
-pub(crate) const ROUND_TRIP: Duration = Duration::from_secs(1);
-
 /// Keeps every network step of an acquire call within the call's `wait` (see the module
 /// documentation): a step is cut off at the deadline, or one round trip after it starts if
 /// that is later.
@@ -162,7 +158,7 @@ impl WaitBound {
             deadline: wait.and_then(|wait| started.checked_add(wait)),
             started,
             wait: wait_or_zero,
-            round_trip: client.exec.command_timeout().min(ROUND_TRIP),
+            round_trip: client.exec.round_trip(),
         }
     }
 

@@ -74,6 +74,12 @@ impl Exec {
         self.command_timeout
     }
 
+    /// What one try is given when a caller's own bound leaves it no time: [`ROUND_TRIP`], or
+    /// the command timeout if that is shorter.
+    pub(crate) fn round_trip(&self) -> Duration {
+        self.command_timeout.min(ROUND_TRIP)
+    }
+
     /// A deadline one command timeout from now.
     pub(crate) fn command_deadline(&self) -> Deadline {
         Deadline::after(Bound::CommandTimeout(self.command_timeout))
@@ -167,6 +173,13 @@ impl Exec {
         deadline.run(script.name(), resend_unsent(call)).await
     }
 }
+
+/// The most time one try (a script call, with its `NOSCRIPT` reload) is given beyond a caller's
+/// own bound, unless the command timeout is shorter: an acquire's try in flight at its deadline
+/// (or any try of a `wait` of zero), the release of a guard already known lost. A round trip to
+/// a healthy Redis takes well under a millisecond on a LAN and a few hundred across regions; a
+/// Redis that has not answered by then is treated as unreachable.
+pub(crate) const ROUND_TRIP: Duration = Duration::from_secs(1);
 
 /// A documented bound on how long an operation may take, for the error that says it ran out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

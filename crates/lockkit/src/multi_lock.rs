@@ -100,7 +100,7 @@ impl MultiLock {
         // round trip. Cut off, the future is dropped, and what it held is released in the
         // background.
         let started = Instant::now();
-        let at = crate::exec::far_or(started, wait) + crate::acquire::ROUND_TRIP;
+        let at = crate::exec::far_or(started, wait) + crate::exec::ROUND_TRIP;
         let bound = Deadline::at(at, started, Bound::Wait(wait));
         bound
             .run("acquire", self.acquire(Some(wait), lease))
