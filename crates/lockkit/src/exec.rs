@@ -69,11 +69,6 @@ impl Exec {
         }
     }
 
-    /// The client's command timeout.
-    pub(crate) fn command_timeout(&self) -> Duration {
-        self.command_timeout
-    }
-
     /// What one try is given when a caller's own bound leaves it no time: [`ROUND_TRIP`], or
     /// the command timeout if that is shorter.
     pub(crate) fn round_trip(&self) -> Duration {
