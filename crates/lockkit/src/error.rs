@@ -602,6 +602,44 @@ mod tests {
         );
     }
 
+    /// A call cut off by one of lockkit's bounds: a timeout, ambiguous, naming its object in the
+    /// text and the time and bound in its source; a shutdown that could not release names every
+    /// hold.
+    #[test]
+    fn a_timed_out_call_names_its_object_and_a_failed_shutdown_every_hold() {
+        let err = Error::Redis(RedisError::timed_out(
+            "acquire",
+            "no answer from Redis within 1.0s (the wait was 1s)".into(),
+        ))
+        .naming("order:42");
+        assert_eq!(err.to_string(), "redis error during acquire of `order:42`");
+        assert_eq!(
+            super::Chain(&err).to_string(),
+            "redis error during acquire of `order:42`: Timeout Error: no answer from Redis \
+             within 1.0s (the wait was 1s)"
+        );
+        let Error::Redis(inner) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(inner.is_timeout() && inner.is_ambiguous());
+        assert_eq!(inner.object(), Some("order:42"));
+        // A name given once stays.
+        assert_eq!(
+            err.naming("other").to_string(),
+            "redis error during acquire of `order:42`"
+        );
+
+        let shutdown = Error::NotReleased {
+            names: vec!["order:42".into(), "gpus".into()],
+            source: Box::new(Error::Shutdown),
+        };
+        assert_eq!(
+            shutdown.to_string(),
+            "shutdown could not release 2 hold(s), freed when their leases run out: `order:42`, \
+             `gpus`"
+        );
+    }
+
     /// `was_not_sent` recognises fred's unroutable-command error by its message (fred 10 has no
     /// error kind of its own for it). This pins that message against a real server: a command
     /// aimed at a server the client has no connection to takes fred's "no connection to route
