@@ -22,7 +22,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use futures::future::Either;
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 use tracing::Instrument;
 
@@ -162,17 +162,19 @@ impl WaitBound {
         }
     }
 
-    /// Runs one step of the call within the bound, counted from now. (Not an `async fn`, see
-    /// [`Exec::ints`](crate::exec::Exec::ints).)
-    fn run<T>(
+    /// Runs one step of the call within the bound, counted from now. Boxed, as
+    /// [`Exec::ints_within`](crate::exec::Exec::ints_within) is: the step is an attempt future
+    /// that nests script calls, and the futures of user code that nests acquires must stay
+    /// shallow and small.
+    fn run<'a, T: 'a>(
         &self,
-        step: impl Future<Output = Result<T, Error>>,
-    ) -> impl Future<Output = Result<T, Error>> {
+        step: impl Future<Output = Result<T, Error>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, Error>> {
         match self.deadline {
-            None => Either::Left(step),
+            None => Box::pin(step),
             Some(deadline) => {
                 let at = deadline.max(Instant::now() + self.round_trip);
-                Either::Right(
+                Box::pin(
                     Deadline::at(at, self.started, Bound::Wait(self.wait)).run("acquire", step),
                 )
             }

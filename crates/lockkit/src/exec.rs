@@ -23,6 +23,7 @@ use fred::clients::WithOptions;
 use fred::interfaces::ClientLike;
 use fred::prelude::{Client as RedisClient, Options};
 use fred::types::{ClusterHash, CustomCommand, Value};
+use futures::future::BoxFuture;
 use futures::FutureExt;
 use lockkit_protocol::keys::Kind;
 use lockkit_protocol::script::Script;
@@ -114,7 +115,24 @@ impl Exec {
 
     /// As [`ints`](Exec::ints), bounded by `deadline` (and never longer than the command
     /// timeout from now).
-    pub(crate) async fn ints_within(
+    ///
+    /// Boxed: one allocation per script call, against a round trip, keeps the futures that
+    /// nest script calls (an acquire inside a closure helper inside a user's `async fn`) small
+    /// and of a shallow type; unboxed, their layout overflowed the compiler's query depth limit
+    /// in ordinary user code.
+    pub(crate) fn ints_within<'a>(
+        &'a self,
+        script: &'static Script,
+        kind: Kind,
+        keys: &'a [&'a str],
+        args: &'a [&'a str],
+        resend: Resend,
+        deadline: Deadline,
+    ) -> BoxFuture<'a, Result<Vec<i64>, Error>> {
+        Box::pin(self.ints_unboxed(script, kind, keys, args, resend, deadline))
+    }
+
+    async fn ints_unboxed(
         &self,
         script: &'static Script,
         kind: Kind,

@@ -102,8 +102,9 @@ impl MultiLock {
         let started = Instant::now();
         let at = crate::exec::far_or(started, wait) + crate::exec::ROUND_TRIP;
         let bound = Deadline::at(at, started, Bound::Wait(wait));
+        // Boxed, to keep the future's type shallow (see `Exec::ints_within`).
         bound
-            .run("acquire", self.acquire(Some(wait), lease))
+            .run("acquire", Box::pin(self.acquire(Some(wait), lease)))
             .await
             .map_err(|err| err.naming(&self.names()))
     }
