@@ -6,15 +6,29 @@
 //! confirm the subscription; try again; sleep until woken, the holder's lease ends, or the
 //! deadline passes; repeat. On a channel that is subscribed already, the waiter registers before
 //! its first try instead, and needs no second.
+//!
+//! # The bound
+//!
+//! A call with a `wait` returns within it, whatever Redis does ([`WaitBound`]): every network
+//! step of the loop (a try, the subscription) is cut off at the deadline, except that a try is
+//! always given one round trip (at most [`ROUND_TRIP`](crate::exec::ROUND_TRIP), or the command
+//! timeout if shorter), so
+//! that a `wait` of zero, or a last try just before the deadline, still gets its answer from a
+//! healthy Redis. A try cut off is dropped, and gives back what its script may have taken
+//! ([`Attempt::attempt`] is cancel-safe); the call fails with an ambiguous [`Error::Redis`] that
+//! names the object and says how long it waited: Redis did not answer, which is not the same as
+//! "someone else holds it" (`Ok(None)`).
 
 use std::future::Future;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::core::ClientInner;
 use crate::error::Error;
+use crate::exec::{Bound, Deadline};
 use lockkit_protocol::keys::Kind;
 
 use crate::metrics;
@@ -91,18 +105,19 @@ where
     A: Attempt + Sync,
 {
     client.check_open()?;
-    let kind = attempt.object().0.segment();
-    acquire_loop(client, attempt, wait, kind)
+    let (kind, name) = attempt.object();
+    acquire_loop(client, attempt, wait, kind.segment())
         .await
-        .map_err(|err| shut_down_or(client, err))
+        .map_err(|err| shut_down_or(client, err, name))
 }
 
-/// Whatever broke while the client was shutting down, the reason is the shutdown.
-fn shut_down_or(client: &ClientInner, err: Error) -> Error {
+/// Whatever broke while the client was shutting down, the reason is the shutdown; any other
+/// error names the object it was about.
+fn shut_down_or(client: &ClientInner, err: Error, name: &str) -> Error {
     if client.is_shut_down() {
         Error::Shutdown
     } else {
-        err
+        err.naming(name)
     }
 }
 
@@ -135,7 +150,7 @@ where
     let result = waiting
         .instrument(span)
         .await
-        .map_err(|err| shut_down_or(client, err));
+        .map_err(|err| shut_down_or(client, err, name));
     match &result {
         Ok(Some(_)) => metrics::acquired(kind.segment(), &started),
         Ok(None) => metrics::timed_out(kind.segment()),
@@ -147,6 +162,50 @@ where
 /// The name of the span around an acquire call.
 pub(crate) const ACQUIRE_SPAN: &str = "lockkit.acquire";
 
+/// Keeps every network step of an acquire call within the call's `wait` (see the module
+/// documentation): a step is cut off at the deadline, or one round trip after it starts if
+/// that is later.
+struct WaitBound {
+    /// `None`: no deadline (a `wait` too long to represent, or none at all).
+    deadline: Option<Instant>,
+    started: Instant,
+    wait: Duration,
+    round_trip: Duration,
+}
+
+impl WaitBound {
+    fn new(client: &ClientInner, wait: Option<Duration>) -> Self {
+        let started = Instant::now();
+        let wait_or_zero = wait.unwrap_or_default();
+        Self {
+            // A wait too long to represent is no bound at all.
+            deadline: wait.and_then(|wait| started.checked_add(wait)),
+            started,
+            wait: wait_or_zero,
+            round_trip: client.exec.round_trip(),
+        }
+    }
+
+    /// Runs one step of the call within the bound, counted from now. Boxed, as
+    /// [`Exec::ints_within`](crate::exec::Exec::ints_within) is: the step is an attempt future
+    /// that nests script calls, and the futures of user code that nests acquires must stay
+    /// shallow and small.
+    fn run<'a, T: 'a>(
+        &self,
+        step: impl Future<Output = Result<T, Error>> + Send + 'a,
+    ) -> BoxFuture<'a, Result<T, Error>> {
+        match self.deadline {
+            None => Box::pin(step),
+            Some(deadline) => {
+                let at = deadline.max(Instant::now() + self.round_trip);
+                Box::pin(
+                    Deadline::at(at, self.started, Bound::Wait(self.wait)).run("acquire", step),
+                )
+            }
+        }
+    }
+}
+
 async fn acquire_loop<A>(
     client: &ClientInner,
     attempt: &A,
@@ -156,8 +215,8 @@ async fn acquire_loop<A>(
 where
     A: Attempt + Sync,
 {
-    // A wait too long to represent is no bound at all.
-    let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+    let bound = WaitBound::new(client, wait);
+    let deadline = bound.deadline;
     let (channel, tag, need) = (attempt.channel(), attempt.waiter_tag(), attempt.need());
     // On a channel subscribed already, register before the first try (a caller that will not
     // wait has nothing to register for).
@@ -180,7 +239,7 @@ where
             }))
         }
     };
-    let first = match sleep_bound(attempt.attempt().await?) {
+    let first = match sleep_bound(bound.run(attempt.attempt()).await?) {
         Ok(out) => return Ok(Some(out)),
         Err(bound) => bound,
     };
@@ -192,14 +251,17 @@ where
     // closes the lost-wakeup race is not needed.
     let (waiter, mut known) = match early {
         Some(waiter) => (waiter, Some(first)),
-        None => (client.hub.register(channel, tag, need).await?, None),
+        None => (
+            bound.run(client.hub.register(channel, tag, need)).await?,
+            None,
+        ),
     };
     let _waiting = metrics::Waiting::new(kind);
     loop {
         let retry_in = match known.take() {
             Some(retry_in) => retry_in,
             None => {
-                let outcome = attempt.attempt().await?;
+                let outcome = bound.run(attempt.attempt()).await?;
                 // A wake-up this try acted on is used up; one that was refused goes on to a
                 // waiter that needs less. (Dropped before here, the waiter passes a wake-up in
                 // hand on.)
@@ -276,11 +338,12 @@ async fn poll_loop<A>(
 where
     A: Attempt + Sync,
 {
-    let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+    let bound = WaitBound::new(client, wait);
+    let deadline = bound.deadline;
     let mut pause = backoff.first;
     let mut warned = false;
     loop {
-        let retry_in = match attempt.attempt().await? {
+        let retry_in = match bound.run(attempt.attempt()).await? {
             Outcome::Acquired(out) => return Ok(Some(out)),
             Outcome::Busy { retry_in } => retry_in,
             Outcome::Reserved { window, .. } => Some(window),

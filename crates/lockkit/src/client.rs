@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::{ClientLike, Config, ReconnectPolicy};
+use fred::prelude::{Config, ReconnectPolicy};
 use fred::types::Builder;
 use lockkit_protocol::keys::{Namespace, DEFAULT_PREFIX};
 use tokio_util::sync::CancellationToken;
 
-use crate::connect::{connect, Target};
+use crate::connect::{connect, quit_in_background, Target};
 use crate::core::ClientInner;
 pub use crate::core::PubSubMode;
 use crate::core::Settings;
@@ -179,22 +179,36 @@ impl Client {
     /// connection closes now, the command connection once the last handle and guard are dropped.
     /// Calling it again does nothing.
     ///
+    /// It takes at most the [command timeout](ClientBuilder::command_timeout), whatever Redis
+    /// does: the holds are released all at once, each release bounded by the command timeout
+    /// (as are the releases of dropped guards that were still under way, which it waits for).
+    ///
     /// # Errors
-    /// The first error of a release that could not be sent; such a hold is left to run out its
-    /// lease.
+    /// [`Error::NotReleased`], naming every hold that could not be given back in that time
+    /// (Redis did not answer, or failed); the client is shut down all the same, and each such
+    /// hold frees when its lease runs out.
     pub async fn shutdown(&self) -> Result<(), Error> {
         if self.inner.shutdown.is_cancelled() {
             return Ok(());
         }
         self.inner.shutdown.cancel();
-        let mut errors = self.inner.watchdog.shutdown().await;
+        let failed = self.inner.watchdog.shutdown().await;
         self.inner.close();
         tracing::debug!(client = %self.inner.id, "client shut down");
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(errors.swap_remove(0))
-        }
+        let mut failed = failed.into_iter();
+        let Some((first_name, first)) = failed.next() else {
+            return Ok(());
+        };
+        let mut names = vec![first_name.to_string()];
+        names.extend(failed.map(|(name, _)| name.to_string()));
+        tracing::warn!(
+            not_released = ?names,
+            "shutdown could not release every hold; their leases will free them"
+        );
+        Err(Error::NotReleased {
+            names,
+            source: Box::new(first),
+        })
     }
 }
 
@@ -289,13 +303,21 @@ impl ClientBuilder {
         self
     }
 
-    /// How long one command may take, reconnection included, before it fails (default 5 s).
+    /// How long one command may take, resends and reconnection included, before it fails with
+    /// an ambiguous [`Error::Redis`] (default 5 s). It bounds every script call, an
+    /// [`unlock`](crate::LockGuard::unlock) with all its resends, and
+    /// [`Client::shutdown`]; an acquire's `wait` bounds the acquire (see `docs/reliability.md`,
+    /// "Bounds while Redis is down").
     pub fn command_timeout(mut self, timeout: Duration) -> Self {
         self.command_timeout = timeout;
         self
     }
 
-    /// How long connecting may take (default 5 s).
+    /// How long connecting may take in all (default 5 s): the TCP connection, TLS, and the Redis
+    /// handshake, of the command and the subscriber connection, and (on a cluster) the pub/sub
+    /// probe. [`build`](ClientBuilder::build) fails with
+    /// [`ConnectFailure::TimedOut`](crate::ConnectFailure::TimedOut) when it runs out; the same
+    /// timeout bounds each reconnection's handshake later.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
         self
@@ -458,7 +480,9 @@ impl ClientBuilder {
         builder
             .with_connection_config(|conn| {
                 conn.connection_timeout = self.connect_timeout;
-                conn.internal_command_timeout = self.command_timeout;
+                // The handshake (HELLO, AUTH, SELECT, CLUSTER SLOTS, ...) is part of connecting:
+                // with the command timeout it could end a connect early, and name the wrong bound.
+                conn.internal_command_timeout = self.connect_timeout;
             })
             .with_performance_config(|perf| {
                 perf.default_command_timeout = self.command_timeout;
@@ -477,23 +501,35 @@ impl ClientBuilder {
         let sub = builder
             .build_subscriber_client()
             .map_err(|err| target.error(ConnectFailure::Other, Some(Box::new(err))))?;
-        connect(&redis_client, &target).await?;
-        if let Err(err) = connect(&sub, &target).await {
-            let _ = redis_client.quit().await;
+        // Both connections at once, within one connect timeout in all.
+        let deadline = target.deadline();
+        let (command, subscriber) = tokio::join!(
+            connect(&redis_client, &target, deadline),
+            connect(&sub, &target, deadline)
+        );
+        if let Err(err) = command.and(subscriber) {
+            quit_in_background(&redis_client);
+            quit_in_background(&sub);
             return Err(err);
         }
         // No `manage_subscriptions()`: the waiter hub re-subscribes after a reconnect itself.
 
-        let pubsub = match resolve_pubsub(&redis_client, self.pubsub, clustered).await {
-            Ok(pubsub) => pubsub,
-            Err(err) => {
-                let _ = redis_client.quit().await;
-                let _ = sub.quit().await;
+        let probe = resolve_pubsub(&redis_client, self.pubsub, clustered);
+        let pubsub = match tokio::time::timeout_at(deadline, probe).await {
+            Ok(Ok(pubsub)) => pubsub,
+            Ok(Err(err)) => {
+                quit_in_background(&redis_client);
+                quit_in_background(&sub);
                 return Err(err);
+            }
+            Err(_elapsed) => {
+                quit_in_background(&redis_client);
+                quit_in_background(&sub);
+                return Err(target.timed_out());
             }
         };
         let sharded = pubsub == PubSubMode::Sharded;
-        let exec = Exec::new(redis_client, sharded);
+        let exec = Exec::new(redis_client, sharded, self.command_timeout);
         let closed = CancellationToken::new();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let watchdog = Watchdog::spawn(

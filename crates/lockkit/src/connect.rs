@@ -6,12 +6,18 @@
 //! its `io::ErrorKind` tells a refused port from an unreachable host or a name that does not
 //! resolve, and a probe that connects shows the trouble lies beyond TCP (TLS, the Redis
 //! handshake). The probe runs only after a failure, once per address.
+//!
+//! Connecting takes at most the connect timeout in all, counted from [`Target::new`]: the
+//! connections, the probe and (on a cluster) the pub/sub check share one deadline, and a client
+//! that gave up is closed in the background (fred's `QUIT` waits for its own command timeout).
+//! A timeout names the time actually spent.
 
 use std::io;
 use std::time::Duration;
 
 use fred::error::ErrorKind;
 use fred::prelude::{ClientLike, Config, ServerConfig};
+use tokio::time::Instant;
 
 use crate::error::{ConnectFailure, Error};
 
@@ -27,6 +33,8 @@ pub(crate) struct Target {
     tls: bool,
     /// The connect timeout.
     timeout: Duration,
+    /// When connecting started.
+    started: Instant,
 }
 
 impl Target {
@@ -46,7 +54,18 @@ impl Target {
             hosts,
             tls,
             timeout,
+            started: Instant::now(),
         }
+    }
+
+    /// When connecting must have ended: one connect timeout after it started.
+    pub(crate) fn deadline(&self) -> Instant {
+        crate::exec::far_or(self.started, self.timeout)
+    }
+
+    /// [`Error::Connect`] for a connect that ran out of time, naming the time spent.
+    pub(crate) fn timed_out(&self) -> Error {
+        self.error(ConnectFailure::TimedOut(self.started.elapsed()), None)
     }
 
     /// The servers' addresses as the message shows them: `host:port`, IPv6 hosts in brackets,
@@ -85,7 +104,8 @@ impl Target {
     pub(crate) async fn failed(&self, err: fred::error::Error) -> Error {
         let reason = match err.kind() {
             ErrorKind::Auth => ConnectFailure::Auth,
-            ErrorKind::Timeout => ConnectFailure::TimedOut(self.timeout),
+            // fred's own timeouts (the TCP connection, the handshake) are the connect timeout too.
+            ErrorKind::Timeout => ConnectFailure::TimedOut(self.started.elapsed()),
             #[cfg(feature = "tls")]
             ErrorKind::Tls => ConnectFailure::Tls,
             ErrorKind::IO => match self.probe().await {
@@ -113,7 +133,8 @@ impl Target {
         let mut first_failure = None;
         for (host, port) in &self.hosts {
             let probe = probe_one(host, *port);
-            match tokio::time::timeout(PROBE_TIMEOUT.min(self.timeout), probe).await {
+            let until = self.deadline().min(Instant::now() + PROBE_TIMEOUT);
+            match tokio::time::timeout_at(until, probe).await {
                 Ok(Probe::Connected) => return Probe::Connected,
                 Ok(failure @ Probe::Failed(..)) => {
                     first_failure.get_or_insert(failure);
@@ -155,16 +176,29 @@ async fn probe_one(host: &str, port: u16) -> Probe {
     }
 }
 
-/// Connects a fred client, giving up after the target's timeout.
-pub(crate) async fn connect<C: ClientLike>(client: &C, target: &Target) -> Result<(), Error> {
-    match tokio::time::timeout(target.timeout, client.init()).await {
+/// Connects a fred client, giving up at `deadline` (the target's, shared by every connection of
+/// one client). A client that did not connect is closed in the background by the caller
+/// ([`quit_in_background`]).
+pub(crate) async fn connect<C: ClientLike>(
+    client: &C,
+    target: &Target,
+    deadline: Instant,
+) -> Result<(), Error> {
+    match tokio::time::timeout_at(deadline, client.init()).await {
         Ok(Ok(_task)) => Ok(()),
         Ok(Err(err)) => Err(target.failed(err).await),
-        Err(_elapsed) => {
-            let _ = client.quit().await;
-            Err(target.error(ConnectFailure::TimedOut(target.timeout), None))
-        }
+        Err(_elapsed) => Err(target.timed_out()),
     }
+}
+
+/// Closes a fred client without waiting: its `QUIT` waits up to the command timeout for an
+/// answer that an unreachable server never gives, and until it is sent the client would go on
+/// reconnecting.
+pub(crate) fn quit_in_background<C: ClientLike + Clone + 'static>(client: &C) {
+    let client = client.clone();
+    tokio::spawn(async move {
+        let _ = client.quit().await;
+    });
 }
 
 #[cfg(test)]

@@ -140,10 +140,36 @@ pub enum Error {
     /// The client was shut down with [`Client::shutdown`](crate::Client::shutdown).
     #[error("the lockkit client has been shut down")]
     Shutdown,
+    /// [`Client::shutdown`](crate::Client::shutdown) could not give back some holds within the
+    /// command timeout (Redis did not answer, or failed). None of them is renewed any more: each
+    /// frees when its lease runs out (a watchdog-mode hold within the watchdog timeout). The
+    /// client is shut down all the same.
+    #[error("shutdown could not release {} hold(s), freed when their leases run out: {}", .names.len(), .names.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", "))]
+    NotReleased {
+        /// The names of the objects whose holds were not given back, one per hold.
+        names: Vec<String>,
+        /// Why the first of them was not.
+        #[source]
+        source: Box<Error>,
+    },
     /// A script answered with a reply of the wrong shape: a bug, or another program using the same
     /// keys.
     #[error(transparent)]
     Protocol(#[from] DecodeError),
+}
+
+impl Error {
+    /// Names the object of a [`Error::Redis`] that does not name one yet; other errors as they
+    /// are.
+    pub(crate) fn naming(self, name: &str) -> Self {
+        match self {
+            Error::Redis(mut err) if err.object.is_none() => {
+                err.object = Some(name.to_owned());
+                Error::Redis(err)
+            }
+            other => other,
+        }
+    }
 }
 
 impl From<KeyError> for Error {
@@ -176,7 +202,10 @@ pub enum ConnectFailure {
     UnknownHost,
     /// Neither connected nor refused within the connect timeout
     /// ([`ClientBuilder::connect_timeout`](crate::ClientBuilder::connect_timeout)): a firewall
-    /// that drops packets, a paused server, a wrong address that nobody answers.
+    /// that drops packets, a paused server, a wrong address that nobody answers, a server that
+    /// accepts the connection but never answers the handshake. Holds the time actually spent
+    /// connecting (the connect timeout, give or take the scheduler), shown to a tenth of a
+    /// second: `no answer within 1.0s (the connect timeout; is Redis running? set REDIS_URL)`.
     TimedOut(Duration),
     /// Redis refused the credentials (`WRONGPASS`, or `NOAUTH`: a password is needed).
     Auth,
@@ -202,7 +231,11 @@ impl fmt::Display for ConnectFailure {
             ConnectFailure::UnknownHost => {
                 f.write_str("unknown host (check the host name in the URL or REDIS_URL)")
             }
-            ConnectFailure::TimedOut(after) => write!(f, "no answer within {after:?} ({HINT})"),
+            ConnectFailure::TimedOut(after) => write!(
+                f,
+                "no answer within {:.1}s (the connect timeout; {HINT})",
+                after.as_secs_f64()
+            ),
             ConnectFailure::Auth => {
                 f.write_str("authentication failed (check the user name and password in the URL)")
             }
@@ -224,17 +257,46 @@ impl fmt::Display for ConnectFailure {
 #[derive(Debug)]
 pub struct RedisError {
     operation: &'static str,
+    /// The object the operation was for, where known.
+    object: Option<String>,
     source: fred::error::Error,
 }
 
 impl RedisError {
     pub(crate) fn new(operation: &'static str, source: fred::error::Error) -> Self {
-        Self { operation, source }
+        Self {
+            operation,
+            object: None,
+            source,
+        }
+    }
+
+    /// An operation that Redis did not answer in time: cut off by one of lockkit's bounds (an
+    /// acquire's wait, the command timeout). `detail` says how long and which bound. Ambiguous:
+    /// the command may have run.
+    pub(crate) fn timed_out(operation: &'static str, detail: String) -> Self {
+        Self::new(
+            operation,
+            fred::error::Error::new(fred::error::ErrorKind::Timeout, detail),
+        )
     }
 
     /// What lockkit was doing: a script's name (`lock_acquire`, ...), `subscribe`, ...
     pub fn operation(&self) -> &'static str {
         self.operation
+    }
+
+    /// The name of the object the operation was for (a lock's, a semaphore's, ...), where
+    /// lockkit knows it: acquires and releases name it.
+    pub fn object(&self) -> Option<&str> {
+        self.object.as_deref()
+    }
+
+    /// Whether Redis did not answer in time: the command timeout or an acquire's wait ran out
+    /// (the connection hangs, or the client could not reconnect in time). Such a failure is
+    /// also [ambiguous](RedisError::is_ambiguous).
+    pub fn is_timeout(&self) -> bool {
+        self.source.kind() == &fred::error::ErrorKind::Timeout
     }
 
     /// Whether the command was certainly not sent by its last attempt: fred had no connection to
@@ -290,7 +352,11 @@ const UNROUTABLE: &str = "Failed to route command";
 impl fmt::Display for RedisError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // The source's text is left to `source()`: reporters print it once.
-        write!(f, "redis error during {}", self.operation)
+        write!(f, "redis error during {}", self.operation)?;
+        if let Some(object) = &self.object {
+            write!(f, " of `{object}`")?;
+        }
+        Ok(())
     }
 }
 
@@ -422,6 +488,16 @@ mod tests {
             redis("subscribe", ErrorKind::Timeout, "Request timed out."),
             redis("lock_renew", ErrorKind::Unknown, "Failed to route command."),
             Error::Shutdown,
+            Error::NotReleased {
+                names: vec!["order:42".into(), "gpus".into()],
+                source: Box::new(
+                    Error::Redis(RedisError::timed_out(
+                        "lock_release",
+                        "no answer from Redis within 5.0s (the command timeout is 5s)".into(),
+                    ))
+                    .naming("order:42"),
+                ),
+            },
             Error::Protocol(DecodeError {
                 script: "lock_acquire",
                 detail: "[7, 7]".into(),
@@ -454,6 +530,7 @@ mod tests {
                 | Error::Connect { .. }
                 | Error::Redis(_)
                 | Error::Shutdown
+                | Error::NotReleased { .. }
                 | Error::Protocol(_) => {}
             }
         }
@@ -522,6 +599,44 @@ mod tests {
         assert_eq!(
             super::Chain(&err).to_string(),
             "redis error during lock_acquire: Unknown Error: NOPERM no permissions"
+        );
+    }
+
+    /// A call cut off by one of lockkit's bounds: a timeout, ambiguous, naming its object in the
+    /// text and the time and bound in its source; a shutdown that could not release names every
+    /// hold.
+    #[test]
+    fn a_timed_out_call_names_its_object_and_a_failed_shutdown_every_hold() {
+        let err = Error::Redis(RedisError::timed_out(
+            "acquire",
+            "no answer from Redis within 1.0s (the wait was 1s)".into(),
+        ))
+        .naming("order:42");
+        assert_eq!(err.to_string(), "redis error during acquire of `order:42`");
+        assert_eq!(
+            super::Chain(&err).to_string(),
+            "redis error during acquire of `order:42`: Timeout Error: no answer from Redis \
+             within 1.0s (the wait was 1s)"
+        );
+        let Error::Redis(inner) = &err else {
+            panic!("{err:?}");
+        };
+        assert!(inner.is_timeout() && inner.is_ambiguous());
+        assert_eq!(inner.object(), Some("order:42"));
+        // A name given once stays.
+        assert_eq!(
+            err.naming("other").to_string(),
+            "redis error during acquire of `order:42`"
+        );
+
+        let shutdown = Error::NotReleased {
+            names: vec!["order:42".into(), "gpus".into()],
+            source: Box::new(Error::Shutdown),
+        };
+        assert_eq!(
+            shutdown.to_string(),
+            "shutdown could not release 2 hold(s), freed when their leases run out: `order:42`, \
+             `gpus`"
         );
     }
 

@@ -7,14 +7,28 @@
 //! that is allowed ([`Resend`]): acquire and renew scripts are idempotent per request (hold
 //! markers), so they may be re-sent; releases are sent once and retried by the caller, who then
 //! knows that an earlier attempt may have run.
+//!
+//! Every script call is bounded by a [`Deadline`], the one place where "run this, but give up
+//! when a documented bound runs out" is written: by default the client's command timeout,
+//! counted from the call and covering every resend and reconnect; an acquire passes its own,
+//! shorter one (its wait), a release one shared by all its attempts. A call cut off by its
+//! deadline is dropped (cancel-safe callers give back what it may have taken) and fails with an
+//! ambiguous [`Error::Redis`] whose source says how long it waited and which bound ran out.
+
+use std::fmt;
+use std::future::Future;
+use std::time::Duration;
 
 use fred::clients::WithOptions;
 use fred::interfaces::ClientLike;
 use fred::prelude::{Client as RedisClient, Options};
 use fred::types::{ClusterHash, CustomCommand, Value};
+use futures::future::BoxFuture;
+use futures::FutureExt;
 use lockkit_protocol::keys::Kind;
 use lockkit_protocol::script::Script;
 use lockkit_protocol::slot::key_slot;
+use tokio::time::Instant;
 
 use crate::error::{Error, RedisError};
 
@@ -35,11 +49,14 @@ pub(crate) struct Exec {
     sending_once: WithOptions<RedisClient>,
     /// Whether release announcements go out by `SPUBLISH` (sharded pub/sub).
     sharded: bool,
+    /// The client's command timeout: the default [`Deadline`] of a call.
+    command_timeout: Duration,
 }
 
 impl Exec {
-    /// `sharded`: whether scripts announce releases with `SPUBLISH` rather than `PUBLISH`.
-    pub(crate) fn new(redis: RedisClient, sharded: bool) -> Self {
+    /// `sharded`: whether scripts announce releases with `SPUBLISH` rather than `PUBLISH`;
+    /// `command_timeout`: the longest a call may take unless its caller gives a deadline.
+    pub(crate) fn new(redis: RedisClient, sharded: bool, command_timeout: Duration) -> Self {
         let once = Options {
             max_attempts: Some(1),
             ..Options::default()
@@ -49,7 +66,19 @@ impl Exec {
             sending_once: redis.with_options(&once),
             redis,
             sharded,
+            command_timeout,
         }
+    }
+
+    /// What one try is given when a caller's own bound leaves it no time: [`ROUND_TRIP`], or
+    /// the command timeout if that is shorter.
+    pub(crate) fn round_trip(&self) -> Duration {
+        self.command_timeout.min(ROUND_TRIP)
+    }
+
+    /// A deadline one command timeout from now.
+    pub(crate) fn command_deadline(&self) -> Deadline {
+        Deadline::after(Bound::CommandTimeout(self.command_timeout))
     }
 
     /// The sharded flag every announcing script takes in `ARGV`: `"1"` for `SPUBLISH`, `"0"` for
@@ -68,15 +97,51 @@ impl Exec {
     }
 
     /// Runs `script` and returns its reply, which must be an array of integers (every lockkit
-    /// script answers so). `kind` names the object type for [`Error::WrongType`].
-    pub(crate) async fn ints(
+    /// script answers so). `kind` names the object type for [`Error::WrongType`]. Bounded by
+    /// the command timeout, resends and reconnects included.
+    ///
+    /// (Not an `async fn`: a wrapper future would store its inner future twice in a debug build,
+    /// and acquire futures nest several such layers.)
+    pub(crate) fn ints<'a>(
+        &'a self,
+        script: &'static Script,
+        kind: Kind,
+        keys: &'a [&'a str],
+        args: &'a [&'a str],
+        resend: Resend,
+    ) -> impl Future<Output = Result<Vec<i64>, Error>> + 'a {
+        self.ints_within(script, kind, keys, args, resend, self.command_deadline())
+    }
+
+    /// As [`ints`](Exec::ints), bounded by `deadline` (and never longer than the command
+    /// timeout from now).
+    ///
+    /// Boxed: one allocation per script call, against a round trip, keeps the futures that
+    /// nest script calls (an acquire inside a closure helper inside a user's `async fn`) small
+    /// and of a shallow type; unboxed, their layout overflowed the compiler's query depth limit
+    /// in ordinary user code.
+    pub(crate) fn ints_within<'a>(
+        &'a self,
+        script: &'static Script,
+        kind: Kind,
+        keys: &'a [&'a str],
+        args: &'a [&'a str],
+        resend: Resend,
+        deadline: Deadline,
+    ) -> BoxFuture<'a, Result<Vec<i64>, Error>> {
+        Box::pin(self.ints_unboxed(script, kind, keys, args, resend, deadline))
+    }
+
+    async fn ints_unboxed(
         &self,
         script: &'static Script,
         kind: Kind,
         keys: &[&str],
         args: &[&str],
         resend: Resend,
+        deadline: Deadline,
     ) -> Result<Vec<i64>, Error> {
+        let deadline = deadline.min(self.command_deadline());
         // Routed by the slot of the first key, which every key of one call shares.
         let route = keys.first().map_or(ClusterHash::Random, |key| {
             ClusterHash::Custom(key_slot(key))
@@ -87,7 +152,7 @@ impl Exec {
         };
         // A script that could not even be routed was never sent: sending it again is safe for
         // every script, whatever its `Resend` policy.
-        resend_unsent(|| async {
+        let call = || async {
             let evalsha = CustomCommand::new_static("EVALSHA", route.clone(), false);
             let result = match client
                 .custom::<Vec<i64>, Value>(evalsha, frame(script.sha1(), keys, args))
@@ -117,9 +182,110 @@ impl Exec {
                     Error::Redis(RedisError::new(script.name(), source))
                 }
             })
-        })
-        .await
+        };
+        deadline.run(script.name(), resend_unsent(call)).await
     }
+}
+
+/// The most time one try (a script call, with its `NOSCRIPT` reload) is given beyond a caller's
+/// own bound, unless the command timeout is shorter: an acquire's try in flight at its deadline
+/// (or any try of a `wait` of zero), the release of a guard already known lost. A round trip to
+/// a healthy Redis takes well under a millisecond on a LAN and a few hundred across regions; a
+/// Redis that has not answered by then is treated as unreachable.
+pub(crate) const ROUND_TRIP: Duration = Duration::from_secs(1);
+
+/// A documented bound on how long an operation may take, for the error that says it ran out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bound {
+    /// The client's command timeout
+    /// ([`ClientBuilder::command_timeout`](crate::ClientBuilder::command_timeout)).
+    CommandTimeout(Duration),
+    /// An acquire's `wait`.
+    Wait(Duration),
+}
+
+impl fmt::Display for Bound {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Bound::CommandTimeout(timeout) => write!(f, "the command timeout is {timeout:?}"),
+            Bound::Wait(wait) => write!(
+                f,
+                "the wait was {wait:?}, plus at most one round trip for a try in flight"
+            ),
+        }
+    }
+}
+
+/// When an operation must have ended: the instant, when it started (for the time spent), and
+/// the bound it enforces (for the message).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    at: Instant,
+    started: Instant,
+    bound: Bound,
+}
+
+impl Deadline {
+    /// A deadline `bound` from now.
+    pub(crate) fn after(bound: Bound) -> Self {
+        let started = Instant::now();
+        let length = match bound {
+            Bound::CommandTimeout(length) | Bound::Wait(length) => length,
+        };
+        Self::at(far_or(started, length), started, bound)
+    }
+
+    /// A deadline at `at`, for an operation that started at `started`.
+    pub(crate) fn at(at: Instant, started: Instant, bound: Bound) -> Self {
+        Self { at, started, bound }
+    }
+
+    /// The earlier of two deadlines (the other one's start and bound if it is earlier).
+    pub(crate) fn min(self, other: Deadline) -> Deadline {
+        if other.at < self.at {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// Runs `op`, `operation` in the error if the deadline passes first (and `op` is dropped).
+    pub(crate) fn run<T>(
+        self,
+        operation: &'static str,
+        op: impl Future<Output = Result<T, Error>>,
+    ) -> impl Future<Output = Result<T, Error>> {
+        tokio::time::timeout_at(self.at, op).map(move |result| match result {
+            Ok(result) => result,
+            Err(_elapsed) => Err(self.expired(operation)),
+        })
+    }
+
+    /// The error of an operation cut off by this deadline.
+    pub(crate) fn expired(&self, operation: &'static str) -> Error {
+        let spent = self.started.elapsed();
+        tracing::debug!(
+            operation,
+            ?spent,
+            "no answer from Redis in time; {}",
+            self.bound
+        );
+        Error::Redis(RedisError::timed_out(
+            operation,
+            format!(
+                "no answer from Redis within {:.1}s ({})",
+                spent.as_secs_f64(),
+                self.bound
+            ),
+        ))
+    }
+}
+
+/// `start + length`, or a far-off instant when that is too late to represent.
+pub(crate) fn far_or(start: Instant, length: Duration) -> Instant {
+    start
+        .checked_add(length)
+        .unwrap_or_else(|| start + Duration::from_secs(100 * 365 * 24 * 60 * 60))
 }
 
 /// `EVALSHA`/`EVAL` arguments: the script (or its SHA1), the key count, the keys, the arguments.

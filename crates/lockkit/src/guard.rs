@@ -166,13 +166,37 @@ impl HoldGuard {
     /// in the background.
     ///
     /// A hold that has reported itself lost answers [`Error::NotHeld`] every time (see
-    /// [`release`]).
+    /// [`release`]), within one round trip ([`ROUND_TRIP`](crate::exec::ROUND_TRIP)): the answer
+    /// is known already, and its release (which frees the object at once if Redis has not ended
+    /// the hold yet) is only given that long before it goes on in the background, so an
+    /// unreachable Redis cannot hold up the answer. Any other release takes at most the command
+    /// timeout.
     pub(crate) async fn release(mut self) -> Result<(), Error> {
         if self.client.is_shut_down() {
             self.armed = false;
             return Err(Error::Shutdown);
         }
         self.client.watchdog.unregister(self.hold.seq);
+        if self.hold.is_lost() {
+            let name = self.hold.name.to_string();
+            let quick = self.client.exec.round_trip();
+            match tokio::time::timeout(quick, release(&self.client.exec, &self.hold)).await {
+                Ok(result) => {
+                    if let Err(err @ Error::Redis(_)) = result {
+                        tracing::debug!(
+                            name = %name,
+                            "releasing a lost hold failed, its lease will run out: {}",
+                            crate::error::Chain(&err)
+                        );
+                    }
+                    self.armed = false;
+                    self.hold.finish();
+                }
+                // Still armed: dropping `self` hands the release to the watchdog's worker.
+                Err(_elapsed) => {}
+            }
+            return Err(Error::NotHeld { name });
+        }
         let result = release(&self.client.exec, &self.hold).await;
         self.armed = false;
         self.hold.finish();

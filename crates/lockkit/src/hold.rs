@@ -215,7 +215,8 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
         || hold.is_lost(),
     )
     .instrument(span)
-    .await?;
+    .await
+    .map_err(|err| err.naming(&hold.name))?;
     if lost_before {
         return Err(Error::NotHeld {
             name: hold.name.to_string(),
@@ -230,6 +231,9 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
 /// The release script is sent at most once per attempt; when the connection breaks under it, it is
 /// sent again (the marker makes that safe). When an earlier attempt may have run and the next one
 /// finds the hold gone, the hold counts as released unless `known_lost` says it was already gone.
+///
+/// All attempts together take at most the command timeout: past it, the release fails with an
+/// ambiguous [`Error::Redis`] (it may have run) and the hold is left to its lease.
 pub(crate) async fn release_marker(
     exec: &Exec,
     kind: &HoldKind,
@@ -241,14 +245,17 @@ pub(crate) async fn release_marker(
     let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     let mut ambiguous = false;
     let mut resent = 0;
+    // One deadline for every attempt.
+    let deadline = exec.command_deadline();
     loop {
         let result = exec
-            .ints(
+            .ints_within(
                 kind.release,
                 kind.kind,
                 &key_refs,
                 &[marker, &keys.channel, exec.publish_flag()],
                 Resend::Never,
+                deadline,
             )
             .await;
         match result {
@@ -261,7 +268,10 @@ pub(crate) async fn release_marker(
                     }),
                 };
             }
-            Err(Error::Redis(err)) if err.is_ambiguous() && resent + 1 < RELEASE_ATTEMPTS => {
+            // A timeout used up the deadline: no time is left for another attempt.
+            Err(Error::Redis(err))
+                if err.is_ambiguous() && !err.is_timeout() && resent + 1 < RELEASE_ATTEMPTS =>
+            {
                 tracing::debug!(
                     name,
                     "release interrupted ({}); sending it again",

@@ -214,14 +214,23 @@ impl Lock {
     /// - `wait = Duration::ZERO` makes one attempt and never waits;
     /// - `lease = None` takes it in watchdog mode, `Some(lease)` with a fixed lease.
     ///
-    /// Returns `Ok(None)` when the lock was not acquired within `wait`. A `wait` too long to
-    /// represent as a deadline waits without bound.
+    /// Returns `Ok(None)` when the lock was not acquired within `wait`: someone else held it. A
+    /// `wait` too long to represent as a deadline waits without bound.
+    ///
+    /// Returns within `wait` whatever Redis does, plus at most one round trip for a try still in
+    /// flight then (1 s, or the [command timeout](crate::ClientBuilder::command_timeout) if
+    /// shorter); with `wait = Duration::ZERO`, within that one round trip. The same bound holds
+    /// for every `try_*` method of every primitive.
     ///
     /// # Cancel safety
     /// As [`lock`](Lock::lock).
     ///
     /// # Errors
-    /// As [`lock_with_lease`](Lock::lock_with_lease).
+    /// As [`lock_with_lease`](Lock::lock_with_lease). When Redis did not answer within that
+    /// bound (down, unreachable, too slow), [`Error::Redis`] with
+    /// [`is_timeout`](crate::RedisError::is_timeout) and the lock's name in
+    /// [`object`](crate::RedisError::object), never `Ok(None)`; nothing is held (a try cut off
+    /// gives back in the background whatever it may have taken).
     ///
     /// ```no_run
     /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -769,11 +778,18 @@ impl LockGuard {
     /// # Cancel safety
     /// If the future is dropped before it completes, the release goes on in the background.
     ///
+    /// Takes at most the [command timeout](crate::ClientBuilder::command_timeout), resends
+    /// included, whatever Redis does; a guard already [lost](LockGuard::is_lost) answers within
+    /// one round trip (1 s, or the command timeout if shorter).
+    ///
     /// # Errors
     /// [`Error::NotHeld`] when the hold was already gone (its lease ran out, or the lock was
-    /// force-unlocked): the critical section may have overlapped with another holder's.
+    /// force-unlocked): the critical section may have overlapped with another holder's. A guard
+    /// known lost answers so without waiting for an unreachable Redis (its release goes on in
+    /// the background).
     /// [`Error::Shutdown`] after [`Client::shutdown`](crate::Client::shutdown), which already released it.
-    /// [`Error::Redis`] when Redis fails; the hold is then left to run out its lease.
+    /// [`Error::Redis`] when Redis fails or does not answer within the command timeout (naming the
+    /// lock); the hold is then no longer renewed and is left to run out its lease.
     pub async fn unlock(self) -> Result<(), Error> {
         self.guard.release().await
     }

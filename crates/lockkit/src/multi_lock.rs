@@ -7,6 +7,7 @@ use futures::future::{join_all, select_all, try_join_all};
 use tokio::time::Instant;
 
 use crate::error::Error;
+use crate::exec::{Bound, Deadline};
 use crate::lock::{Lock, LockGuard, Member};
 
 /// Several [`Lock`]s taken **all-or-nothing**: a successful acquire holds every one of them, a
@@ -124,7 +125,24 @@ impl MultiLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<MultiLockGuard>, Error> {
-        self.acquire(Some(wait), lease).await
+        // Each member's try keeps to what is left of `wait`; this bounds the rest (giving back a
+        // partial acquisition) the same way, so the whole call returns within `wait` plus one
+        // round trip. Cut off, the future is dropped, and what it held is released in the
+        // background.
+        let started = Instant::now();
+        let at = crate::exec::far_or(started, wait) + crate::exec::ROUND_TRIP;
+        let bound = Deadline::at(at, started, Bound::Wait(wait));
+        // Boxed, to keep the future's type shallow (see `Exec::ints_within`).
+        bound
+            .run("acquire", Box::pin(self.acquire(Some(wait), lease)))
+            .await
+            .map_err(|err| err.naming(&self.names()))
+    }
+
+    /// The members' names, for errors.
+    fn names(&self) -> String {
+        let names: Vec<&str> = self.locks.iter().map(Lock::name).collect();
+        names.join(", ")
     }
 
     async fn acquire(

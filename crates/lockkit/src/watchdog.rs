@@ -18,6 +18,11 @@
 //! - Releases of dropped guards come in over an unbounded channel (`Drop` cannot await) and run as
 //!   tasks of the worker; when every client handle and guard is gone, the worker finishes those
 //!   releases, then closes the Redis connection.
+//! - Nothing piles up while Redis is down: a round still running skips the next tick, and every
+//!   renewal and release gives up after the command timeout. The shutdown therefore takes at
+//!   most the command timeout: it releases the registered holds at once, all together, and
+//!   waits for the releases of dropped guards already under way; it reports every hold of
+//!   either kind that it could not give back ([`crate::Error::NotReleased`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -48,9 +53,12 @@ impl Registered for Arc<Hold> {
     }
 }
 
+/// A hold the shutdown could not give back: its object's name and why.
+pub(crate) type Unreleased = (Arc<str>, crate::Error);
+
 enum Command {
     Release(Arc<Hold>),
-    Shutdown(oneshot::Sender<Vec<crate::Error>>),
+    Shutdown(oneshot::Sender<Vec<Unreleased>>),
 }
 
 /// Handle to the client's watchdog worker.
@@ -112,9 +120,9 @@ impl Watchdog {
         self.registry.lock().len()
     }
 
-    /// Stops renewing and releases every registered hold; returns the errors of releases that
-    /// failed.
-    pub(crate) async fn shutdown(&self) -> Vec<crate::Error> {
+    /// Stops renewing and releases every registered hold; returns the holds whose release failed
+    /// (registered ones, and those of dropped guards whose release was still under way).
+    pub(crate) async fn shutdown(&self) -> Vec<Unreleased> {
         let (done, finished) = oneshot::channel();
         if self.tx.send(Command::Shutdown(done)).is_err() {
             return Vec::new();
@@ -128,7 +136,8 @@ struct Worker {
     config: WatchdogConfig,
     registry: Registry,
     rx: mpsc::UnboundedReceiver<Command>,
-    releases: JoinSet<()>,
+    /// Releases of dropped guards under way; each yields the hold it failed to give back.
+    releases: JoinSet<Option<Unreleased>>,
     round: Option<JoinHandle<()>>,
 }
 
@@ -188,16 +197,27 @@ impl Worker {
     fn spawn_release(&mut self, hold: Arc<Hold>) {
         let exec = self.exec.clone();
         self.releases.spawn(async move {
-            match release(&exec, &hold).await {
-                Ok(()) => tracing::debug!(name = %hold.name, "released a dropped guard"),
-                Err(crate::Error::NotHeld { .. }) => {
-                    tracing::debug!(name = %hold.name, "dropped guard's hold was already gone")
+            let result = release(&exec, &hold).await;
+            let failed = match result {
+                Ok(()) => {
+                    tracing::debug!(name = %hold.name, "released a dropped guard");
+                    None
                 }
-                Err(err) => tracing::warn!(
-                    name = %hold.name,
-                    "could not release a dropped guard, its lease will run out: {}", crate::error::Chain(&err)),
-            }
+                Err(crate::Error::NotHeld { .. }) => {
+                    tracing::debug!(name = %hold.name, "dropped guard's hold was already gone");
+                    None
+                }
+                Err(err) => {
+                    tracing::warn!(
+                        name = %hold.name,
+                        "could not release a dropped guard, its lease will run out: {}",
+                        crate::error::Chain(&err)
+                    );
+                    unreleased(&hold, err)
+                }
+            };
             hold.finish();
+            failed
         });
     }
 
@@ -220,26 +240,40 @@ impl Worker {
         self.round = Some(tokio::spawn(renew_round(exec, registry, config, holds)));
     }
 
-    async fn release_all(&mut self) -> Vec<crate::Error> {
+    async fn release_all(&mut self) -> Vec<Unreleased> {
         if let Some(round) = self.round.take() {
             round.abort();
         }
         let holds = self.registry.lock().close();
         let exec = &self.exec;
+        // Every release is bounded by the command timeout, and they all run at once.
         let results = join_all(holds.iter().map(|hold| async move {
             let result = release(exec, hold).await;
+            let failed = match result {
+                Ok(()) | Err(crate::Error::NotHeld { .. }) => None,
+                Err(err) => unreleased(hold, err),
+            };
             hold.finish();
-            result
+            failed
         }))
         .await;
-        while self.releases.join_next().await.is_some() {}
-        results
-            .into_iter()
-            .filter_map(|result| match result {
-                Ok(()) | Err(crate::Error::NotHeld { .. }) => None,
-                Err(err) => Some(err),
-            })
-            .collect()
+        let mut failed: Vec<Unreleased> = results.into_iter().flatten().collect();
+        while let Some(joined) = self.releases.join_next().await {
+            if let Ok(Some(hold)) = joined {
+                failed.push(hold);
+            }
+        }
+        failed
+    }
+}
+
+/// A failed release as the shutdown reports it: `None` for a hold known lost (its lease ran out
+/// by the local clock, so Redis has freed it already, whatever the release did).
+fn unreleased(hold: &Hold, err: crate::Error) -> Option<Unreleased> {
+    if hold.is_lost() {
+        None
+    } else {
+        Some((Arc::clone(&hold.name), err))
     }
 }
 
