@@ -81,6 +81,8 @@
 //! (the end is announced either way), else until the window ends. So a handoff costs no wasted
 //! try, and a dead reserved waiter costs one window.
 
+pub(crate) mod table;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -102,7 +104,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
 use crate::exec::resend_unsent;
-use crate::wait_table::{Fallback, Retire, WaitTable, WaiterId};
+use table::{Fallback, Retire, WaitTable, WaiterId};
 
 /// How long a channel stays subscribed after its last local waiter left (see the module
 /// documentation).
