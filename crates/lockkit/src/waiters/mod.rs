@@ -20,21 +20,12 @@
 //! waits where, whom a message wakes, where a wake-up goes next) is [`WaitTable`], kept apart
 //! from the transport so the model checker can drive it.
 //!
-//! Waiters of one channel may need different amounts of the object (a semaphore waiter asks for
-//! `k` permits). A wake-up goes to the longest-registered waiter whatever it needs, so it may
-//! reach one that needs more than came back while a waiter behind it needs less:
+//! A woken waiter that is refused hands the wake-up on ([`Waiter::tried`]) to a waiter that
+//! needs less; a lock's release wakes only the waiter it reserved the lock for, and the other
+//! clients wake one waiter once the handoff window has passed unless told it was `taken`. What
+//! each message does, and why, is the wake policy ([`wake`]).
 //!
-//! 1. two permits are held; a waiter for 2 registers, then a waiter for 1;
-//! 2. one permit is released and announced (`n:1`): the waiter for 2 is woken, tries, and is
-//!    refused;
-//! 3. without more, the waiter for 1 sleeps until its deadline or the holders' leases end.
-//!
-//! So a woken waiter that is refused hands the wake-up on ([`Waiter::tried`]) to the
-//! longest-registered waiter of the channel that is not already woken and **needs less** than it
-//! does. The chain ends, since every hand-over goes to a smaller need. Waiters that all need the
-//! same (every lock, where a refusal means the object was taken) never hand a wake-up on, so a
-//! release still wakes at most one waiter per client, not a herd (a lock's release: only the
-//! reserved waiter, see below). When messages may have been lost (the broadcast channel lagged, or
+//! When messages may have been lost (the broadcast channel lagged, or
 //! the subscriber connection was re-established) every waiter is woken to re-check; after a
 //! reconnect, once the hub has subscribed again to every channel it tracks.
 //!
@@ -70,25 +61,15 @@
 //! published after the waiter registered, and wakes it; one before it is seen by the try. So it
 //! sleeps after a busy first try, without a second. A waiter whose first try takes the object
 //! leaves at once (a wake-up it got meanwhile goes on, as from any waiter that leaves).
-//!
-//! **Reservations.** A lock's release reserves the free lock for its longest-waiting owner for the
-//! handoff window and names it (`p:<owner>`). Only the client holding that waiter wakes it; every
-//! other waiter would be refused for the window, so they sleep on, and every client arms a
-//! wake-up for the end of the window ([`Fallback`]). The reserved owner taking the lock
-//! publishes `taken`, which disarms it; if it never comes (the reserved owner's client died),
-//! one waiter per client tries when the window has passed. A waiter that tries during the window
-//! is told the lock is reserved; if its client heard of the reservation, it sleeps until woken
-//! (the end is announced either way), else until the window ends. So a handoff costs no wasted
-//! try, and a dead reserved waiter costs one window.
 
 pub(crate) mod table;
+mod wake;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use fred::bytes_utils::Str;
 use fred::clients::SubscriberClient;
 use fred::interfaces::ClusterInterface;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
@@ -104,17 +85,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{redis, Error};
 use crate::exec::resend_unsent;
-use table::{Fallback, Retire, WaitTable, WaiterId};
+use table::{Retire, WaitTable, WaiterId};
+use wake::{Fallbacks, FALLBACK_DELAY};
 
 /// How long a channel stays subscribed after its last local waiter left (see the module
 /// documentation).
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(2);
-
-/// When a [`Fallback`] wake-up is due after the message that armed it: the handoff window (the
-/// reservation was made just before the message was sent, so it has ended by then) and a
-/// millisecond for the server's clock.
-const FALLBACK_DELAY: Duration =
-    lockkit_protocol::lock::HANDOFF_WINDOW.saturating_add(Duration::from_millis(1));
 
 /// How often, in sharded mode and while at least one task waits, the hub re-reads the cluster's
 /// slot owners to notice a slot that moved (see the module documentation).
@@ -347,10 +323,8 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
     let sharded = hub.upgrade().is_some_and(|hub| hub.sharded);
     let mut slot_check = tokio::time::interval(SLOT_CHECK_INTERVAL);
     slot_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // The armed end-of-window wake-ups, in the order they fall due (every one is due
-    // FALLBACK_DELAY after its message), and one timer for the first of them: no task or timer
-    // per message.
-    let mut fallbacks: VecDeque<(Instant, Str, Fallback)> = VecDeque::new();
+    // The armed end-of-window wake-ups, and one timer for the first of them.
+    let mut fallbacks = Fallbacks::default();
     let fallback_timer = tokio::time::sleep(FALLBACK_DELAY);
     tokio::pin!(fallback_timer);
     loop {
@@ -362,11 +336,10 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
                     let wake = message.value.as_str().map_or(Wake::One, |payload| Wake::decode(&payload));
                     let armed = hub.channels.lock().apply(&message.channel, &wake);
                     if let Some(fallback) = armed {
-                        let due = Instant::now() + FALLBACK_DELAY;
-                        if fallbacks.is_empty() {
+                        let first = fallbacks.arm(message.channel, fallback, Instant::now());
+                        if let Some(due) = first {
                             fallback_timer.as_mut().reset(due);
                         }
-                        fallbacks.push_back((due, message.channel, fallback));
                     }
                 }
                 Err(RecvError::Lagged(missed)) => {
@@ -400,31 +373,14 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
             },
             () = &mut fallback_timer, if !fallbacks.is_empty() => {
                 let Some(hub) = hub.upgrade() else { break };
-                fire_due(&hub, &mut fallbacks, Instant::now());
-                if let Some((next, _, _)) = fallbacks.front() {
-                    fallback_timer.as_mut().reset(*next);
+                fallbacks.fire_due(&hub.channels, Instant::now());
+                if let Some(next) = fallbacks.next_due() {
+                    fallback_timer.as_mut().reset(next);
                 }
             },
         }
     }
     let _ = sub.quit().await;
-}
-
-/// Takes the wake-ups due by `now` off the front of `fallbacks` and fires them: each wakes one
-/// waiter of its channel unless it was disarmed meanwhile (`taken`, or a newer message).
-fn fire_due(hub: &HubInner, fallbacks: &mut VecDeque<(Instant, Str, Fallback)>, now: Instant) {
-    while fallbacks.front().is_some_and(|(due, _, _)| *due <= now) {
-        let Some((_, channel, fallback)) = fallbacks.pop_front() else {
-            return;
-        };
-        if hub.channels.lock().fallback_due(&channel, fallback) {
-            tracing::debug!(
-                %channel,
-                "the waiter a lock was reserved for did not take it within the handoff window; \
-                 waking a waiter here"
-            );
-        }
-    }
 }
 
 /// Restores the subscriptions after the subscriber connection was re-established, then wakes
@@ -793,49 +749,6 @@ mod tests {
             .insert(key_slot(&channel), Some(Server::new("192.0.2.1", 6379)));
         check_slot_owners(&hub.inner, false).await;
         assert!(waiter.is_pending(), "the moved slot's waiter re-checks");
-    }
-
-    /// The end-of-window wake-ups fall due in the order they were armed: `fire_due` fires those
-    /// due by `now` (each wakes a waiter unless disarmed) and leaves the later ones queued.
-    #[tokio::test]
-    async fn only_the_due_end_of_window_wake_ups_fire() {
-        use std::collections::VecDeque;
-        use std::time::Duration;
-
-        use lockkit_protocol::wake::Wake;
-        use tokio::time::Instant;
-
-        let redis = lockkit_testkit::redis_url().await.unwrap();
-        let client = Client::connect(redis.url()).await.unwrap();
-        let hub = &client.inner.hub;
-        let (early, late) = (
-            format!("test:fallback:a:{}", client.id()),
-            format!("test:fallback:b:{}", client.id()),
-        );
-        let waiters = [
-            hub.register(&early, None, 1).await.unwrap(),
-            hub.register(&late, None, 1).await.unwrap(),
-        ];
-        let arm = |channel: &str| {
-            hub.inner
-                .channels
-                .lock()
-                .apply(channel, &Wake::Prefer("elsewhere".into()))
-                .expect("armed")
-        };
-        let now = Instant::now();
-        let mut queue = VecDeque::from([
-            (now, early.as_str().into(), arm(&early)),
-            (
-                now + Duration::from_secs(3600),
-                late.as_str().into(),
-                arm(&late),
-            ),
-        ]);
-        super::fire_due(&hub.inner, &mut queue, now);
-        assert!(waiters[0].is_pending(), "the due wake-up fired");
-        assert!(!waiters[1].is_pending(), "the later one did not");
-        assert_eq!(queue.len(), 1);
     }
 
     /// When the dispatcher falls behind the subscriber's message channel (more than
