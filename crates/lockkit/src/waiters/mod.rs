@@ -35,18 +35,6 @@
 //! no `PING` is needed to confirm them. Messages arrive as `smessage` and are dispatched like
 //! `message`: by channel name.
 //!
-//! When a slot moves to another node (resharding: `CLUSTER SETSLOT … NODE`), the old owner drops
-//! the slot's shard subscriptions and tells the subscriber with an `sunsubscribe` push. fred 10.1
-//! gives no signal for that push (`check_pubsub_message` drops every `sunsubscribe` frame as an
-//! "unused subscription response", and its tracked shard channels do not change), so the hub
-//! watches the slot owners instead: it records the owner of each waited channel's slot when it
-//! subscribes, and re-reads the subscriber client's routing table whenever fred reports a
-//! cluster-state change (a `MOVED` makes fred re-read `CLUSTER SLOTS`) and, while anyone waits,
-//! every [`SLOT_CHECK_INTERVAL`] after a `CLUSTER SLOTS` of its own (a pure waiter sends nothing
-//! that could draw a `MOVED`). When a slot's owner changed, the hub subscribes to that slot's
-//! channels again (fred routes the `SSUBSCRIBE` to the new owner) and wakes their waiters to
-//! re-check, since a release published on the new owner before that was missed.
-//!
 //! Subscriptions live while at least one local task waits on the channel, and for
 //! [`SUBSCRIPTION_LINGER`] after the last one left, so a task that waits on the same object again
 //! soon (a worker taking one lock in a loop) finds it still subscribed. `SUBSCRIBE` and
@@ -62,16 +50,16 @@
 //! sleeps after a busy first try, without a second. A waiter whose first try takes the object
 //! leaves at once (a wake-up it got meanwhile goes on, as from any waiter that leaves).
 
+mod slots;
 pub(crate) mod table;
 mod wake;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use fred::clients::SubscriberClient;
-use fred::interfaces::ClusterInterface;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
 use fred::types::config::Server;
 use fred::types::Value;
@@ -91,10 +79,6 @@ use wake::{Fallbacks, FALLBACK_DELAY};
 /// How long a channel stays subscribed after its last local waiter left (see the module
 /// documentation).
 pub(crate) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(2);
-
-/// How often, in sharded mode and while at least one task waits, the hub re-reads the cluster's
-/// slot owners to notice a slot that moved (see the module documentation).
-pub(crate) const SLOT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The client's waiter hub.
 pub(crate) struct WaiterHub {
@@ -164,11 +148,7 @@ impl WaiterHub {
                 // that instant) is simply sent again once the client has reconnected.
                 resend_unsent(|| async {
                     if self.inner.sharded {
-                        // Where the SSUBSCRIBE goes, as far as the client knows: a later change
-                        // of owner means the subscription was dropped (see `check_slot_owners`).
-                        let slot = key_slot(channel);
-                        let owner = slot_owner(&self.inner.sub, slot);
-                        self.inner.slot_owners.lock().entry(slot).or_insert(owner);
+                        slots::record_owner(&self.inner, channel);
                         // SSUBSCRIBE returns once Redis has replied: nothing more to confirm.
                         return self
                             .inner
@@ -321,7 +301,7 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
     let mut reconnects = sub.reconnect_rx();
     let mut cluster_changes = sub.cluster_change_rx();
     let sharded = hub.upgrade().is_some_and(|hub| hub.sharded);
-    let mut slot_check = tokio::time::interval(SLOT_CHECK_INTERVAL);
+    let mut slot_check = tokio::time::interval(slots::CHECK_INTERVAL);
     slot_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The armed end-of-window wake-ups, and one timer for the first of them.
     let mut fallbacks = Fallbacks::default();
@@ -360,7 +340,7 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
             change = cluster_changes.recv(), if sharded => match change {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
                     if let Some(hub) = hub.upgrade() {
-                        spawn_slot_check(hub, false);
+                        slots::spawn_check(hub, false);
                     }
                 }
                 Err(RecvError::Closed) => break,
@@ -368,7 +348,7 @@ async fn dispatch(hub: Weak<HubInner>, sub: SubscriberClient, closed: Cancellati
             _ = slot_check.tick(), if sharded => {
                 let Some(hub) = hub.upgrade() else { break };
                 if !hub.channels.lock().is_empty() {
-                    spawn_slot_check(hub, true);
+                    slots::spawn_check(hub, true);
                 }
             },
             () = &mut fallback_timer, if !fallbacks.is_empty() => {
@@ -449,89 +429,6 @@ async fn resubscribe_sharded(hub: &HubInner) {
     }
 }
 
-/// The node serving `slot` according to the subscriber client's routing table.
-fn slot_owner(sub: &SubscriberClient, slot: u16) -> Option<Server> {
-    sub.cached_cluster_state()
-        .and_then(|state| state.get_server(slot).cloned())
-}
-
-/// Runs [`check_slot_owners`] in the background unless a check is already running.
-fn spawn_slot_check(hub: Arc<HubInner>, refresh: bool) {
-    if hub.checking.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    tokio::spawn(async move {
-        check_slot_owners(&hub, refresh).await;
-        hub.checking.store(false, Ordering::Release);
-    });
-}
-
-/// Finds the waited shard channels whose slot moved to another node since the hub subscribed,
-/// subscribes to them again (on the new owner) and wakes their waiters to re-check. `refresh`
-/// first re-reads `CLUSTER SLOTS` into the subscriber client's routing table.
-async fn check_slot_owners(hub: &HubInner, refresh: bool) {
-    if refresh {
-        if let Err(err) = hub.sub.sync_cluster().await {
-            tracing::debug!(
-                "reading the cluster's slot owners failed: {}",
-                crate::error::Chain(&err)
-            );
-            return;
-        }
-    }
-    let mut waited: BTreeMap<u16, Vec<String>> = BTreeMap::new();
-    for channel in hub.channels.lock().channels() {
-        waited
-            .entry(key_slot(channel))
-            .or_default()
-            .push(channel.to_owned());
-    }
-    let mut moved = Vec::new();
-    {
-        let mut owners = hub.slot_owners.lock();
-        owners.retain(|slot, _| waited.contains_key(slot));
-        for &slot in waited.keys() {
-            let now = slot_owner(&hub.sub, slot);
-            if let Some(before) = owners.insert(slot, now.clone()) {
-                if before != now {
-                    moved.push((slot, before, now));
-                }
-            }
-        }
-    }
-    for (slot, before, now) in moved {
-        let before = before.map_or_else(|| "unknown".to_owned(), |server| server.to_string());
-        let now = now.map_or_else(|| "unknown".to_owned(), |server| server.to_string());
-        tracing::info!(
-            slot,
-            %before,
-            %now,
-            "the slot of waited shard channels moved; re-subscribing and waking their waiters"
-        );
-        let _serial = hub.subscribe_lock.lock().await;
-        let channels: Vec<fred::types::Key> = hub
-            .channels
-            .lock()
-            .channels()
-            .filter(|channel| key_slot(channel) == slot)
-            .map(|channel| channel.to_owned().into())
-            .collect();
-        if channels.is_empty() {
-            continue;
-        }
-        if let Err(err) = hub.sub.ssubscribe(channels).await {
-            tracing::warn!(
-                slot,
-                "re-subscribing shard channels after their slot moved failed: {}",
-                crate::error::Chain(&err)
-            );
-        }
-        hub.channels
-            .lock()
-            .wake_all_where(|channel| key_slot(channel) == slot);
-    }
-}
-
 fn wake_all(hub: &Weak<HubInner>) {
     if let Some(hub) = hub.upgrade() {
         hub.channels.lock().wake_all();
@@ -547,7 +444,7 @@ mod tests {
 
     impl Waiter {
         /// Woken, and not yet run.
-        fn is_pending(&self) -> bool {
+        pub(super) fn is_pending(&self) -> bool {
             self.hub.channels.lock().is_pending(&self.channel, self.id)
         }
     }
@@ -710,45 +607,6 @@ mod tests {
         assert_eq!(subscribers(&client, &channel).await, 1);
         drop(again);
         until_unsubscribed(&client, &channel).await;
-    }
-
-    /// Sharded mode: a slot-owner check re-subscribes and wakes the waiters of a slot whose owner
-    /// changed since the hub subscribed (a release published on the new owner meanwhile was
-    /// missed), and leaves the waiters of a slot whose owner did not change asleep.
-    #[tokio::test]
-    async fn a_slot_check_wakes_the_waiters_of_a_moved_slot_and_no_others() {
-        use fred::types::config::Server;
-        use lockkit_protocol::slot::key_slot;
-
-        use super::check_slot_owners;
-        use crate::PubSubMode;
-
-        let redis = lockkit_testkit::redis_url().await.unwrap();
-        let client = Client::builder()
-            .url(redis.url())
-            .pubsub(PubSubMode::Sharded)
-            .build()
-            .await
-            .unwrap();
-        let hub = &client.inner.hub;
-        let channel = format!("test:slot:{{{}}}", client.id());
-        let waiter = hub.register(&channel, None, 1).await.unwrap();
-
-        // One server, not a cluster: the subscriber client routes no slot, so the owner recorded
-        // at SSUBSCRIBE (none) is still the owner now.
-        check_slot_owners(&hub.inner, false).await;
-        assert!(
-            !waiter.is_pending(),
-            "the slot did not move: nobody re-checks"
-        );
-
-        // As if the slot had been served elsewhere when the hub subscribed.
-        hub.inner
-            .slot_owners
-            .lock()
-            .insert(key_slot(&channel), Some(Server::new("192.0.2.1", 6379)));
-        check_slot_owners(&hub.inner, false).await;
-        assert!(waiter.is_pending(), "the moved slot's waiter re-checks");
     }
 
     /// When the dispatcher falls behind the subscriber's message channel (more than
