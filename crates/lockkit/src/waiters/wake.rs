@@ -447,6 +447,7 @@ mod tests {
         let start = Instant::now();
         let later = start + Duration::from_secs(3600);
         let mut fallbacks = Fallbacks::default();
+        assert!(fallbacks.is_empty() && fallbacks.next_due().is_none());
         assert_eq!(
             fallbacks.arm(early.into(), arm(early), start),
             Some(start + FALLBACK_DELAY),
@@ -463,5 +464,10 @@ mod tests {
             "the later one did not"
         );
         assert_eq!(fallbacks.next_due(), Some(later + FALLBACK_DELAY));
+        assert!(!fallbacks.is_empty(), "the timer stays armed for it");
+
+        fallbacks.fire_due(&table, later + FALLBACK_DELAY);
+        assert!(table.lock().is_pending(late, waiters[1]));
+        assert!(fallbacks.is_empty() && fallbacks.next_due().is_none());
     }
 }
