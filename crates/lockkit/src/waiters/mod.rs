@@ -75,11 +75,12 @@ struct HubInner {
     sharded: bool,
     /// The waiters, with each channel's subscription (initialised once it is confirmed).
     channels: Mutex<WaitTable<Arc<OnceCell<()>>>>,
+    /// Serialises subscribing, unsubscribing and resubscribing ([`transport`]).
     subscribe_lock: tokio::sync::Mutex<()>,
     /// Sharded mode: the owner of each waited channel's slot when the hub last looked (`None`:
-    /// not known then).
+    /// not known then; [`slots`]).
     slot_owners: Mutex<HashMap<u16, Option<Server>>>,
-    /// A slot-owner check is running (at most one at a time).
+    /// A slot-owner check is running (at most one at a time; [`slots`]).
     checking: AtomicBool,
     /// The runtime the client was built on (the hub's dispatcher runs there): a waiter dropped
     /// outside any runtime still schedules its channel's retirement through it.
