@@ -2,7 +2,7 @@
 //! and the settings and limits fixed when it is built.
 //!
 //! Dependencies point one way: the primitives (`lock.rs`, `semaphore.rs`, ...) and the shared
-//! mechanisms (`acquire.rs`, `hold.rs`, `watchdog.rs`, `waiters.rs`, `owner.rs`) depend on this
+//! mechanisms (`acquire.rs`, `hold.rs`, `watchdog.rs`, `waiters/`, `owner.rs`) depend on this
 //! core; the [`Client`](crate::Client) facade (`client.rs`) builds the core and hands out the
 //! primitives. Nothing here names a primitive or the facade.
 

@@ -178,7 +178,6 @@ mod semaphore;
 mod shuttle_tests;
 mod spin_lock;
 mod tls;
-mod wait_table;
 mod waiters;
 mod watchdog;
 

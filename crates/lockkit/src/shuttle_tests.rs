@@ -47,7 +47,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::hold_table::{HoldTable, Registered};
-use crate::wait_table::{WaitTable, WaiterId};
+use crate::waiters::table::{WaitTable, WaiterId};
 
 /// Runs of each scheduler per test unless `LOCKKIT_SHUTTLE_ITERATIONS` says otherwise.
 const DEFAULT_ITERATIONS: usize = 1000;

@@ -1,5 +1,12 @@
-//! The waiter hub's bookkeeping, apart from its transport: who waits on which channel, whom a
-//! release message wakes, and where a wake-up goes when its waiter cannot use it.
+//! The waiter hub's bookkeeping: who waits on which channel, each waiter's wake-up state, and
+//! when an idle channel may be retired.
+//!
+//! Owns: registration ([`WaitTable::register`], and [`register_if`](WaitTable::register_if)
+//! before a first try), the waiters' order and counts, a waiter leaving
+//! ([`WaitTable::cancel`]), and the idle, lingering channels the transport retires
+//! ([`WaitTable::retire`]). Does not own: whom a release message wakes, where a refused waiter's
+//! wake-up goes, or the end-of-window wake-ups (the wake policy, [`super::wake`]); nor the
+//! subscriptions and the message stream (the transport, [`super::transport`]).
 //!
 //! Implementation notes for maintainers. [`WaitTable`] holds no lock and does no I/O: its owner
 //! ([`crate::waiters`]) keeps it behind one mutex, and each method is one critical section. The
@@ -14,7 +21,7 @@
 //!    message that wakes "one" skips pending waiters (one wake-up per waiter is enough).
 //! 2. **in hand**: the waiter took the wake-up ([`WaitTable::take_wake`]) and is trying again.
 //!    Its try ends in [`WaitTable::tried`]: acquired (used up), or refused (handed to a waiter
-//!    that needs less, see [`crate::waiters`]). A waiter with a wake-up in hand can be woken again
+//!    that needs less, see [`super::wake`]). A waiter with a wake-up in hand can be woken again
 //!    (a release during its try must not be missed).
 //!
 //! Dropping an acquire future while its try is in flight used to lose the wake-up it had taken:
@@ -25,9 +32,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lockkit_protocol::wake::Wake;
 use tokio::sync::Notify;
 use tokio::time::Instant;
+
+use super::wake::Reservation;
 
 /// A waiter's id in its table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,10 +56,10 @@ pub(crate) struct Registered<C> {
 /// until the transport retires it ([`WaitTable::retire`]), so a waiter that comes back soon finds
 /// its subscription still there.
 pub(crate) struct WaitTable<C> {
-    channels: HashMap<String, Channel<C>>,
+    pub(super) channels: HashMap<String, Channel<C>>,
     next_id: u64,
-    /// The source of fallback sequence numbers.
-    counter: u64,
+    /// The source of fallback sequence numbers ([`super::wake`]).
+    pub(super) counter: u64,
 }
 
 /// What [`WaitTable::retire`] found.
@@ -66,34 +74,37 @@ pub(crate) enum Retire {
     Kept,
 }
 
-struct Channel<C> {
+/// One channel's waiters and state.
+pub(super) struct Channel<C> {
     data: C,
     /// In registration order: the longest-registered first.
-    waiters: Vec<Entry>,
-    /// What this client last heard of a lock's reservation ([`Wake::Prefer`], [`Wake::Taken`]).
-    reservation: Reservation,
+    pub(super) waiters: Vec<Entry>,
+    /// What this client last heard of a lock's reservation (`p:<id>`, `taken`).
+    pub(super) reservation: Reservation,
     /// When the last waiter left (`None` while someone waits).
     idle_since: Option<Instant>,
     /// A retirement is under way (the transport looks again later): at most one per channel.
     retiring: bool,
 }
 
-struct Entry {
+/// One waiter of a channel.
+pub(super) struct Entry {
     id: WaiterId,
     /// The waiter's id, for messages that name the next waiter (fair lock) or the preferred one
     /// (lock).
-    tag: Option<String>,
+    pub(super) tag: Option<String>,
     /// How much of the object the waiter needs (a semaphore's permits; 1 for a lock).
-    need: u64,
+    pub(super) need: u64,
     /// Woken, and not yet running (see the module documentation).
-    pending: bool,
+    pub(super) pending: bool,
     /// Took a wake-up and is trying; not yet told the outcome.
-    in_hand: bool,
+    pub(super) in_hand: bool,
     signal: Arc<Notify>,
 }
 
 impl Entry {
-    fn wake(&mut self) {
+    /// Marks the waiter pending and signals it.
+    pub(super) fn wake(&mut self) {
         self.pending = true;
         self.signal.notify_one();
     }
@@ -109,54 +120,9 @@ impl<C> Default for WaitTable<C> {
     }
 }
 
-/// A wake-up a [`Wake::Prefer`] message armed: due once the handoff window has passed
-/// ([`WaitTable::fallback_due`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Fallback(u64);
-
-/// What a channel last heard of a lock's reservation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reservation {
-    /// Nothing pending: no reservation was announced since the last other message, or its
-    /// window passed.
-    None,
-    /// A reservation was announced; the wake-up armed with it is due at the end of its window.
-    Armed(u64),
-    /// The reserved waiter took the lock: its release will be announced.
-    Taken,
-}
-
 impl<C> Channel<C> {
-    /// Wakes the longest-registered waiter not already woken that `fits`; whether there was one.
-    fn wake_first(&mut self, fits: impl Fn(&Entry) -> bool) -> bool {
-        match self
-            .waiters
-            .iter_mut()
-            .find(|entry| !entry.pending && fits(entry))
-        {
-            Some(entry) => {
-                entry.wake();
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn wake_one(&mut self) -> bool {
-        self.wake_first(|_| true)
-    }
-
-    fn wake_all(&mut self) {
-        self.waiters.iter_mut().for_each(Entry::wake);
-    }
-
-    fn tagged(&mut self, id: &str) -> Option<&mut Entry> {
-        self.waiters
-            .iter_mut()
-            .find(|entry| entry.tag.as_deref() == Some(id))
-    }
-
-    fn entry(&mut self, id: WaiterId) -> Option<&mut Entry> {
+    /// The waiter `id` of this channel.
+    pub(super) fn entry(&mut self, id: WaiterId) -> Option<&mut Entry> {
         self.waiters.iter_mut().find(|entry| entry.id == id)
     }
 }
@@ -227,107 +193,12 @@ impl<C: Clone + Default> WaitTable<C> {
 }
 
 impl<C> WaitTable<C> {
-    /// Acts on one release message on `channel`. Returns the wake-up a reservation for another
-    /// client's waiter armed: the transport calls [`fallback_due`](WaitTable::fallback_due) with
-    /// it once the handoff window has passed.
-    pub(crate) fn apply(&mut self, channel: &str, wake: &Wake) -> Option<Fallback> {
-        let entry = self.channels.get_mut(channel)?;
-        entry.reservation = Reservation::None;
-        match wake {
-            Wake::One => {
-                entry.wake_one();
-            }
-            Wake::Many(count) => {
-                for _ in 0..*count {
-                    if !entry.wake_one() {
-                        break;
-                    }
-                }
-            }
-            Wake::All => entry.wake_all(),
-            Wake::Waiter(id) => {
-                if let Some(waiter) = entry.tagged(id) {
-                    waiter.wake();
-                }
-            }
-            Wake::Prefer(id) => {
-                // Only the reserved waiter wakes (if it waits here): any other would be refused
-                // for the window. If it never comes (its client died), one waiter here tries
-                // when the window has passed; so does a waiter that registers meanwhile and is
-                // told the lock is reserved (`reservation_announced`).
-                if let Some(waiter) = entry.tagged(id) {
-                    waiter.wake();
-                }
-                self.counter += 1;
-                let armed = Fallback(self.counter);
-                entry.reservation = Reservation::Armed(armed.0);
-                return Some(armed);
-            }
-            Wake::Taken => entry.reservation = Reservation::Taken,
-        }
-        None
-    }
-
-    /// Whether `channel` heard of a reservation whose end will be announced: armed (its window's
-    /// end wakes a waiter here) or taken (the holder's release will be announced).
-    pub(crate) fn reservation_announced(&self, channel: &str) -> bool {
-        self.channels
-            .get(channel)
-            .is_some_and(|entry| entry.reservation != Reservation::None)
-    }
-
-    /// The handoff window of the reservation that armed `fallback` has passed: unless
-    /// [`Wake::Taken`] or a newer message came first, wakes one waiter of `channel` (none if all
-    /// are woken already). Returns whether it was still armed.
-    pub(crate) fn fallback_due(&mut self, channel: &str, fallback: Fallback) -> bool {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return false;
-        };
-        if entry.reservation != Reservation::Armed(fallback.0) {
-            return false;
-        }
-        entry.reservation = Reservation::None;
-        entry.wake_one();
-        true
-    }
-
-    /// Wakes every waiter of every channel (messages may have been lost).
-    pub(crate) fn wake_all(&mut self) {
-        self.wake_all_where(|_| true);
-    }
-
-    /// Wakes every waiter of the channels `selected` picks.
-    pub(crate) fn wake_all_where(&mut self, selected: impl Fn(&str) -> bool) {
-        for (channel, entry) in &mut self.channels {
-            if selected(channel) {
-                entry.wake_all();
-            }
-        }
-    }
-
     /// The waiter `id` ran after being signalled: its wake-up is now in hand (it tries again).
     pub(crate) fn take_wake(&mut self, channel: &str, id: WaiterId) {
         if let Some(entry) = self.channels.get_mut(channel).and_then(|c| c.entry(id)) {
             entry.pending = false;
             entry.in_hand = true;
         }
-    }
-
-    /// The waiter `id` finished a try; `refused` when it was refused. A wake-up it had in hand is
-    /// used up; if refused, it goes on to the longest-registered waiter that needs less and is not
-    /// already woken. Returns whether it went on.
-    pub(crate) fn tried(&mut self, channel: &str, id: WaiterId, refused: bool) -> bool {
-        let Some(entry) = self.channels.get_mut(channel) else {
-            return false;
-        };
-        let Some(waiter) = entry.entry(id) else {
-            return false;
-        };
-        if !std::mem::take(&mut waiter.in_hand) || !refused {
-            return false;
-        }
-        let need = waiter.need;
-        entry.wake_first(|other| other.need < need)
     }
 
     /// Removes the waiter `id` (its wait ended: acquired, timed out, cancelled, failed). A
@@ -409,13 +280,18 @@ impl<C> WaitTable<C> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
+    use lockkit_protocol::wake::Wake;
+
     use super::*;
 
-    const CHANNEL: &str = "c";
+    pub(in crate::waiters) const CHANNEL: &str = "c";
 
     /// A table with two waiters needing `first` and `second`, in that order.
-    fn two_waiters(first: u64, second: u64) -> (WaitTable<()>, WaiterId, WaiterId) {
+    pub(in crate::waiters) fn two_waiters(
+        first: u64,
+        second: u64,
+    ) -> (WaitTable<()>, WaiterId, WaiterId) {
         let mut table = WaitTable::<()>::default();
         let a = table.register(CHANNEL, None, first).id;
         let b = table.register(CHANNEL, None, second).id;
@@ -451,153 +327,6 @@ mod tests {
             "the last waiter empties the channel"
         );
         assert!(!table.contains(CHANNEL));
-    }
-
-    /// A release during a waiter's try wakes that waiter again (its try may have been refused
-    /// before the release), and a refused waiter hands on only to a smaller need.
-    #[test]
-    fn a_trying_waiter_is_woken_again_and_refusals_go_to_smaller_needs() {
-        let (mut table, two, one) = two_waiters(2, 1);
-        table.apply(CHANNEL, &Wake::Many(1));
-        table.take_wake(CHANNEL, two);
-        table.apply(CHANNEL, &Wake::One);
-        assert!(table.is_pending(CHANNEL, two));
-        assert!(!table.is_pending(CHANNEL, one));
-        table.take_wake(CHANNEL, two);
-        assert!(table.tried(CHANNEL, two, true));
-        assert!(table.is_pending(CHANNEL, one));
-    }
-
-    /// Only a refused try hands on, and only a wake-up the waiter had in hand: a try that
-    /// acquired used its wake-up up, and a waiter refused on a try no wake-up prompted (its
-    /// first, before it sleeps) has nothing to hand on.
-    #[test]
-    fn only_a_refused_try_with_a_wake_up_in_hand_hands_it_on() {
-        let (mut table, two, one) = two_waiters(2, 1);
-        assert!(!table.tried(CHANNEL, two, true), "no wake-up in hand");
-        assert!(!table.is_pending(CHANNEL, one));
-
-        table.apply(CHANNEL, &Wake::One);
-        table.take_wake(CHANNEL, two);
-        assert!(!table.tried(CHANNEL, two, false), "acquired: used up");
-        assert!(!table.is_pending(CHANNEL, one));
-    }
-
-    /// `n:k` (k permits came back) wakes the k longest-registered waiters not already woken, and
-    /// no more; fewer when fewer wait.
-    #[test]
-    fn a_release_of_k_wakes_k_waiters_not_already_woken() {
-        let mut table = WaitTable::<()>::default();
-        let ids: Vec<WaiterId> = (0..4)
-            .map(|_| table.register(CHANNEL, None, 1).id)
-            .collect();
-        table.apply(CHANNEL, &Wake::One);
-        table.apply(CHANNEL, &Wake::Many(2));
-        let woken: Vec<bool> = ids
-            .iter()
-            .map(|&id| table.is_pending(CHANNEL, id))
-            .collect();
-        assert_eq!(
-            woken,
-            [true, true, true, false],
-            "the first was already woken"
-        );
-
-        table.apply(CHANNEL, &Wake::Many(10));
-        assert!(ids.iter().all(|&id| table.is_pending(CHANNEL, id)));
-    }
-
-    /// A message naming a waiter (`w:<id>`, the fair lock's next in line) wakes that waiter and
-    /// nobody else, nobody when it does not wait here; so does one naming the waiter a lock is
-    /// reserved for (`p:<id>`), which, when that waiter is not here, arms a wake-up for the end
-    /// of the handoff window instead (see `a_reservation_elsewhere_*`).
-    #[test]
-    fn a_message_naming_a_waiter_wakes_that_waiter() {
-        let mut table = WaitTable::<()>::default();
-        let a = table.register(CHANNEL, Some("a"), 1).id;
-        let b = table.register(CHANNEL, Some("b"), 1).id;
-        let c = table.register(CHANNEL, Some("c"), 1).id;
-        let pending = |table: &WaitTable<()>| -> Vec<bool> {
-            [a, b, c]
-                .iter()
-                .map(|&id| table.is_pending(CHANNEL, id))
-                .collect()
-        };
-
-        table.apply(CHANNEL, &Wake::Waiter("elsewhere".into()));
-        assert_eq!(pending(&table), [false, false, false]);
-        table.apply(CHANNEL, &Wake::Waiter("b".into()));
-        assert_eq!(pending(&table), [false, true, false]);
-        table.apply(CHANNEL, &Wake::Prefer("c".into()));
-        assert_eq!(pending(&table), [false, true, true]);
-        assert!(table
-            .apply(CHANNEL, &Wake::Prefer("elsewhere".into()))
-            .is_some());
-        assert_eq!(pending(&table), [false, true, true]);
-        assert!(
-            table.apply(CHANNEL, &Wake::Prefer("c".into())).is_some(),
-            "armed too"
-        );
-    }
-
-    /// A reservation for another client's waiter wakes nobody here at once (they would be
-    /// refused for the window): it arms one wake-up, due when the window has passed, which
-    /// `taken` (the reserved waiter took the lock) or any newer message disarms. Only the
-    /// newest armed wake-up counts. A waiter that registers during the window is told whether
-    /// the reservation's end will be announced.
-    #[test]
-    fn a_reservation_elsewhere_wakes_one_waiter_after_the_window_unless_taken() {
-        let (mut table, a, b) = two_waiters(1, 1);
-        let pending = |table: &WaitTable<()>| [a, b].map(|id| table.is_pending(CHANNEL, id));
-
-        let armed = table.apply(CHANNEL, &Wake::Prefer("elsewhere".into()));
-        assert_eq!(
-            pending(&table),
-            [false, false],
-            "nobody tries in the window"
-        );
-        let armed = armed.expect("a wake-up is armed");
-        assert!(
-            table.fallback_due(CHANNEL, armed),
-            "the reserved waiter never came"
-        );
-        assert_eq!(
-            pending(&table),
-            [true, false],
-            "one waiter tries after the window"
-        );
-        assert!(!table.fallback_due(CHANNEL, armed), "due once");
-
-        let (mut table, a, b) = two_waiters(1, 1);
-        let taken = table.apply(CHANNEL, &Wake::Prefer("elsewhere".into()));
-        assert_eq!(table.apply(CHANNEL, &Wake::Taken), None);
-        assert!(taken.is_some_and(|armed| !table.fallback_due(CHANNEL, armed)));
-        assert!(!table.is_pending(CHANNEL, a) && !table.is_pending(CHANNEL, b));
-
-        let old = table.apply(CHANNEL, &Wake::Prefer("x".into()));
-        let new = table.apply(CHANNEL, &Wake::Prefer("y".into()));
-        assert!(old.is_some_and(|old| !table.fallback_due(CHANNEL, old)));
-        assert!(new.is_some_and(|new| table.fallback_due(CHANNEL, new)));
-
-        // What a waiter told "reserved for another" asks: will the reservation's end be
-        // announced here? Yes once it was heard (armed, or taken), and on an idle channel too (a
-        // waiter may register during the window); no after any other message, or once the
-        // armed wake-up went off.
-        let mut table = WaitTable::<()>::default();
-        assert!(!table.reservation_announced(CHANNEL), "unknown channel");
-        let only = table.register(CHANNEL, None, 1).id;
-        assert!(!table.reservation_announced(CHANNEL));
-        assert!(table.cancel(CHANNEL, only, Instant::now()));
-        let armed = table.apply(CHANNEL, &Wake::Prefer("x".into()));
-        assert!(table.reservation_announced(CHANNEL), "armed while idle");
-        table.apply(CHANNEL, &Wake::Taken);
-        assert!(table.reservation_announced(CHANNEL), "taken");
-        assert!(armed.is_some_and(|armed| !table.fallback_due(CHANNEL, armed)));
-        table.apply(CHANNEL, &Wake::One);
-        assert!(!table.reservation_announced(CHANNEL), "a newer message");
-        let armed = table.apply(CHANNEL, &Wake::Prefer("x".into()));
-        assert!(armed.is_some_and(|armed| table.fallback_due(CHANNEL, armed)));
-        assert!(!table.reservation_announced(CHANNEL), "the window passed");
     }
 
     /// A waiter registers before its first try only on a channel that is in the table and
@@ -673,24 +402,6 @@ mod tests {
             table.cancel(CHANNEL, fourth, start),
             "retire it later, again"
         );
-    }
-
-    /// `wake_all_where` (a slot that moved to another node) wakes every waiter of the channels it
-    /// selects and no other.
-    #[test]
-    fn waking_the_selected_channels_wakes_only_their_waiters() {
-        let mut table = WaitTable::<()>::default();
-        let moved = [
-            table.register("moved:1", None, 1).id,
-            table.register("moved:1", None, 1).id,
-            table.register("moved:2", None, 1).id,
-        ];
-        let stayed = table.register("stayed", None, 1).id;
-        table.wake_all_where(|channel| channel.starts_with("moved:"));
-        assert!(table.is_pending("moved:1", moved[0]));
-        assert!(table.is_pending("moved:1", moved[1]));
-        assert!(table.is_pending("moved:2", moved[2]));
-        assert!(!table.is_pending("stayed", stayed));
     }
 
     /// What the hub reads from the table: which channels have waiters (to keep or drop their

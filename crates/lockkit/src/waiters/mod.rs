@@ -1,0 +1,304 @@
+//! The waiter hub: event-driven waiting on release channels, one subscriber connection per client.
+//!
+//! This file is what the rest of the crate uses: [`WaiterHub`] (register a waiter, count the
+//! waiters) and [`Waiter`] (wait to be woken, report a try, leave by being dropped). The hub's
+//! parts, each in its own file:
+//!
+//! - [`transport`]: the subscriber connection. Subscribe and confirm, unsubscribe after the
+//!   linger, resubscribe after a reconnect, and the dispatcher reading the message stream;
+//!   classic or sharded pub/sub.
+//! - [`slots`]: sharded mode. Noticing that a waited channel's slot moved to another node.
+//! - [`table`]: the bookkeeping. Who waits where, the counts, each wake-up's state (pending, in
+//!   hand), idle channels and their retirement.
+//! - [`wake`]: the wake policy. Whom each release message wakes, hand-on to a smaller need, the
+//!   end-of-window wake-ups.
+//!
+//! The table and the wake policy do no I/O and hold no lock (the hub keeps the table behind one
+//! mutex), so the model checker (`crate::shuttle_tests`) drives them with a fake transport.
+//!
+//! Implementation notes for maintainers. The lost-wakeup race and how the order of steps closes
+//! it (as in tokio's `Notify`: register interest before checking the condition):
+//!
+//! 1. A waiter registers on the object's channel. The first waiter of a channel subscribes; every
+//!    waiter of that channel waits until the subscription is **confirmed** by a `PING` on the
+//!    subscriber connection (fred's `subscribe` returns before Redis has registered it).
+//! 2. Only then does the waiter try to acquire again. A release that happened before step 1
+//!    completed is seen by this attempt; a release after it is published to a channel we are
+//!    subscribed to.
+//! 3. The waiter sleeps until it is woken or until the holder's remaining lease (the bound: a
+//!    missed message costs at most that, never a hang).
+//!
+//! Each release message says whom to wake (`lockkit_protocol::wake::Wake`): usually **one** local
+//! waiter of that channel, the longest-registered one not already woken (no thundering herd); `k`
+//! of them when `k` permits came back; all of them when every waiter must re-check; or the one
+//! waiter named by id (fair lock; a lock's reservation). A woken waiter that goes away without
+//! using up its wake-up (before it ran, or while its try was in flight) passes it on; one that is
+//! refused hands it to a waiter that needs less ([`Waiter::tried`]). When messages may have been
+//! lost (the broadcast channel lagged, or the subscriber connection was re-established) every
+//! waiter is woken to re-check; after a reconnect, once the hub has subscribed again to every
+//! channel it tracks. The rules and their reasons are in [`wake`].
+//!
+//! **Registering first.** Step 2 costs a script call on every wait, wasted unless a release
+//! slipped in between the first try and step 1. When the channel is subscribed already
+//! (confirmed, and not retired), the waiter registers **before** its first try instead
+//! ([`WaiterHub::register_now`]), as tokio's `Notify` has it: a release after that try is
+//! published after the waiter registered, and wakes it; one before it is seen by the try. So it
+//! sleeps after a busy first try, without a second. A waiter whose first try takes the object
+//! leaves at once (a wake-up it got meanwhile goes on, as from any waiter that leaves).
+
+mod slots;
+pub(crate) mod table;
+mod transport;
+mod wake;
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use fred::clients::SubscriberClient;
+use fred::types::config::Server;
+use parking_lot::Mutex;
+use tokio::sync::{Notify, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use table::{WaitTable, WaiterId};
+
+/// The client's waiter hub.
+pub(crate) struct WaiterHub {
+    inner: Arc<HubInner>,
+}
+
+struct HubInner {
+    sub: SubscriberClient,
+    /// `SSUBSCRIBE` rather than `SUBSCRIBE`.
+    sharded: bool,
+    /// The waiters, with each channel's subscription (initialised once it is confirmed).
+    channels: Mutex<WaitTable<Arc<OnceCell<()>>>>,
+    /// Serialises subscribing, unsubscribing and resubscribing ([`transport`]).
+    subscribe_lock: tokio::sync::Mutex<()>,
+    /// Sharded mode: the owner of each waited channel's slot when the hub last looked (`None`:
+    /// not known then; [`slots`]).
+    slot_owners: Mutex<HashMap<u16, Option<Server>>>,
+    /// A slot-owner check is running (at most one at a time; [`slots`]).
+    checking: AtomicBool,
+    /// The runtime the client was built on (the hub's dispatcher runs there): a waiter dropped
+    /// outside any runtime still schedules its channel's retirement through it.
+    runtime: tokio::runtime::Handle,
+}
+
+impl WaiterHub {
+    /// Starts the hub on a connected subscriber client; `closed` stops it and closes the
+    /// connection.
+    /// `sharded` selects sharded pub/sub (`SSUBSCRIBE`).
+    ///
+    /// Must be called inside a tokio runtime (the client's `build`): the hub runs there.
+    pub(crate) fn start(sub: SubscriberClient, sharded: bool, closed: CancellationToken) -> Self {
+        let runtime = tokio::runtime::Handle::current();
+        let inner = Arc::new(HubInner {
+            sub: sub.clone(),
+            sharded,
+            channels: Mutex::new(WaitTable::default()),
+            subscribe_lock: tokio::sync::Mutex::new(()),
+            slot_owners: Mutex::new(HashMap::new()),
+            checking: AtomicBool::new(false),
+            runtime: runtime.clone(),
+        });
+        runtime.spawn(transport::dispatch(Arc::downgrade(&inner), sub, closed));
+        Self { inner }
+    }
+
+    /// Registers interest in `channel` and returns once the subscription is confirmed. `tag`
+    /// names the waiter for messages that wake one waiter by id; `need` is how much of the object
+    /// it needs (see [`Waiter::tried`]).
+    pub(crate) async fn register(
+        &self,
+        channel: &str,
+        tag: Option<&str>,
+        need: u64,
+    ) -> Result<Waiter, Error> {
+        let registered = self.inner.channels.lock().register(channel, tag, need);
+        let subscribed = registered.data;
+        // From here on, dropping `waiter` (an error, or the caller going away) unregisters.
+        let waiter = Waiter {
+            hub: Arc::clone(&self.inner),
+            channel: channel.to_owned(),
+            id: registered.id,
+            signal: registered.signal,
+        };
+        subscribed
+            .get_or_try_init(|| transport::subscribe(&self.inner, channel))
+            .await?;
+        Ok(waiter)
+    }
+
+    /// The number of tasks waiting on any channel.
+    pub(crate) fn waiting(&self) -> usize {
+        self.inner.channels.lock().waiting()
+    }
+
+    /// Whether this client heard of a reservation on `channel` whose end will be announced
+    /// ([`WaitTable::reservation_announced`]).
+    pub(crate) fn reservation_announced(&self, channel: &str) -> bool {
+        self.inner.channels.lock().reservation_announced(channel)
+    }
+
+    /// Registers on `channel` at once if it is subscribed already (confirmed, and not retired);
+    /// `None` otherwise. A waiter registered so before its first try needs no second try (see
+    /// the module documentation).
+    pub(crate) fn register_now(
+        &self,
+        channel: &str,
+        tag: Option<&str>,
+        need: u64,
+    ) -> Option<Waiter> {
+        let registered =
+            self.inner
+                .channels
+                .lock()
+                .register_if(channel, tag, need, |subscribed| subscribed.initialized())?;
+        Some(Waiter {
+            hub: Arc::clone(&self.inner),
+            channel: channel.to_owned(),
+            id: registered.id,
+            signal: registered.signal,
+        })
+    }
+}
+
+/// One task's registration on one channel.
+pub(crate) struct Waiter {
+    hub: Arc<HubInner>,
+    channel: String,
+    id: WaiterId,
+    signal: Arc<Notify>,
+}
+
+impl Waiter {
+    /// Resolves when a release on the channel woke this waiter (possibly before this call). The
+    /// wake-up is then in hand: the next try settles it ([`tried`](Waiter::tried)); dropped
+    /// before that, the waiter passes it on.
+    pub(crate) async fn woken(&self) {
+        self.signal.notified().await;
+        self.hub.channels.lock().take_wake(&self.channel, self.id);
+    }
+
+    /// This waiter's try ended, `refused` or not. A wake-up it had in hand is used up; if the
+    /// try was refused, it goes on to the longest-registered waiter of the channel that needs
+    /// less and is not already woken (see [`wake`]).
+    pub(crate) fn tried(&self, refused: bool) {
+        if self
+            .hub
+            .channels
+            .lock()
+            .tried(&self.channel, self.id, refused)
+        {
+            tracing::debug!(
+                channel = %self.channel,
+                "woken but refused; handed the wake-up to a waiter that needs less"
+            );
+        }
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        // A wake-up this waiter had not used up goes on to the next one.
+        let now = tokio::time::Instant::now();
+        if !self.hub.channels.lock().cancel(&self.channel, self.id, now) {
+            return;
+        }
+        // Through the client's runtime, not the caller's: a waiter may be dropped outside any
+        // runtime (a future dropped on a plain thread), and the channel is marked as retiring
+        // now, so no later idle period would retire it if this one did not.
+        let hub = Arc::downgrade(&self.hub);
+        let channel = std::mem::take(&mut self.channel);
+        self.hub.runtime.spawn(transport::retire(hub, channel));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fred::interfaces::PubsubInterface;
+
+    use super::Waiter;
+    use crate::Client;
+
+    impl Waiter {
+        /// Woken, and not yet run.
+        pub(super) fn is_pending(&self) -> bool {
+            self.hub.channels.lock().is_pending(&self.channel, self.id)
+        }
+    }
+
+    pub(super) fn woken(waiters: &[Waiter]) -> usize {
+        waiters.iter().filter(|waiter| waiter.is_pending()).count()
+    }
+
+    /// Messages reach the subscriber connection in publish order, and the dispatcher handles
+    /// them in that order: once a marker channel's waiter is woken, every earlier message has
+    /// been dispatched, and we can count who it woke.
+    async fn publish_then_sync(client: &Client, channel: &str, marker: &str) {
+        let hub = &client.inner.hub;
+        let sync = hub.register(marker, None, 1).await.unwrap();
+        let redis = client.inner.exec.redis();
+        let _: i64 = redis.publish(channel, "released").await.unwrap();
+        let _: i64 = redis.publish(marker, "released").await.unwrap();
+        sync.woken().await;
+    }
+
+    #[tokio::test]
+    async fn one_release_wakes_one_waiter_and_a_dropped_waiter_passes_it_on() {
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let channel = format!("test:herd:{}", client.id());
+        let marker = format!("{channel}:marker");
+        let mut waiters = Vec::new();
+        for _ in 0..3 {
+            waiters.push(client.inner.hub.register(&channel, None, 1).await.unwrap());
+        }
+        assert_eq!(woken(&waiters), 0);
+
+        publish_then_sync(&client, &channel, &marker).await;
+        assert_eq!(woken(&waiters), 1, "no thundering herd");
+        assert!(waiters[0].is_pending(), "longest waiting first");
+
+        // The woken waiter leaves without acting on it: the next one inherits the wake-up.
+        waiters.remove(0);
+        assert_eq!(woken(&waiters), 1);
+        waiters[0].woken().await;
+        assert_eq!(woken(&waiters), 0, "consumed");
+
+        drop(waiters);
+        assert_eq!(client.waiting_count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_refused_waiter_hands_its_wake_up_only_to_one_that_needs_less() {
+        let redis = lockkit_testkit::redis_url().await.unwrap();
+        let client = Client::connect(redis.url()).await.unwrap();
+        let channel = format!("test:need:{}", client.id());
+        let marker = format!("{channel}:marker");
+        let hub = &client.inner.hub;
+        let waiters = vec![
+            hub.register(&channel, None, 2).await.unwrap(),
+            hub.register(&channel, None, 1).await.unwrap(),
+            hub.register(&channel, None, 1).await.unwrap(),
+        ];
+
+        publish_then_sync(&client, &channel, &marker).await;
+        assert!(waiters[0].is_pending());
+        assert_eq!(woken(&waiters), 1);
+        waiters[0].woken().await;
+
+        // Refused with 2 needed: the first waiter that needs less inherits the wake-up.
+        waiters[0].tried(true);
+        assert!(waiters[1].is_pending());
+        assert_eq!(woken(&waiters), 1);
+        waiters[1].woken().await;
+
+        // Refused with 1 needed: a waiter that needs as much would be refused too.
+        waiters[1].tried(true);
+        assert_eq!(woken(&waiters), 0, "no hand-over between equal needs");
+    }
+}
