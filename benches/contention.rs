@@ -5,13 +5,15 @@
 //! `FairLock`, `SpinLock`, `ReadWriteLock` (every worker a writer) and `Semaphore` (one permit),
 //! for each row (W workers, hold H, think T), W tokio tasks on one multi-thread
 //! runtime, each with its **own** `lockkit::Client` (its own connections), loop for D seconds:
-//! acquire (`lock()`, watchdog mode), hold H (a tokio sleep), release (`unlock()`), think T.
-//! Then every installed peer library (`benches/peers/install`) runs the same rows against the same
-//! server through its runner (`benches/peers/run <peer> ...`, one process per row, one client
-//! per worker), which prints its events as one line of JSON. Last, one row of W = 64 (H = 5 ms,
-//! T = 20 ms): lockkit's `Lock` and `FairLock` with the 64 workers split over 4 child processes of
-//! this bench (`LOCKKIT_BENCH_CHILD`; their events are merged on the wall clock), and every peer
-//! as its runner runs 64 workers (`LOCKKIT_BENCH_W64=0` skips the row).
+//! acquire (`lock()`, watchdog mode), hold H ([`hold`]: exactly H, not the H + 1.2 ms of tokio's
+//! 1 ms timer), release (`unlock()`), think T. Then every installed peer library
+//! (`benches/peers/install`) runs the same rows against the same server through its runner
+//! (`benches/peers/run <peer> ...`, one process per row, one client per worker), which prints its
+//! events as one line of JSON. Last, one row of W = 64 (H = 5 ms, T = 20 ms): each of lockkit's
+//! primitives but `SpinLock`, with the 64 workers split over 4 child processes of this bench
+//! (`LOCKKIT_BENCH_CHILD`; their events are merged on the wall clock), and every peer as its
+//! runner runs 64 workers (`LOCKKIT_BENCH_W64=0` skips the row, `LOCKKIT_BENCH_W64=only` runs
+//! it alone).
 //!
 //! Every event is timed on one monotonic clock per process (nanoseconds since an origin). Every
 //! row, lockkit's or a peer's, goes through [`analyse`]: from the merged record (ordered by the
@@ -28,7 +30,14 @@
 //! - lockkit rows: **attempts per acquisition**, Redis' own count of script calls during the row
 //!   (`INFO commandstats`) less one release per hold, over the holds: 1.0 is one acquire script
 //!   per acquisition, anything above it is wasted tries (woken waiters that were refused, the
-//!   spin lock's polls, waiters' keep-alive retries).
+//!   spin lock's polls, waiters' keep-alive retries);
+//! - lockkit rows: **pub/sub messages per acquisition**, the messages the waiter hubs of all the
+//!   row's clients received (lockkit's `lockkit_pubsub_messages_total` metric, read by this
+//!   process's metrics recorder, [`MessageRecorder`]; the child processes of the W = 64 rows
+//!   report theirs), over the same holds; cross-checked with Redis: its count of `PUBLISH` and
+//!   `SPUBLISH` calls during the row (`INFO commandstats` counts those a script makes; lockkit
+//!   publishes only from scripts) and the subscribers of the object's channel at the middle of
+//!   the window (`PUBSUB NUMSUB`), whose product is what Redis wrote.
 //!
 //! The floors are measured in the same run: the median of 200 `EVALSHA` round trips of a trivial
 //! script through a plain fred client, configured and framed as in `benches/latency.rs` (RTT),
@@ -47,13 +56,15 @@
 //! Without `--bench` (`cargo test --benches`) it runs a short smoke test only (no peers).
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, LuaInterface, PubsubInterface};
 use fred::prelude::Client as RedisClient;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use lockkit::protocol::keys::Namespace;
+use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::protocol::lock::hold_marker;
 use lockkit::protocol::slot::key_slot;
 use lockkit::{
@@ -110,6 +121,25 @@ impl Primitive {
             Primitive::RwWriter => "ReadWriteLock",
             Primitive::Semaphore => "Semaphore",
         }
+    }
+
+    fn kind(self) -> Kind {
+        match self {
+            Primitive::Lock => Kind::Lock,
+            Primitive::FencedLock => Kind::FencedLock,
+            Primitive::FairLock => Kind::FairLock,
+            Primitive::SpinLock => Kind::SpinLock,
+            Primitive::RwWriter => Kind::ReadWriteLock,
+            Primitive::Semaphore => Kind::Semaphore,
+        }
+    }
+
+    /// The pub/sub channel of the object `name` of this primitive.
+    fn channel(self, name: &str) -> String {
+        Namespace::default()
+            .object(self.kind(), name)
+            .expect("a valid name")
+            .channel
     }
 }
 
@@ -202,6 +232,9 @@ struct Outcome {
     /// Sorted.
     handoffs: Vec<Duration>,
     mean_hold: Duration,
+    /// The median and 99th percentile of the measured holds.
+    hold_p50: Duration,
+    hold_p99: Duration,
     /// Holds that began before the previous one ended (must be 0 for lockkit).
     overlaps: usize,
     errors: u64,
@@ -209,6 +242,8 @@ struct Outcome {
     /// during the row, less one release per hold, over the holds); 1.0 means no wasted try.
     /// `None` for the peers, whose commands are not comparable.
     attempts: Option<f64>,
+    /// lockkit rows: the pub/sub messages of the row, counted by the clients and by Redis.
+    messages: Option<Messages>,
     /// The floor (median raw `EVALSHA` round trip) measured just before this row: the yardstick
     /// of its RTT columns. It drifts by tens of percent within a run (CPU placement), so each row
     /// gets its own.
@@ -224,6 +259,34 @@ impl Outcome {
     fn net_overhead_us(&self) -> f64 {
         micros(self.window) / self.acquisitions.max(1) as f64 - micros(self.mean_hold)
     }
+}
+
+/// What a lockkit row counted, from the end of its warm-up to the end of its last worker (the
+/// interval of its attempts per acquisition), in every process of the row.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    /// Script calls Redis counted.
+    scripts: u64,
+    /// `PUBLISH` and `SPUBLISH` calls Redis counted (all made by lockkit's scripts).
+    publishes: u64,
+    /// Messages the row's clients' waiter hubs received (`lockkit_pubsub_messages_total`).
+    received: u64,
+    /// Subscribers of the object's channel at the middle of the window (`PUBSUB NUMSUB`).
+    subscribers: u64,
+}
+
+/// A lockkit row's pub/sub messages per acquisition (over the holds of [`Counts`]' interval).
+#[derive(Debug, Clone, Copy)]
+struct Messages {
+    /// Messages the row's clients received, summed over clients and processes.
+    received: f64,
+    /// `PUBLISH` / `SPUBLISH` calls.
+    publishes: f64,
+    /// Subscribers of the object's channel at the middle of the window.
+    subscribers: u64,
+    /// What Redis wrote, by its own counts: publishes × subscribers (the cross-check of
+    /// `received`, exact while the subscribers stay the same through the row).
+    delivered: f64,
 }
 
 /// The analysis of every row, lockkit's and the peers' alike.
@@ -246,9 +309,12 @@ fn analyse(record: Record) -> Outcome {
     let mut per_worker = vec![0_usize; workload.workers];
     let mut acquisitions = 0;
     let mut total_hold = 0_u64;
+    let mut holds = Vec::with_capacity(events.len());
     for e in events.iter().filter(|e| e[ACQUIRED] < deadline_ns) {
         acquisitions += 1;
-        total_hold += e[UNLOCKING].saturating_sub(e[ACQUIRED]);
+        let hold = e[UNLOCKING].saturating_sub(e[ACQUIRED]);
+        total_hold += hold;
+        holds.push(Duration::from_nanos(hold));
         if let Some(count) = usize::try_from(e[WORKER])
             .ok()
             .and_then(|w| per_worker.get_mut(w))
@@ -257,6 +323,8 @@ fn analyse(record: Record) -> Outcome {
         }
     }
     let mean_hold = Duration::from_nanos(total_hold / acquisitions.max(1) as u64);
+    holds.sort_unstable();
+    let hold_quantile = |q| (!holds.is_empty()).then(|| quantile(&holds, q));
     let max = per_worker.iter().copied().max().unwrap_or(0);
     let min = per_worker.iter().copied().min().unwrap_or(0);
     let min_max = if max == 0 {
@@ -294,9 +362,12 @@ fn analyse(record: Record) -> Outcome {
         owner_changes,
         handoffs,
         mean_hold,
+        hold_p50: hold_quantile(0.5).unwrap_or_default(),
+        hold_p99: hold_quantile(0.99).unwrap_or_default(),
         overlaps,
         errors,
         attempts: None,
+        messages: None,
         rtt: Duration::ZERO,
     }
 }
@@ -336,6 +407,26 @@ async fn warm_up(handle: &Handle) {
         .expect("unlock");
 }
 
+/// How long before a hold's end [`hold`] stops sleeping on tokio's timer and starts yielding:
+/// the timer has a 1 ms resolution and rounds up, so a sleep ends up to about 1.2 ms late.
+const HOLD_SPIN: Duration = Duration::from_millis(2);
+
+/// Holds until `end`, exactly: a tokio sleep until [`HOLD_SPIN`] before it (a plain
+/// `tokio::time::sleep(H)` holds 11.2 ms for H = 10 ms), then yields to the runtime until `end`
+/// (the other tasks run meanwhile; the yielding costs up to about a millisecond of CPU per
+/// hold). The measured hold (acquire return to unlock call) is then H plus a few microseconds.
+/// The rslock runner (`benches/peers/rslock`) holds the same way, so both Rust libraries hold
+/// exactly H, as the Python and Node runners hold H plus about 0.15 ms.
+async fn hold(end: Instant) {
+    if let Some(early) = end.checked_sub(HOLD_SPIN) {
+        tokio::time::sleep_until(early.into()).await;
+    }
+    while Instant::now() < end {
+        std::hint::spin_loop();
+        tokio::task::yield_now().await;
+    }
+}
+
 /// One worker: acquire, hold, release, think, until the deadline. After the deadline an acquire
 /// that returns is released at once (recorded, filtered out by the analysis), so every worker
 /// ends within a handoff or so.
@@ -353,7 +444,7 @@ async fn worker(
         let held = handle.lock().await.expect("lock");
         let acquired = Instant::now();
         if acquired < deadline && !workload.hold.is_zero() {
-            tokio::time::sleep(workload.hold).await;
+            hold(acquired + workload.hold).await;
         }
         let unlocking = Instant::now();
         held.unlock().await.expect("unlock");
@@ -383,7 +474,8 @@ async fn run_lockkit(
         .map(|client| Handle::new(client, primitive, &name))
         .collect();
     futures::future::join_all(handles.iter().map(warm_up)).await;
-    let scripts_before = script_calls(raw).await;
+    let calls_before = command_calls(raw).await;
+    let received_before = messages_received();
     let origin = Instant::now();
     let deadline = origin + window;
     let tasks: Vec<_> = handles
@@ -391,32 +483,50 @@ async fn run_lockkit(
         .enumerate()
         .map(|(index, handle)| tokio::spawn(worker(index, handle, workload, origin, deadline)))
         .collect();
-    let joined = lockkit_suite::within(
+    let channel = primitive.channel(&name);
+    let subscribers = async {
+        tokio::time::sleep(window / 2).await;
+        subscribers(raw, &channel).await
+    };
+    let workers = lockkit_suite::within(
         window + Duration::from_secs(60),
         "the workers of a contention row",
         futures::future::join_all(tasks),
-    )
-    .await;
-    let scripts = script_calls(raw).await.saturating_sub(scripts_before);
+    );
+    let (joined, subscribers) = tokio::join!(workers, subscribers);
+    let calls = command_calls(raw).await.since(calls_before);
+    let counts = Counts {
+        scripts: calls.scripts,
+        publishes: calls.publishes,
+        received: messages_received() - received_before,
+        subscribers,
+    };
     let mut events = Vec::new();
     for result in joined {
         events.extend(result.expect("a worker panicked"));
     }
     let deadline_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
-    lockkit_outcome(primitive, workload, (0, deadline_ns), events, scripts)
+    lockkit_outcome(primitive, workload, (0, deadline_ns), events, counts)
 }
 
 /// A lockkit row's outcome: its events over the window `(start, deadline)` analysed, with
-/// attempts per acquisition from the row's `scripts` calls (less one release per hold).
+/// attempts per acquisition from the row's script calls (less one release per hold) and its
+/// messages per acquisition, both over every hold recorded (the holds of the counts' interval).
 fn lockkit_outcome(
     primitive: Primitive,
     workload: Workload,
     (start_ns, deadline_ns): (u64, u64),
     events: Vec<Event>,
-    scripts: u64,
+    counts: Counts,
 ) -> Outcome {
     let holds = events.len().max(1) as f64;
-    let attempts = (scripts as f64 - events.len() as f64) / holds;
+    let attempts = (counts.scripts as f64 - events.len() as f64) / holds;
+    let messages = Messages {
+        received: counts.received as f64 / holds,
+        publishes: counts.publishes as f64 / holds,
+        subscribers: counts.subscribers,
+        delivered: (counts.publishes * counts.subscribers) as f64 / holds,
+    };
     let mut outcome = analyse(Record {
         library: primitive.name().to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -427,6 +537,7 @@ fn lockkit_outcome(
         errors: 0,
     });
     outcome.attempts = Some(attempts);
+    outcome.messages = Some(messages);
     outcome
 }
 
@@ -447,10 +558,29 @@ fn parse_events(parsed: &serde_json::Value) -> Vec<Event> {
         .unwrap_or_default()
 }
 
-/// Redis' count of script calls so far (`EVALSHA`, `EVAL` and their read-only forms, `FCALL`),
-/// from `INFO commandstats`: each counts one round trip that runs a script, so the difference over
-/// a row is the row's script calls.
-async fn script_calls(raw: &RedisClient) -> u64 {
+/// Redis' counts of calls so far, from `INFO commandstats`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Calls {
+    /// Script calls (`EVALSHA`, `EVAL` and their read-only forms, `FCALL`): each counts one round
+    /// trip that runs a script, so the difference over a row is the row's script calls.
+    scripts: u64,
+    /// `PUBLISH` and `SPUBLISH` calls, those made by scripts included (Redis counts every
+    /// command a script runs).
+    publishes: u64,
+}
+
+impl Calls {
+    /// The calls made since `before`.
+    fn since(self, before: Calls) -> Calls {
+        Calls {
+            scripts: self.scripts.saturating_sub(before.scripts),
+            publishes: self.publishes.saturating_sub(before.publishes),
+        }
+    }
+}
+
+/// Redis' [`Calls`] so far.
+async fn command_calls(raw: &RedisClient) -> Calls {
     let info: String = raw
         .custom(
             CustomCommand::new_static("INFO", ClusterHash::Random, false),
@@ -458,21 +588,109 @@ async fn script_calls(raw: &RedisClient) -> u64 {
         )
         .await
         .expect("INFO commandstats");
-    info.lines()
-        .filter_map(|line| {
-            let (name, stats) = line.split_once(':')?;
-            let script = matches!(
-                name,
-                "cmdstat_evalsha"
-                    | "cmdstat_eval"
-                    | "cmdstat_evalsha_ro"
-                    | "cmdstat_eval_ro"
-                    | "cmdstat_fcall"
-            );
-            let calls = stats.split(',').find_map(|kv| kv.strip_prefix("calls="))?;
-            script.then(|| calls.parse::<u64>().ok()).flatten()
-        })
-        .sum()
+    let mut calls = Calls::default();
+    for line in info.lines() {
+        let Some((name, stats)) = line.split_once(':') else {
+            continue;
+        };
+        let Some(count) = stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|count| count.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        match name {
+            "cmdstat_evalsha" | "cmdstat_eval" | "cmdstat_evalsha_ro" | "cmdstat_eval_ro"
+            | "cmdstat_fcall" => calls.scripts += count,
+            "cmdstat_publish" | "cmdstat_spublish" => calls.publishes += count,
+            _ => {}
+        }
+    }
+    calls
+}
+
+/// The subscribers of `channel` (`PUBSUB NUMSUB`; lockkit's clients subscribe with `SUBSCRIBE`
+/// on a single server).
+async fn subscribers(raw: &RedisClient, channel: &str) -> u64 {
+    let reply: Vec<Value> = raw
+        .custom(
+            CustomCommand::new_static("PUBSUB", ClusterHash::Random, false),
+            vec!["NUMSUB", channel],
+        )
+        .await
+        .expect("PUBSUB NUMSUB");
+    reply.get(1).and_then(|count| count.as_u64()).unwrap_or(0)
+}
+
+/// Pub/sub messages this process's lockkit clients received: the `lockkit_pubsub_messages_total`
+/// counter (lockkit's `metrics` feature), kept by [`MessageRecorder`].
+static MESSAGES: AtomicU64 = AtomicU64::new(0);
+
+/// The messages counted so far in [`MESSAGES`].
+fn messages_received() -> u64 {
+    MESSAGES.load(Ordering::Relaxed)
+}
+
+/// The process's metrics recorder: keeps `lockkit_pubsub_messages_total` (every kind) in
+/// [`MESSAGES`] and drops every other metric.
+struct MessageRecorder;
+
+/// [`MessageRecorder`]'s counter.
+struct MessageCounter;
+
+impl metrics::CounterFn for MessageCounter {
+    fn increment(&self, value: u64) {
+        MESSAGES.fetch_add(value, Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        MESSAGES.fetch_max(value, Ordering::Relaxed);
+    }
+}
+
+impl metrics::Recorder for MessageRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        if key.name() == "lockkit_pubsub_messages_total" {
+            metrics::Counter::from_arc(Arc::new(MessageCounter))
+        } else {
+            metrics::Counter::noop()
+        }
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
 }
 
 /// Uncontended lock + unlock against each library's own `PING`: samples of each, interleaved.
@@ -602,7 +820,8 @@ fn wall_ns() -> u64 {
 /// A child of a many-process row (`LOCKKIT_BENCH_CHILD=<url> <primitive> <name> <workers>
 /// <hold ms> <think ms> <start> <deadline> <first worker index>`, times in [`wall_ns`]): runs its
 /// workers, each with its own client, from `start` to `deadline`, and prints their events as the
-/// peer runners do, on the shared wall clock.
+/// peer runners do, on the shared wall clock, with the pub/sub messages its clients received from
+/// `start` until they shut down (`messages`).
 async fn child(spec: &str) {
     let parts: Vec<&str> = spec.split(' ').collect();
     let [url, primitive, name, workers, hold, think, start, deadline, first] = parts[..] else {
@@ -632,6 +851,7 @@ async fn child(spec: &str) {
     tokio::time::sleep_until(warm_at.into()).await;
     futures::future::join_all(handles.iter().map(warm_up)).await;
     tokio::time::sleep_until(at(number(start)).into()).await;
+    let received_before = messages_received();
     let deadline_at = at(number(deadline));
     let first = number(first);
     let tasks: Vec<_> = handles
@@ -652,19 +872,26 @@ async fn child(spec: &str) {
     for client in &clients {
         let _ = client.shutdown().await;
     }
-    println!("{}", json!({ "events": events }));
+    // Counted until the clients unsubscribed: the other children's releases still reach them
+    // until then, and Redis counts those as well.
+    let received = messages_received() - received_before;
+    println!("{}", json!({ "events": events, "messages": received }));
 }
 
 /// One lockkit row of [`MANY_WORKERS`] workers split over [`PROCESSES`] child processes (each
 /// worker still with its own client), merged on the wall clock.
 async fn run_lockkit_processes(
     url: &str,
-    raw: &RedisClient,
+    (client, raw): (&Client, &RedisClient),
     primitive: Primitive,
     workload: Workload,
     window: Duration,
 ) -> Option<Outcome> {
     let name = lockkit_suite::unique(&format!("bench-contention-{}", primitive.name()));
+    if primitive == Primitive::Semaphore {
+        let set = client.semaphore(&name).try_set_permits(1).await;
+        assert!(set.expect("try_set_permits"), "a fresh semaphore");
+    }
     let exe = std::env::current_exe().ok()?;
     let per = workload.workers / PROCESSES;
     // Far enough ahead for every child to start, connect its clients and warm up.
@@ -684,13 +911,22 @@ async fn run_lockkit_processes(
             .output()
     });
     let children = futures::future::join_all(children);
-    let scripts_at_start = async {
+    let channel = primitive.channel(&name);
+    let at_start_and_middle = async {
         let left = start.saturating_sub(wall_ns());
         tokio::time::sleep(Duration::from_nanos(left)).await;
-        script_calls(raw).await
+        let calls = command_calls(raw).await;
+        tokio::time::sleep(window / 2).await;
+        (calls, subscribers(raw, &channel).await)
     };
-    let (outputs, scripts_before) = tokio::join!(children, scripts_at_start);
-    let scripts = script_calls(raw).await.saturating_sub(scripts_before);
+    let (outputs, (calls_before, subscribers)) = tokio::join!(children, at_start_and_middle);
+    let calls = command_calls(raw).await.since(calls_before);
+    let mut counts = Counts {
+        scripts: calls.scripts,
+        publishes: calls.publishes,
+        received: 0,
+        subscribers,
+    };
     let mut events: Vec<Event> = Vec::new();
     for output in outputs {
         let output = output.ok()?;
@@ -704,13 +940,14 @@ async fn run_lockkit_processes(
         }
         let parsed: serde_json::Value = serde_json::from_slice(&output.stdout).ok()?;
         events.extend(parse_events(&parsed));
+        counts.received += parsed["messages"].as_u64().unwrap_or(0);
     }
     Some(lockkit_outcome(
         primitive,
         workload,
         (start, deadline),
         events,
-        scripts,
+        counts,
     ))
 }
 
@@ -1041,12 +1278,13 @@ fn fmt_opt(value: Option<f64>, decimals: usize) -> String {
 fn print_table(outcomes: &[Outcome], floors: &Floors) {
     let rtt_us = micros(floors.rtt);
     println!(
-        "| library | W | H ms | T ms | acquisitions | acq/s | attempts/acq | min/max | owner changes | handoffs \
+        "| library | W | H ms | T ms | acquisitions | acq/s | attempts/acq | msgs/acq | PUBLISH/acq \
+         | min/max | owner changes | handoffs \
          | handoff p50 µs | p99 µs | RTT µs | p50 RTT | p99 RTT | p50 / pubsub floor \
          | mean hold ms | net overhead µs | net RTT | overlaps |"
     );
     println!(
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for o in outcomes {
         let row_rtt_us = micros(o.rtt);
@@ -1065,13 +1303,15 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
             String::new()
         };
         println!(
-            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {} | {:.2} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
+            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
             o.workload.workers,
             o.workload.hold.as_millis(),
             o.workload.think.as_millis(),
             o.acquisitions,
             o.acquisitions as f64 / o.window.as_secs_f64(),
             fmt_opt(o.attempts, 2),
+            fmt_opt(o.messages.map(|m| m.received), 2),
+            fmt_opt(o.messages.map(|m| m.publishes), 2),
             o.min_max,
             o.owner_changes,
             o.handoffs.len(),
@@ -1093,6 +1333,12 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
         .map(|o| o.overlaps)
         .sum();
     println!();
+    println!(
+        "msgs/acq: pub/sub messages all the row's clients received, per acquisition \
+         (lockkit_pubsub_messages_total); PUBLISH/acq: Redis' PUBLISH and SPUBLISH calls per \
+         acquisition (INFO commandstats); the JSON adds the channel's subscribers mid-row (PUBSUB \
+         NUMSUB) and what Redis wrote, PUBLISH × subscribers, per acquisition"
+    );
     println!(
         "floor: median raw EVALSHA round trip = {rtt_us:.1} µs at the start (each row's RTT \
          columns use the floor measured just before it); overlapping holds of lockkit \
@@ -1156,6 +1402,10 @@ fn write_json(
                 "acquisitions": o.acquisitions,
                 "acq_per_s": o.acquisitions as f64 / o.window.as_secs_f64(),
                 "attempts_per_acquisition": o.attempts,
+                "messages_per_acquisition": o.messages.map(|m| m.received),
+                "publishes_per_acquisition": o.messages.map(|m| m.publishes),
+                "channel_subscribers": o.messages.map(|m| m.subscribers),
+                "delivered_per_acquisition": o.messages.map(|m| m.delivered),
                 "min_max": o.min_max,
                 "owner_changes": o.owner_changes,
                 "handoffs": o.handoffs.len(),
@@ -1166,6 +1416,8 @@ fn write_json(
                 "handoff_p99_rtt": p99.map(|p| p / rtt_us),
                 "handoff_p50_pubsub_floor": p50.zip(pubsub).map(|(p, f)| p / f),
                 "mean_hold_ms": o.mean_hold.as_secs_f64() * 1e3,
+                "hold_p50_ms": o.hold_p50.as_secs_f64() * 1e3,
+                "hold_p99_ms": o.hold_p99.as_secs_f64() * 1e3,
                 "net_overhead_us": o.net_overhead_us(),
                 "net_overhead_rtt": o.net_overhead_us() / rtt_us,
                 "overlaps": o.overlaps,
@@ -1274,6 +1526,8 @@ async fn bench(url: &str, smoke: bool) {
     } else {
         (workloads(), window(), peers_to_run())
     };
+    let w64 = std::env::var("LOCKKIT_BENCH_W64").unwrap_or_default();
+    let workloads = if w64 == "only" { Vec::new() } else { workloads };
     let flavor = match tokio::runtime::Handle::current().runtime_flavor() {
         tokio::runtime::RuntimeFlavor::CurrentThread => "current_thread",
         _ => "multi_thread",
@@ -1328,19 +1582,16 @@ async fn bench(url: &str, smoke: bool) {
         }
     }
     // W = 64: lockkit's workers over 4 processes; each peer as its runner runs W workers.
-    if !smoke && std::env::var("LOCKKIT_BENCH_W64").map_or(true, |v| v != "0") {
+    if !smoke && w64 != "0" {
         let many = Workload {
             workers: MANY_WORKERS,
             hold: ms(5),
             think: ms(20),
         };
-        for &primitive in primitives
-            .iter()
-            .filter(|p| matches!(p, Primitive::Lock | Primitive::FairLock))
-        {
+        for &primitive in primitives.iter().filter(|p| **p != Primitive::SpinLock) {
             let rtt = floor.median(Duration::ZERO).await;
             if let Some(mut outcome) =
-                run_lockkit_processes(url, &floor.raw, primitive, many, window).await
+                run_lockkit_processes(url, (&clients[0], &floor.raw), primitive, many, window).await
             {
                 outcome.rtt = rtt;
                 log(&outcome);
@@ -1431,6 +1682,7 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
+    metrics::set_global_recorder(MessageRecorder).expect("the only metrics recorder");
     if let Ok(spec) = std::env::var(CHILD) {
         rt.block_on(child(&spec));
         return;

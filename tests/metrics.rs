@@ -1,5 +1,5 @@
 //! The `metrics` feature: a small recorder installed for this test binary sees every metric
-//! lockkit reports, labelled by kind. And the `lockkit.acquire` / `lockkit.release` tracing
+//! lockkit reports, labelled by kind (the received pub/sub messages unlabelled: `{?}`). And the `lockkit.acquire` / `lockkit.release` tracing
 //! spans, seen by a small subscriber.
 
 use std::collections::HashMap;
@@ -131,7 +131,8 @@ fn store() -> &'static Store {
 
 // One test: the recorder is global to the binary, and the values are totals per kind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acquisitions_waits_holds_renewals_timeouts_waiters_and_lost_leases_are_measured() {
+async fn acquisitions_waits_holds_renewals_timeouts_waiters_messages_and_lost_leases_are_measured()
+{
     let store = store();
     let redis = redis().await;
     // A short watchdog timeout: renewals every 100 ms.
@@ -166,9 +167,15 @@ async fn acquisitions_waits_holds_renewals_timeouts_waiters_and_lost_leases_are_
         .until("lockkit_renewals_total{lock}", |n| n >= 1.0)
         .await;
 
+    // Nothing was published on the lock's channel yet.
+    assert_eq!(store.get("lockkit_pubsub_messages_total{?}"), 0.0);
     held.unlock().await.unwrap();
     assert_eq!(store.get("lockkit_hold_seconds{lock}"), 1.0);
     let second = within(HANG, "the waiter", waiter).await.unwrap().unwrap();
+    // The release's message reached the waiter's client (counted before it woke the waiter); a
+    // handoff sends at most 2 (issue 20).
+    let messages = store.get("lockkit_pubsub_messages_total{?}");
+    assert!((1.0..=2.0).contains(&messages), "{messages} messages");
     assert_eq!(store.get("lockkit_acquisitions_total{lock}"), 2.0);
     assert_eq!(store.get("lockkit_waiters{lock}"), 0.0);
     second.unlock().await.unwrap();

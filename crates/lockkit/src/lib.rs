@@ -129,8 +129,8 @@
 //!   [`ClientBuilder::tls_client_certificate_pem`]. Off by default; without it TLS URLs are
 //!   refused, never used in plain text. The two TLS methods exist in every build, so code
 //!   compiles the same either way; without the feature, [`ClientBuilder::build`] refuses them.
-//! - `metrics`: wait- and hold-time histograms, acquisition, timeout, renewal and lost-lease
-//!   counters and a waiters gauge, labelled by kind, through the `metrics` crate facade (install
+//! - `metrics`: wait- and hold-time histograms, acquisition, timeout, renewal, lost-lease and
+//!   received pub/sub message counters and a waiters gauge, labelled by kind, through the `metrics` crate facade (install
 //!   any recorder). Off by default; `tracing` spans `lockkit.acquire` and `lockkit.release`
 //!   (debug level) are always there. The feature adds no items to the API.
 //! - `macros`: the `locked` attribute, `#[lockkit::locked(client = .., key = "ticket:{id}",

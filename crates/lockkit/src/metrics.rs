@@ -1,7 +1,10 @@
 //! Metrics, through the [`metrics`](https://docs.rs/metrics) facade, behind the `metrics` feature.
 //!
-//! Every metric is labelled `kind`, the object kind's key segment (`lock`, `fenced`, `fair`,
-//! `rwlock`, `spin`, `semaphore`, `psemaphore`, `latch`):
+//! Every metric but `lockkit_pubsub_messages_total` is labelled `kind`, the object kind's key
+//! segment (`lock`, `fenced`, `fair`, `rwlock`, `spin`, `semaphore`, `psemaphore`, `latch`). The
+//! messages are counted where the subscriber connection delivers them, by channel name only, and a
+//! channel's kind can not be read back from its name without the client's key prefix (the prefix
+//! and the name may both contain `:`); what they measure is the load on the connection anyway:
 //!
 //! | metric | type | what |
 //! | --- | --- | --- |
@@ -12,6 +15,7 @@
 //! | `lockkit_renewals_total` | counter | watchdog renewals that extended a lease |
 //! | `lockkit_leases_lost_total` | counter | holds whose lease was lost before they were released |
 //! | `lockkit_waiters` | gauge | tasks currently waiting for a release |
+//! | `lockkit_pubsub_messages_total` | counter | pub/sub messages the clients' waiter hubs received (every message on an object's channel, whether it woke a waiter or not); no label |
 //!
 //! Without the feature every function here is an empty inline function and the types are empty:
 //! nothing is measured and nothing is stored.
@@ -51,6 +55,11 @@ mod imp {
         if holds > 0 {
             metrics::counter!("lockkit_renewals_total", "kind" => kind).increment(holds);
         }
+    }
+
+    /// The waiter hub received a message (on any channel).
+    pub(crate) fn pubsub_message() {
+        metrics::counter!("lockkit_pubsub_messages_total").increment(1);
     }
 
     /// One task waiting for a release: counted in `lockkit_waiters` while it lives.
@@ -132,6 +141,9 @@ mod imp {
     #[inline(always)]
     pub(crate) fn renewed(_kind: &'static str, _holds: u64) {}
 
+    #[inline(always)]
+    pub(crate) fn pubsub_message() {}
+
     /// One waiting task (nothing, without the `metrics` feature).
     pub(crate) struct Waiting;
 
@@ -163,4 +175,4 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{acquired, renewed, timed_out, HoldClock, Stopwatch, Waiting};
+pub(crate) use imp::{acquired, pubsub_message, renewed, timed_out, HoldClock, Stopwatch, Waiting};

@@ -6,7 +6,7 @@
 //! W tokio tasks, each with its own `LockManager` (so its own connection), all started together,
 //! loop until start + D: called = now; `LockManager::acquire` (loops until acquired; rslock's
 //! defaults: 3 tries 0–200 ms apart per `lock` call, lease 30 s); acquired = now; hold H if still
-//! before the deadline; unlocking = now; release; record `[worker, called, acquired, unlocking]`;
+//! before the deadline (exactly H, as lockkit's workers hold: see [`hold`]); unlocking = now; release; record `[worker, called, acquired, unlocking]`;
 //! think T if still before the deadline. Prints one line of JSON on stdout; all instants are
 //! nanoseconds of `Instant` since one origin.
 //!
@@ -55,6 +55,24 @@ fn parse() -> Args {
         hold: Duration::from_secs_f64(num("hold-ms") / 1e3),
         think: Duration::from_secs_f64(num("think-ms") / 1e3),
         secs: num("secs"),
+    }
+}
+
+/// How long before a hold's end [`hold`] stops sleeping on tokio's timer and starts yielding:
+/// the timer has a 1 ms resolution and rounds up, so a sleep ends up to about 1.2 ms late.
+const HOLD_SPIN: Duration = Duration::from_millis(2);
+
+/// Holds until `end`, exactly: a tokio sleep until [`HOLD_SPIN`] before it (a plain
+/// `tokio::time::sleep(H)` holds 11.2 ms for H = 10 ms), then yields to the runtime until `end`.
+/// The same as lockkit's workers (`benches/contention.rs`, `hold`), so both Rust libraries hold
+/// exactly H.
+async fn hold(end: Instant) {
+    if let Some(early) = end.checked_sub(HOLD_SPIN) {
+        tokio::time::sleep_until(early.into()).await;
+    }
+    while Instant::now() < end {
+        std::hint::spin_loop();
+        tokio::task::yield_now().await;
     }
 }
 
@@ -149,7 +167,7 @@ async fn main() {
                     };
                     let acquired = Instant::now();
                     if acquired < deadline && !args.hold.is_zero() {
-                        tokio::time::sleep(args.hold).await;
+                        hold(acquired + args.hold).await;
                     }
                     let unlocking = Instant::now();
                     guard.release().await;

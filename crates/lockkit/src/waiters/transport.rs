@@ -140,6 +140,7 @@ pub(super) async fn dispatch(
             message = messages.recv() => match message {
                 Ok(message) => {
                     let Some(hub) = hub.upgrade() else { break };
+                    crate::metrics::pubsub_message();
                     let wake = message.value.as_str().map_or(Wake::One, |payload| Wake::decode(&payload));
                     let armed = hub.channels.lock().apply(&message.channel, &wake);
                     if let Some(fallback) = armed {
