@@ -790,10 +790,22 @@ async fn a_user_without_channels_is_told_so_and_never_waits_forever() {
 /// administrative operation.
 #[test]
 fn every_force_unlock_is_documented_as_administrative() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/crates/lockkit/src");
+    let root = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/crates/lockkit/src"));
+    // Every source file, in subdirectories (modules split into folders) too.
+    let mut files = Vec::new();
+    let mut dirs = vec![root];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.push(path);
+            }
+        }
+    }
     let mut found = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
+    for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         for (at, line) in lines.iter().enumerate() {
