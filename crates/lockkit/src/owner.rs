@@ -395,6 +395,48 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_scope_first_polled_inside_another_and_finished_outside_it_leaves_it() {
+        let mut inner = Box::pin(in_scope(arc("c"), arc("kb"), arc("c:b"), async {
+            let first = scoped("c", "ka");
+            tokio::task::yield_now().await;
+            (first, scoped("c", "ka"), scoped("c", "kb"))
+        }));
+        // One poll inside a's scope (the inner future is left pending after its first read)...
+        in_scope(arc("c"), arc("ka"), arc("c:a"), async {
+            std::future::poll_fn(|cx| {
+                assert!(inner.as_mut().poll(cx).is_pending());
+                Poll::Ready(())
+            })
+            .await;
+        })
+        .await;
+        // ...and the rest outside it: the chain is read again at each poll.
+        let (first, later, own) = inner.await;
+        assert_eq!(first.as_deref(), Some("c:a"));
+        assert_eq!(later, None, "polled outside a's scope now");
+        assert_eq!(own.as_deref(), Some("c:b"));
+    }
+
+    #[tokio::test]
+    async fn a_scope_whose_future_panics_leaves_the_chain_as_it_was() {
+        use futures::FutureExt;
+        let outer = in_scope(arc("c"), arc("ka"), arc("c:a"), async {
+            let caught =
+                std::panic::AssertUnwindSafe(in_scope(arc("c"), arc("kb"), arc("c:b"), async {
+                    panic!("the body panics")
+                }))
+                .catch_unwind()
+                .await;
+            (caught.is_err(), scoped("c", "ka"), scoped("c", "kb"))
+        });
+        let (panicked, a, b) = outer.await;
+        assert!(panicked);
+        assert_eq!(a.as_deref(), Some("c:a"), "the enclosing scope is back");
+        assert_eq!(b, None, "the panicked scope is gone");
+        assert!(scoped("c", "ka").is_none());
+    }
+
     #[test]
     fn a_scope_polled_outside_any_runtime_still_nests() {
         let inner = in_scope(arc("c"), arc("kb"), arc("c:b"), async {
