@@ -2,7 +2,10 @@
 //! [`FairLock`](LockKind::Fair), as one model ([`HashLock`]) with a kind.
 //!
 //! The contract encoded here, from `docs/design.md` ("The lock's data", "Script contracts",
-//! "The lock family") and `docs/guide.md` ("Lock", "FencedLock", "FairLock"):
+//! "The lock family") and `docs/guide.md` ("Lock", "FencedLock", "FairLock"), and, for the
+//! handoff of the `Lock` and `FencedLock`, from the direct-grant protocol of issue 20 (the
+//! scripts' contract in `handoff_lib.lua`, `lock_acquire.lua`, `lock_release.lua`,
+//! `lock_cancel.lua`, `lock_force_unlock.lua` and their `fenced_lock_*` counterparts):
 //!
 //! - *"A HASH per lock; every hold in it has a lease of its own."* An owner's count is the number
 //!   of its holds; *"a hold is live while its expiry is in the future"*; *"every script that reads
@@ -12,18 +15,36 @@
 //!   count again"*; *"a release names the exact hold it gives back"*; *"renewal neither revives
 //!   it nor moves any other hold's expiry"*; *"a hold's own expiry is never shortened by a
 //!   re-sent acquire or a renewal"*.
-//! - Fencing: *"every acquire mints `max(counter, TIME in µs) + 1`"*, the counter never expires,
+//! - Fencing: *"every acquire mints `max(counter, TIME in µs) + 1"*, the counter never expires,
 //!   *"`force_unlock` keeps the counter"*, and tokens never repeat even after the object's keys
 //!   are restored from an older snapshot ([`HashLock::restore`] keeps the highest token issued).
-//! - The `Lock`'s waiting set (guide, "Handoff under contention"; design, the lock family table):
-//!   busy acquires that will wait join it by when they first found the lock taken, with a
-//!   keep-alive deadline pushed on by each retry; a release drops the stale entries and, when a
-//!   subscriber heard it, reserves the free lock for the longest waiting owner for
-//!   [`HANDOFF_WINDOW_MS`]; *"only the reserved owner can take the lock during the window"*; a
-//!   reserved waiter that gives up hands the reservation on at once.
+//!   A grant mints its token as an acquire does, and a grant that is undone keeps the counter
+//!   where the mint left it.
+//! - The `Lock`'s and `FencedLock`'s waiting set, and the handoff by direct grant (issue 20):
+//!   - an entry is one acquire *call* ([`Request::entry`]: `<marker> <lease_ms> <owner>
+//!     <channel>`, lease `0` for a looker), with the call's marker, the same for all its tries,
+//!     and the waiting client's own channel. A busy try that will wait joins (keeping the place
+//!     of the call's first busy try) and pushes its keep-alive deadline; an entry whose deadline
+//!     passed is dropped before anyone is chosen;
+//!   - a try whose marker has a live hold (a re-sent try, or a grant the client has not claimed
+//!     yet) gets that hold, counted once, and leaves the waiting set;
+//!   - when the lock becomes free (the last hold released, a granted or reserved waiter gives
+//!     up, a force-unlock) or an acquire finds it free with another owner at the head, it is
+//!     *handed over* ([`HashLock::hand_over`]): the longest waiting entry leaves the set and is
+//!     granted the lock at once, with a hold of `min(lease, PROBATION_MS)`, announced by exactly
+//!     one message (`g:<count>:<token or 0>:<now>:<expiry>:<marker>`) on its own channel. A grant
+//!     nobody heard (no subscriber on that channel) is undone and the next entry is tried; a
+//!     looker (a multi-lock member that only looks) is not granted but told (`p:<marker>`) and
+//!     the free lock reserved for its owner for [`HANDOFF_WINDOW_MS`]; with the set run empty the
+//!     lock stays free;
+//!   - *"only the reserved owner can take the lock during the window"*; an acquire that finds the
+//!     lock handed to another waiter joins and answers busy (or reserved) with the server's
+//!     clock; a waiter that gives up (cancel) leaves, gives back a grant it did not claim and
+//!     ends a reservation for it, and the free lock is handed over again.
 //! - The `FairLock` queue (guide, "How the order is kept"): granted only to the head of the queue
 //!   or to anyone while it is empty, re-entry past the queue, a zero-wait try never queues,
 //!   waiters at the head whose deadline passed are dropped first, a waiter that gives up leaves.
+//!   Its wake-up messages are not modelled (they change nothing in Redis).
 //! - A key of another type: *"a wrong-typed key makes the acquire fail with `WRONGTYPE` … without
 //!   touching the foreign value, while the batched renewal treats a wrong-typed key as gone"*.
 //!
@@ -31,6 +52,9 @@
 //! the handoff window are absolute server milliseconds. Keys that Redis expires on its own (the
 //! hash, the waiting sets, the queue, the reservation) vanish in the model at the same instants,
 //! so the model's state can be compared with what Redis holds at any moment ([`HashLock::view`]).
+//! Which channels have a subscriber is part of the model's state ([`HashLock::listen`]): it
+//! decides whether a grant stands. The messages a `Lock` or `FencedLock` publishes are kept for
+//! the caller to compare with what the subscribers got ([`HashLock::take_messages`]).
 //!
 //! [`LockSpec`] is the same contract without time, for the linearizability checker.
 
@@ -61,18 +85,27 @@ impl Now {
             keys_ms: us / 1000,
         }
     }
+
+    /// The instant `ms` milliseconds after the epoch (both clocks at it).
+    pub fn from_ms(ms: u64) -> Self {
+        Self::from_us(ms * 1000)
+    }
 }
 
 /// The handoff window of the `Lock` and `FencedLock` (`lockkit_protocol::lock::HANDOFF_WINDOW`):
-/// how long a release reserves the free lock for the longest waiting owner.
+/// how long a handoff reserves the free lock for a looker (a multi-lock member that only looks).
 pub const HANDOFF_WINDOW_MS: u64 = 10;
+
+/// The probation of a grant: a hold granted to a waiter lasts at most this long (its lease, if
+/// shorter) until the waiter's client claims and confirms it.
+pub const PROBATION_MS: u64 = 5_000;
 
 /// Which of the reentrant hash locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LockKind {
-    /// The reentrant lock, with its waiting set and handoff reservation.
+    /// The reentrant lock, with its waiting set and handoff by direct grant.
     Lock,
-    /// The reentrant lock whose acquisitions carry fencing tokens.
+    /// The reentrant lock whose acquisitions (and grants) carry fencing tokens.
     Fenced,
     /// The reentrant lock granted in queue order.
     Fair,
@@ -89,12 +122,12 @@ pub struct Hold {
     pub token: Option<u64>,
 }
 
-/// One acquire request, as the runtime sends it.
+/// One acquire request (one try of an acquire call), as the runtime sends it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Request {
-    /// The owner id (`<client id>:<sequence>`, or the holder's scope).
+    /// The owner id (`<client id>:<sequence>`, or the holder's scope; no spaces).
     pub owner: String,
-    /// The hold marker (`#<client id>:<sequence>`), fixed for the life of one request.
+    /// The hold marker (`#<client id>:<sequence>`), the same for every try of one acquire call.
     pub marker: String,
     /// The lease in ms (> 0).
     pub lease_ms: u64,
@@ -102,8 +135,72 @@ pub struct Request {
     /// the queue).
     pub keepalive_ms: u64,
     /// The fair lock's waiter id (`<client id>:w<sequence>`, one per acquire call); ignored by
-    /// the other kinds, whose waiters are their owners.
+    /// the other kinds.
     pub waiter: String,
+    /// `Lock`/`FencedLock`: the waiting client's own channel for this object
+    /// (`<object channel>:<client id>`), where a grant for this call is published. May contain
+    /// spaces.
+    pub channel: String,
+    /// `Lock`/`FencedLock`: only look (a multi-lock member): where the lock would be taken,
+    /// answer [`Acquired::Available`] and take nothing; a handoff to this call reserves the lock
+    /// for its owner instead of granting it.
+    pub look: bool,
+}
+
+impl Request {
+    /// The call's entry in the waiting set of a `Lock` or `FencedLock`:
+    /// `<marker> <lease_ms> <owner> <channel>`, the lease `0` for a looker.
+    pub fn entry(&self) -> String {
+        let lease = if self.look { 0 } else { self.lease_ms };
+        Entry::format(&self.marker, lease, &self.owner, &self.channel)
+    }
+
+    /// Both forms of the call's entry (a taker's and a looker's): a call leaves the waiting set
+    /// in both.
+    fn entries(&self) -> [String; 2] {
+        [
+            Entry::format(&self.marker, self.lease_ms, &self.owner, &self.channel),
+            Entry::format(&self.marker, 0, &self.owner, &self.channel),
+        ]
+    }
+}
+
+/// A waiting entry of a `Lock` or `FencedLock`, read back from its member string.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Entry {
+    /// The call's hold marker.
+    pub marker: String,
+    /// The lease the call asked for; 0 for a looker.
+    pub lease_ms: u64,
+    /// The owner id.
+    pub owner: String,
+    /// The waiting client's channel (the rest of the member: it may contain spaces).
+    pub channel: String,
+}
+
+impl Entry {
+    /// The member string of an entry.
+    pub fn format(marker: &str, lease_ms: u64, owner: &str, channel: &str) -> String {
+        format!("{marker} {lease_ms} {owner} {channel}")
+    }
+
+    /// Reads a member string back; `None` when it is not `<marker> <lease> <owner> <channel>`.
+    pub fn parse(member: &str) -> Option<Self> {
+        let mut parts = member.splitn(4, ' ');
+        let marker = parts.next()?;
+        let lease = parts.next()?;
+        let owner = parts.next()?;
+        let channel = parts.next()?;
+        if lease.is_empty() || !lease.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(Self {
+            marker: marker.to_owned(),
+            lease_ms: lease.parse().ok()?,
+            owner: owner.to_owned(),
+            channel: channel.to_owned(),
+        })
+    }
 }
 
 /// What an acquire answers.
@@ -117,22 +214,26 @@ pub enum Acquired {
         token: Option<u64>,
     },
     /// Not taken. `until` is the server time up to which nothing changes for this caller without
-    /// a message: the holder's latest expiry, or the deadline of the fair queue's head.
+    /// a message: the holder's latest expiry, or the deadline of the fair queue's head. (The
+    /// `Lock`'s and `FencedLock`'s reply also carries the server's clock: `{0, until - now,
+    /// now}`.)
     Busy {
         /// Absolute server ms (`None`: never, a key without expiry).
         until: Option<u64>,
     },
-    /// Not taken: the lock is free, but reserved for another waiter until `until`.
+    /// Not taken: the lock is free, but reserved for another waiter (a looker) until `until`.
     Reserved {
         /// Absolute server ms: the end of the handoff window.
         until: u64,
     },
+    /// Only looking (`Lock`/`FencedLock`): the lock would have been taken; nothing was.
+    Available,
 }
 
 /// What a release answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Released {
-    /// The last hold was given back: the lock is free (and announced).
+    /// The last hold was given back: the lock is free (or handed over to a waiter).
     Freed,
     /// Given back; the owner still holds it this many times.
     StillHeld(u32),
@@ -143,6 +244,18 @@ pub enum Released {
 /// An operation refused by Redis: a key of another type is at the lock's key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WrongType;
+
+/// One message a `Lock` or `FencedLock` script published.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Message {
+    /// The channel it was published on.
+    pub channel: String,
+    /// `g:<count>:<token or 0>:<now>:<expiry>:<marker>` (a grant) or `p:<marker>` (a looker told
+    /// of its reservation).
+    pub payload: String,
+    /// Whether a subscriber got it (someone listened on the channel).
+    pub heard: bool,
+}
 
 /// An expiring Redis collection (the waiting set, its deadlines, the fair queue): gone when empty
 /// or once its expiry passed.
@@ -193,18 +306,24 @@ impl<T> Collection for Vec<T> {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct HashLock {
     kind: LockKind,
-    /// Whether a release announcement reaches a subscriber (someone listens on the channel): only
-    /// then does a release reserve the lock for a waiter.
-    listeners: bool,
+    /// The channels some client is subscribed to: a grant (or a looker's notice) published on
+    /// one of them is heard, one published elsewhere is not (and so is undone). Not part of the
+    /// object's keys: a restore keeps it.
+    pub listening: BTreeSet<String>,
+    /// The messages published since [`HashLock::take_messages`] last took them (`Lock` and
+    /// `FencedLock`).
+    pub messages: Vec<Message>,
     /// A value of another type sits at the lock's key.
     pub foreign: bool,
     /// The hash: marker → hold. Holds whose lease ended stay until a script settles them.
     pub holds: BTreeMap<String, Hold>,
-    /// `Lock`/`FencedLock`: owner → when it first found the lock taken (server µs).
+    /// `Lock`/`FencedLock`: entry ([`Request::entry`]) → when its call first found the lock taken
+    /// (server µs).
     pub waiting: Expiring<BTreeMap<String, u64>>,
-    /// Keep-alive deadlines (server ms): of the waiting owners, or of the fair queue's waiters.
+    /// Keep-alive deadlines (server ms): of the waiting entries, or of the fair queue's waiters.
     pub timeouts: Expiring<BTreeMap<String, u64>>,
-    /// `Lock`/`FencedLock`: the owner a release reserved the free lock for, and until when.
+    /// `Lock`/`FencedLock`: the owner a handoff reserved the free lock for (a looker's), and
+    /// until when.
     pub handoff: Option<(String, u64)>,
     /// `FairLock`: the queue of waiter ids, head first.
     pub queue: Expiring<Vec<String>>,
@@ -216,12 +335,12 @@ pub struct HashLock {
 }
 
 impl HashLock {
-    /// A free lock of `kind`. `listeners`: whether releases reach a subscriber (they do whenever
-    /// some client waits; tests that want handoff reservations keep one subscribed).
-    pub fn new(kind: LockKind, listeners: bool) -> Self {
+    /// A free lock of `kind`, with no channel listened to.
+    pub fn new(kind: LockKind) -> Self {
         Self {
             kind,
-            listeners,
+            listening: BTreeSet::new(),
+            messages: Vec::new(),
             foreign: false,
             holds: BTreeMap::new(),
             waiting: Expiring::default(),
@@ -238,6 +357,20 @@ impl HashLock {
         self.kind
     }
 
+    /// A client subscribes to `channel` (`on`) or unsubscribes from it.
+    pub fn listen(&mut self, channel: &str, on: bool) {
+        if on {
+            self.listening.insert(channel.to_owned());
+        } else {
+            self.listening.remove(channel);
+        }
+    }
+
+    /// The messages published since the last call, in order.
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.messages)
+    }
+
     /// The holds `owner` has in the hash (what its count field says).
     pub fn count(&self, owner: &str) -> u32 {
         let n = self.holds.values().filter(|h| h.owner == owner).count();
@@ -247,6 +380,19 @@ impl HashLock {
     /// When the hash expires: with its latest hold.
     pub fn key_expiry(&self) -> Option<u64> {
         self.holds.values().map(|h| h.expiry).max()
+    }
+
+    /// The waiting entries of a `Lock` or `FencedLock`, longest waiting first (by when they
+    /// joined, then by member, as Redis orders a ZSET).
+    pub fn waiting_order(&self) -> Vec<String> {
+        let mut order: Vec<(u64, &String)> = self
+            .waiting
+            .items
+            .iter()
+            .map(|(member, since)| (*since, member))
+            .collect();
+        order.sort();
+        order.into_iter().map(|(_, m)| m.clone()).collect()
     }
 
     /// The state as Redis shows it at `now`, without running any script: keys whose expiry
@@ -288,29 +434,38 @@ impl HashLock {
         (self.key_expiry(), released)
     }
 
-    fn take(&mut self, now: Now, req: &Request) -> Acquired {
-        let token = (self.kind == LockKind::Fenced).then(|| {
+    /// A fenced lock's next token: `max(counter, TIME in µs) + 1`; `None` for the other kinds.
+    fn mint(&mut self, now: Now) -> Option<u64> {
+        (self.kind == LockKind::Fenced).then(|| {
             let token = self.counter.unwrap_or(0).max(now.us) + 1;
             self.counter = Some(token);
             self.issued = self.issued.max(token);
             token
-        });
+        })
+    }
+
+    /// Records the hold `marker` of `owner` until `expiry` (minting its token); the owner's
+    /// count and the token.
+    fn hold(&mut self, now: Now, owner: &str, marker: &str, expiry: u64) -> (u32, Option<u64>) {
+        let token = self.mint(now);
         self.holds.insert(
-            req.marker.clone(),
+            marker.to_owned(),
             Hold {
-                owner: req.owner.clone(),
-                expiry: now.ms + req.lease_ms,
+                owner: owner.to_owned(),
+                expiry,
                 token,
             },
         );
-        Acquired::Granted {
-            count: self.count(&req.owner),
-            token,
-        }
+        (self.count(owner), token)
     }
 
-    /// A request re-sent after its first run took the hold: the same hold, counted once, its
-    /// expiry never shortened.
+    fn take(&mut self, now: Now, req: &Request) -> Acquired {
+        let (count, token) = self.hold(now, &req.owner, &req.marker, now.ms + req.lease_ms);
+        Acquired::Granted { count, token }
+    }
+
+    /// A request whose marker has a live hold (a re-sent try whose first run took it, or a grant
+    /// not claimed yet): the same hold, counted once, its expiry never shortened.
     fn resent(&mut self, now: Now, req: &Request) -> Option<Acquired> {
         let hold = self.holds.get_mut(&req.marker)?;
         hold.expiry = hold.expiry.max(now.ms + req.lease_ms);
@@ -333,37 +488,89 @@ impl HashLock {
         }
         let (latest, _) = self.settle(now.ms, None);
         if let Some(granted) = self.resent(now, req) {
+            self.leave_waiting(req);
             return Ok(granted);
         }
-        match latest {
-            None => {
-                if let Some(until) = self.reserved_for_another(now.ms, &req.owner) {
-                    self.wait_turn(now, req, Some(until));
-                    return Ok(Acquired::Reserved { until });
-                }
-                self.handoff = None;
-                self.leave_waiting(&req.owner);
-                Ok(self.take(now, req))
+        if let Some(latest) = latest {
+            if self.count(&req.owner) > 0 {
+                return Ok(if req.look {
+                    Acquired::Available
+                } else {
+                    self.take(now, req)
+                });
             }
-            Some(_) if self.count(&req.owner) > 0 => Ok(self.take(now, req)),
-            Some(latest) => Ok(self.wait_turn(now, req, Some(latest))),
+            return Ok(self.wait_turn(
+                now,
+                req,
+                Acquired::Busy {
+                    until: Some(latest),
+                },
+            ));
         }
+        // Free. A handoff may have reserved it for a looker: for another owner, the caller
+        // waits; for the caller's owner, it is the caller's (a look keeps the reservation).
+        let ours = match self.handoff.clone() {
+            Some((reserved, until)) if reserved != req.owner => {
+                return Ok(self.wait_turn(now, req, Acquired::Reserved { until }));
+            }
+            Some(_) if req.look => return Ok(Acquired::Available),
+            Some(_) => {
+                self.handoff = None;
+                true
+            }
+            None => false,
+        };
+        // Else, when another owner waited longer, it is handed the lock first.
+        self.prune(now.ms);
+        let head = self.waiting_order().into_iter().next();
+        if !ours
+            && head
+                .and_then(|member| Entry::parse(&member))
+                .is_some_and(|head| head.owner != req.owner)
+        {
+            self.hand_over(now);
+            if let Some(latest) = self.key_expiry() {
+                return Ok(self.wait_turn(
+                    now,
+                    req,
+                    Acquired::Busy {
+                        until: Some(latest),
+                    },
+                ));
+            }
+            if let Some((_, until)) = self.handoff {
+                return Ok(self.wait_turn(now, req, Acquired::Reserved { until }));
+            }
+        }
+        if req.look {
+            return Ok(Acquired::Available);
+        }
+        self.leave_waiting(req);
+        Ok(self.take(now, req))
     }
 
-    /// The end of a reservation of the free lock for another owner that still waits.
-    fn reserved_for_another(&self, now: u64, owner: &str) -> Option<u64> {
-        let (reserved, until) = self.handoff.as_ref()?;
-        let waits = self
+    /// The call of `req` leaves the waiting set (both forms of its entry).
+    fn leave_waiting(&mut self, req: &Request) {
+        for entry in req.entries() {
+            self.waiting.items.remove(&entry);
+            self.timeouts.items.remove(&entry);
+        }
+        self.tidy();
+    }
+
+    /// Drops the waiting entries whose keep-alive deadline passed by `now`.
+    fn prune(&mut self, now: u64) {
+        let stale: Vec<String> = self
             .timeouts
             .items
-            .get(reserved)
-            .is_some_and(|deadline| *deadline > now);
-        (reserved != owner && waits).then_some(*until)
-    }
-
-    fn leave_waiting(&mut self, owner: &str) {
-        self.waiting.items.remove(owner);
-        self.timeouts.items.remove(owner);
+            .iter()
+            .filter(|(_, deadline)| **deadline <= now)
+            .map(|(member, _)| member.clone())
+            .collect();
+        for member in &stale {
+            self.waiting.items.remove(member);
+            self.timeouts.items.remove(member);
+        }
         self.tidy();
     }
 
@@ -380,19 +587,64 @@ impl HashLock {
         }
     }
 
-    fn wait_turn(&mut self, now: Now, req: &Request, until: Option<u64>) -> Acquired {
+    /// Answers `reply` (busy or reserved); first, if the caller will wait, its call joins the
+    /// waiting set (keeping an earlier place) and its deadline moves to now + keep-alive.
+    fn wait_turn(&mut self, now: Now, req: &Request, reply: Acquired) -> Acquired {
         if req.keepalive_ms > 0 {
-            self.waiting
-                .items
-                .entry(req.owner.clone())
-                .or_insert(now.us);
-            self.timeouts
-                .items
-                .insert(req.owner.clone(), now.ms + req.keepalive_ms);
+            let entry = req.entry();
+            self.waiting.items.entry(entry.clone()).or_insert(now.us);
+            self.timeouts.items.insert(entry, now.ms + req.keepalive_ms);
             self.waiting.extend(now.ms, req.keepalive_ms);
             self.timeouts.extend(now.ms, req.keepalive_ms);
         }
-        Acquired::Busy { until }
+        reply
+    }
+
+    fn publish(&mut self, channel: &str, payload: String) -> bool {
+        let heard = self.listening.contains(channel);
+        self.messages.push(Message {
+            channel: channel.to_owned(),
+            payload,
+            heard,
+        });
+        heard
+    }
+
+    /// The free `Lock` or `FencedLock` is handed over (issue 20's `hand_over`): stale entries are
+    /// dropped; then the longest waiting entry leaves the set and, if a taker, is granted the lock
+    /// for `min(lease, PROBATION_MS)` and told on its channel (`g:…`), or, if a looker, told
+    /// (`p:<marker>`) and the lock reserved for its owner for the handoff window. When nobody
+    /// heard the message, a grant is undone (its minted token stays spent) and the next entry is
+    /// tried; when the set runs empty the lock stays free. At most one message is heard.
+    pub fn hand_over(&mut self, now: Now) {
+        self.prune(now.ms);
+        while let Some(member) = self.waiting_order().into_iter().next() {
+            self.waiting.items.remove(&member);
+            self.timeouts.items.remove(&member);
+            let Some(entry) = Entry::parse(&member) else {
+                continue;
+            };
+            if entry.lease_ms == 0 {
+                if self.publish(&entry.channel, format!("p:{}", entry.marker)) {
+                    self.handoff = Some((entry.owner, now.ms + HANDOFF_WINDOW_MS));
+                    break;
+                }
+                continue;
+            }
+            let expiry = now.ms + entry.lease_ms.min(PROBATION_MS);
+            let (count, token) = self.hold(now, &entry.owner, &entry.marker, expiry);
+            let payload = format!(
+                "g:{count}:{}:{}:{expiry}:{}",
+                token.unwrap_or(0),
+                now.ms,
+                entry.marker
+            );
+            if self.publish(&entry.channel, payload) {
+                break;
+            }
+            self.settle(now.ms, Some(&entry.marker));
+        }
+        self.tidy();
     }
 
     fn acquire_fair(&mut self, now: Now, req: &Request) -> Acquired {
@@ -455,16 +707,17 @@ impl HashLock {
         self.tidy();
     }
 
-    /// Release: give back the hold `marker`.
-    pub fn release(&mut self, now: u64, marker: &str) -> Result<Released, WrongType> {
-        self.expire_keys(now);
+    /// Release: give back the hold `marker`; when that frees a `Lock` or `FencedLock`, it is
+    /// handed over ([`HashLock::hand_over`]).
+    pub fn release(&mut self, now: Now, marker: &str) -> Result<Released, WrongType> {
+        self.expire_keys(now.keys_ms.min(now.ms));
         if self.kind == LockKind::Fair {
-            self.purge_heads(now, None);
+            self.purge_heads(now.ms, None);
         }
         if self.foreign {
             return Err(WrongType);
         }
-        let (latest, owner) = self.settle(now, Some(marker));
+        let (latest, owner) = self.settle(now.ms, Some(marker));
         let Some(owner) = owner else {
             return Ok(Released::NotHeld);
         };
@@ -472,41 +725,9 @@ impl HashLock {
             return Ok(Released::StillHeld(self.count(&owner)));
         }
         if self.kind != LockKind::Fair {
-            self.announce_release(now);
+            self.hand_over(now);
         }
         Ok(Released::Freed)
-    }
-
-    /// The free lock is announced, unless nobody waits (the waiting set is absent): stale
-    /// waiters are dropped, and the longest waiting owner leaves the set; the lock is reserved
-    /// for it when a subscriber heard the message.
-    fn announce_release(&mut self, now: u64) {
-        if self.waiting.items.is_empty() {
-            return;
-        }
-        let stale: Vec<String> = self
-            .timeouts
-            .items
-            .iter()
-            .filter(|(_, deadline)| **deadline <= now)
-            .map(|(owner, _)| owner.clone())
-            .collect();
-        for owner in &stale {
-            self.leave_waiting(owner);
-        }
-        let first = self
-            .waiting
-            .items
-            .iter()
-            .min_by_key(|(owner, since)| (**since, (*owner).clone()))
-            .map(|(owner, _)| owner.clone());
-        if let Some(first) = first {
-            self.waiting.items.remove(&first);
-            self.tidy();
-            if self.listeners {
-                self.handoff = Some((first, now + HANDOFF_WINDOW_MS));
-            }
-        }
     }
 
     /// Renewal of one hold (the watchdog's batched renew: one call per hold of the batch, at one
@@ -529,11 +750,13 @@ impl HashLock {
         }
     }
 
-    /// A waiter that stopped waiting (`Lock`, `FencedLock`: an owner; `FairLock`: a waiter id)
-    /// leaves; a reservation it had is handed on at once. `true` when it was waiting (or
-    /// reserved for).
-    pub fn cancel(&mut self, now: u64, waiter: &str) -> bool {
-        self.expire_keys(now);
+    /// A waiter that stopped waiting leaves. `FairLock`: `waiter` is its waiter id. `Lock`,
+    /// `FencedLock`: `waiter` is its call's entry ([`Request::entry`]); the entry leaves the
+    /// waiting set, a grant to the call that it did not claim (a live hold of its marker) is
+    /// given back, a reservation for its owner ends, and the lock, if that freed it, is handed
+    /// over. `true` when anything was removed or given back.
+    pub fn cancel(&mut self, now: Now, waiter: &str) -> Result<bool, WrongType> {
+        self.expire_keys(now.keys_ms.min(now.ms));
         if self.kind == LockKind::Fair {
             let removed = self.timeouts.items.remove(waiter).is_some();
             if removed {
@@ -541,38 +764,56 @@ impl HashLock {
                     self.queue.items.remove(at);
                 }
             }
-            self.purge_heads(now, None);
-            return removed;
+            self.purge_heads(now.ms, None);
+            return Ok(removed);
         }
         let mut removed = self.timeouts.items.remove(waiter).is_some();
         removed |= self.waiting.items.remove(waiter).is_some();
         self.tidy();
+        let Some(entry) = Entry::parse(waiter) else {
+            return Ok(removed);
+        };
+        if self.foreign {
+            return Err(WrongType);
+        }
+        let (latest, granted) = self.settle(now.ms, Some(&entry.marker));
+        if granted.is_some() {
+            removed = true;
+            if latest.is_none() {
+                self.hand_over(now);
+            }
+        }
         if self
             .handoff
             .as_ref()
-            .is_some_and(|(owner, _)| owner == waiter)
+            .is_some_and(|(owner, _)| *owner == entry.owner)
         {
             self.handoff = None;
-            if !self.key_exists() {
-                self.announce_release(now);
-            }
             removed = true;
+            if self.key_expiry().is_none() {
+                self.hand_over(now);
+            }
         }
-        removed
+        Ok(removed)
     }
 
     /// Force-unlock: the lock is deleted whoever holds it (the fair queue and the fencing counter
     /// are kept). `true` when it was held. A value of another type at the key is deleted too:
     /// the documented contract does not say otherwise for this administrative operation (unlike
-    /// acquire, which must leave a foreign value alone), and the scripts do so.
-    pub fn force_unlock(&mut self, now: u64) -> bool {
-        self.expire_keys(now);
+    /// acquire, which must leave a foreign value alone), and the scripts do so. A `Lock` or
+    /// `FencedLock` ends a reservation too and is handed over.
+    pub fn force_unlock(&mut self, now: Now) -> bool {
+        self.expire_keys(now.keys_ms.min(now.ms));
         if self.kind == LockKind::Fair {
-            self.purge_heads(now, None);
+            self.purge_heads(now.ms, None);
         }
         let existed = self.key_exists();
         self.holds.clear();
         self.foreign = false;
+        if self.kind != LockKind::Fair {
+            self.handoff = None;
+            self.hand_over(now);
+        }
         existed
     }
 
@@ -597,11 +838,16 @@ impl HashLock {
 
     /// The object's keys are put back as they were in `snapshot` (a restart from an older
     /// snapshot, a failover to a lagging replica). The fencing counter goes back too; the tokens
-    /// already issued do not, so every later token still exceeds them.
+    /// already issued do not, so every later token still exceeds them. Subscriptions are not
+    /// part of the keys: they stay as they are.
     pub fn restore(&mut self, snapshot: &HashLock) {
         let issued = self.issued;
+        let listening = std::mem::take(&mut self.listening);
+        let messages = std::mem::take(&mut self.messages);
         *self = snapshot.clone();
         self.issued = issued.max(snapshot.issued);
+        self.listening = listening;
+        self.messages = messages;
     }
 }
 
@@ -809,6 +1055,8 @@ mod tests {
             lease_ms,
             keepalive_ms,
             waiter: format!("w{marker}"),
+            channel: format!("ch {owner}"),
+            look: false,
         }
     }
 
@@ -822,18 +1070,18 @@ mod tests {
 
     #[test]
     fn every_hold_has_its_own_lease() {
-        let mut lock = HashLock::new(LockKind::Lock, false);
+        let mut lock = HashLock::new(LockKind::Lock);
         assert_eq!(lock.acquire(at(0), &req("o1", "#1", 30_000, 0)), granted(1));
         assert_eq!(lock.acquire(at(1), &req("o1", "#2", 1_000, 0)), granted(2));
         // The outer hold is released first; the 1 s re-entry ends after its second.
-        assert_eq!(lock.release(2, "#1"), Ok(Released::StillHeld(1)));
+        assert_eq!(lock.release(at(2), "#1"), Ok(Released::StillHeld(1)));
         assert_eq!(lock.key_expiry(), Some(1_001));
         assert_eq!(
             lock.acquire(at(500), &req("o2", "#3", 100, 0)),
             Ok(Acquired::Busy { until: Some(1_001) })
         );
         assert_eq!(lock.view(1_002).holds.len(), 0);
-        assert_eq!(lock.release(1_002, "#2"), Ok(Released::NotHeld));
+        assert_eq!(lock.release(at(1_002), "#2"), Ok(Released::NotHeld));
         // Renewal never revives an ended hold.
         assert_eq!(
             lock.acquire(at(2_000), &req("o2", "#4", 100, 0)),
@@ -848,7 +1096,7 @@ mod tests {
 
     #[test]
     fn a_resent_request_counts_once_and_never_shortens() {
-        let mut lock = HashLock::new(LockKind::Lock, false);
+        let mut lock = HashLock::new(LockKind::Lock);
         assert_eq!(lock.acquire(at(0), &req("o1", "#1", 1_000, 0)), granted(1));
         assert_eq!(lock.acquire(at(10), &req("o1", "#1", 100, 0)), granted(1));
         assert_eq!(lock.holds["#1"].expiry, 1_000);
@@ -859,7 +1107,7 @@ mod tests {
 
     #[test]
     fn fencing_tokens_never_repeat_after_a_restore() {
-        let mut lock = HashLock::new(LockKind::Fenced, false);
+        let mut lock = HashLock::new(LockKind::Fenced);
         let snapshot = lock.clone();
         let token = |r: Result<Acquired, WrongType>| match r {
             Ok(Acquired::Granted { token, .. }) => token.unwrap_or(0),
@@ -868,40 +1116,195 @@ mod tests {
         let t1 = token(lock.acquire(Now::from_us(5), &req("o1", "#1", 100, 0)));
         let t2 = token(lock.acquire(Now::from_us(6), &req("o1", "#2", 100, 0)));
         assert_eq!((t1, t2), (6, 7));
-        assert!(lock.force_unlock(1));
+        assert!(lock.force_unlock(at(1)));
         lock.restore(&snapshot);
         let t3 = token(lock.acquire(Now::from_us(7), &req("o2", "#3", 100, 0)));
         assert!(t3 > t2 && lock.issued == t3, "{t3}");
     }
 
+    /// The messages published since the last look, as `(channel, payload, heard)`.
+    fn sent(lock: &mut HashLock) -> Vec<(String, String, bool)> {
+        lock.take_messages()
+            .into_iter()
+            .map(|m| (m.channel, m.payload, m.heard))
+            .collect()
+    }
+
+    fn msg(channel: &str, payload: &str, heard: bool) -> (String, String, bool) {
+        (channel.to_owned(), payload.to_owned(), heard)
+    }
+
     #[test]
-    fn a_release_reserves_for_the_longest_waiter_who_hands_it_on() {
-        let mut lock = HashLock::new(LockKind::Lock, true);
-        assert_eq!(lock.acquire(at(0), &req("o1", "#1", 1_000, 0)), granted(1));
+    fn a_release_grants_the_longest_waiter_that_hears_it() {
+        let mut lock = HashLock::new(LockKind::Fenced);
+        lock.listen("ch o3", true);
+        lock.listen("ch o4", true);
+        let t1 = match lock.acquire(at(0), &req("o1", "#1", 1_000, 0)) {
+            Ok(Acquired::Granted { count: 1, token }) => token,
+            other => panic!("not granted: {other:?}"),
+        };
+        assert_eq!(t1, Some(1));
         let busy = Ok(Acquired::Busy { until: Some(1_000) });
         assert_eq!(lock.acquire(at(1), &req("o2", "#2", 100, 5_000)), busy);
-        assert_eq!(lock.acquire(at(2), &req("o3", "#3", 100, 5_000)), busy);
-        // A zero-wait try never joins.
-        assert_eq!(lock.acquire(at(3), &req("o4", "#4", 100, 0)), busy);
-        assert_eq!(lock.release(4, "#1"), Ok(Released::Freed));
-        assert_eq!(lock.handoff, Some(("o2".to_owned(), 14)));
-        // Nobody else gets it during the window...
+        assert_eq!(lock.acquire(at(2), &req("o3", "#3", 60_000, 5_000)), busy);
+        assert_eq!(lock.acquire(at(3), &req("o4", "#4", 100, 5_000)), busy);
+        // A zero-wait try never joins; a retry of a waiting call keeps its place.
+        assert_eq!(lock.acquire(at(4), &req("o5", "#5", 100, 0)), busy);
+        assert_eq!(lock.acquire(at(5), &req("o2", "#2", 100, 5_000)), busy);
+        let entry = |owner: &str, marker: &str, lease: u64| {
+            Entry::format(marker, lease, owner, &format!("ch {owner}"))
+        };
         assert_eq!(
-            lock.acquire(at(5), &req("o4", "#5", 100, 0)),
-            Ok(Acquired::Reserved { until: 14 })
+            lock.waiting_order(),
+            [
+                entry("o2", "#2", 100),
+                entry("o3", "#3", 60_000),
+                entry("o4", "#4", 100)
+            ]
         );
-        // ...until the reserved waiter gives up and hands it to the next one.
-        assert!(lock.cancel(6, "o2"));
-        assert_eq!(lock.handoff, Some(("o3".to_owned(), 16)));
-        assert!(lock.cancel(7, "o3"));
-        assert_eq!(lock.handoff, None);
-        assert_eq!(lock.acquire(at(8), &req("o4", "#6", 100, 0)), granted(1));
+        assert_eq!(lock.timeouts.items[&entry("o2", "#2", 100)], 5_005);
+        assert!(sent(&mut lock).is_empty());
+        // The release grants o2 first: nobody listens on its channel, so the grant is undone
+        // (its token stays spent) and o3 is granted, for the probation only.
+        assert_eq!(lock.release(at(10), "#1"), Ok(Released::Freed));
+        assert_eq!(
+            sent(&mut lock),
+            [
+                msg("ch o2", "g:1:10001:10:110:#2", false),
+                msg("ch o3", "g:1:10002:10:5010:#3", true)
+            ]
+        );
+        let granted = Hold {
+            owner: "o3".to_owned(),
+            expiry: 5_010,
+            token: Some(10_002),
+        };
+        assert_eq!(lock.holds.values().collect::<Vec<_>>(), [&granted]);
+        assert_eq!(lock.counter, Some(10_002));
+        assert_eq!(lock.waiting_order(), [entry("o4", "#4", 100)]);
+        // o3's call tries again: it finds its grant, counted once, its lease applied.
+        assert_eq!(
+            lock.acquire(at(20), &req("o3", "#3", 60_000, 5_000)),
+            Ok(Acquired::Granted {
+                count: 1,
+                token: Some(10_002)
+            })
+        );
+        assert_eq!(lock.holds["#3"].expiry, 60_020);
+        assert_eq!(lock.waiting_order(), [entry("o4", "#4", 100)]);
+        // Its release grants o4: one message.
+        assert_eq!(lock.release(at(30), "#3"), Ok(Released::Freed));
+        assert_eq!(sent(&mut lock), [msg("ch o4", "g:1:30001:30:130:#4", true)]);
         assert!(lock.waiting.items.is_empty() && lock.timeouts.items.is_empty());
+        // A release with nobody waiting publishes nothing.
+        assert_eq!(lock.release(at(40), "#4"), Ok(Released::Freed));
+        assert!(sent(&mut lock).is_empty() && lock.holds.is_empty());
+    }
+
+    #[test]
+    fn a_free_lock_goes_to_the_head_first_and_a_cancel_hands_it_on() {
+        let mut lock = HashLock::new(LockKind::Lock);
+        lock.listen("ch o2", true);
+        assert_eq!(lock.acquire(at(0), &req("o1", "#1", 30, 0)), granted(1));
+        let busy = Ok(Acquired::Busy { until: Some(30) });
+        assert_eq!(lock.acquire(at(1), &req("o2", "#2", 100, 5_000)), busy);
+        assert_eq!(lock.acquire(at(2), &req("o3", "#3", 100, 5_000)), busy);
+        // o1's lease ran out unseen. o3 finds the lock free with o2 at the head: o2 is granted
+        // it, o3 waits on (busy until the grant's end) and keeps its place.
+        assert_eq!(
+            lock.acquire(at(40), &req("o3", "#3", 100, 5_000)),
+            Ok(Acquired::Busy { until: Some(140) })
+        );
+        assert_eq!(sent(&mut lock), [msg("ch o2", "g:1:0:40:140:#2", true)]);
+        assert_eq!(lock.count("o2"), 1);
+        // o2 gave up before it saw the grant: it is given back, and handed to o3, whose channel
+        // nobody listens to: undone, the lock stays free.
+        let entry2 = req("o2", "#2", 100, 5_000).entry();
+        assert_eq!(lock.cancel(at(50), &entry2), Ok(true));
+        assert_eq!(sent(&mut lock), [msg("ch o3", "g:1:0:50:150:#3", false)]);
+        assert!(lock.holds.is_empty() && lock.waiting.items.is_empty());
+        assert_eq!(lock.cancel(at(51), &entry2), Ok(false));
+        // With nobody waiting it is anyone's.
+        assert_eq!(lock.acquire(at(52), &req("o3", "#4", 100, 0)), granted(1));
+        assert!(sent(&mut lock).is_empty());
+    }
+
+    #[test]
+    fn a_looker_is_told_and_the_lock_reserved_for_its_owner() {
+        let mut lock = HashLock::new(LockKind::Lock);
+        lock.listen("ch o2", true);
+        assert_eq!(lock.acquire(at(0), &req("o1", "#1", 1_000, 0)), granted(1));
+        let mut look = req("o2", "#2", 100, 5_000);
+        look.look = true;
+        assert_eq!(
+            lock.acquire(at(1), &look),
+            Ok(Acquired::Busy { until: Some(1_000) })
+        );
+        assert_eq!(lock.waiting_order(), ["#2 0 o2 ch o2".to_owned()]);
+        assert_eq!(
+            lock.acquire(at(2), &req("o3", "#3", 100, 5_000)),
+            Ok(Acquired::Busy { until: Some(1_000) })
+        );
+        assert_eq!(lock.release(at(10), "#1"), Ok(Released::Freed));
+        assert_eq!(sent(&mut lock), [msg("ch o2", "p:#2", true)]);
+        assert_eq!(lock.handoff, Some(("o2".to_owned(), 20)));
+        assert!(lock.holds.is_empty());
+        // Only the reserved owner may take it during the window; the others join and wait.
+        assert_eq!(
+            lock.acquire(at(11), &req("o3", "#3", 100, 5_000)),
+            Ok(Acquired::Reserved { until: 20 })
+        );
+        // The looker looks again (the reservation stays), then takes it with another call.
+        assert_eq!(lock.acquire(at(12), &look), Ok(Acquired::Available));
+        assert_eq!(lock.handoff, Some(("o2".to_owned(), 20)));
+        assert_eq!(lock.acquire(at(13), &req("o2", "#4", 100, 0)), granted(1));
+        assert_eq!(lock.handoff, None);
+        // A force-unlock hands it over: to o3, who nobody hears; the lock stays free.
+        assert!(lock.force_unlock(at(14)));
+        assert_eq!(sent(&mut lock), [msg("ch o3", "g:1:0:14:114:#3", false)]);
+        assert!(lock.holds.is_empty() && lock.waiting.items.is_empty());
+        // A reservation ends when its owner gives up, and the lock is handed on.
+        lock.listen("ch o3", true);
+        assert_eq!(lock.acquire(at(20), &req("o1", "#5", 1_000, 0)), granted(1));
+        assert_eq!(
+            lock.acquire(at(21), &look),
+            Ok(Acquired::Busy { until: Some(1_020) })
+        );
+        assert_eq!(
+            lock.acquire(at(22), &req("o3", "#6", 100, 5_000)),
+            Ok(Acquired::Busy { until: Some(1_020) })
+        );
+        assert_eq!(lock.release(at(23), "#5"), Ok(Released::Freed));
+        assert_eq!(sent(&mut lock), [msg("ch o2", "p:#2", true)]);
+        assert_eq!(lock.cancel(at(24), &look.entry()), Ok(true));
+        assert_eq!(lock.handoff, None);
+        assert_eq!(sent(&mut lock), [msg("ch o3", "g:1:0:24:124:#6", true)]);
+        assert_eq!(lock.count("o3"), 1);
+    }
+
+    #[test]
+    fn entries_are_read_back_with_spaces_in_the_channel() {
+        let mut r = req("c:1", "#c:7", 250, 5_000);
+        r.channel = "lockkit:lock:{a b}:c".to_owned();
+        assert_eq!(r.entry(), "#c:7 250 c:1 lockkit:lock:{a b}:c");
+        assert_eq!(
+            Entry::parse(&r.entry()),
+            Some(Entry {
+                marker: "#c:7".to_owned(),
+                lease_ms: 250,
+                owner: "c:1".to_owned(),
+                channel: "lockkit:lock:{a b}:c".to_owned(),
+            })
+        );
+        r.look = true;
+        assert_eq!(r.entry(), "#c:7 0 c:1 lockkit:lock:{a b}:c");
+        assert_eq!(Entry::parse("#c:7 x c:1 ch"), None);
+        assert_eq!(Entry::parse("#c:7 1 c:1"), None);
     }
 
     #[test]
     fn the_fair_queue_serves_in_order() {
-        let mut lock = HashLock::new(LockKind::Fair, true);
+        let mut lock = HashLock::new(LockKind::Fair);
         assert_eq!(lock.acquire(at(0), &req("o1", "#1", 100, 0)), granted(1));
         let mut w2 = req("o2", "#2", 100, 50);
         let mut w3 = req("o3", "#3", 100, 500);
@@ -915,8 +1318,8 @@ mod tests {
         ));
         // Re-entry past the queue.
         assert_eq!(lock.acquire(at(3), &req("o1", "#4", 100, 0)), granted(2));
-        assert_eq!(lock.release(4, "#1"), Ok(Released::StillHeld(1)));
-        assert_eq!(lock.release(5, "#4"), Ok(Released::Freed));
+        assert_eq!(lock.release(at(4), "#1"), Ok(Released::StillHeld(1)));
+        assert_eq!(lock.release(at(5), "#4"), Ok(Released::Freed));
         // Free, but o2 is first in line: o3 waits, a zero-wait try too.
         w3.marker = "#5".to_owned();
         assert_eq!(
@@ -932,19 +1335,19 @@ mod tests {
             Ok(Acquired::Busy { .. })
         ));
         assert_eq!(lock.queue.items, vec!["w#2".to_owned()]);
-        assert!(lock.cancel(62, "w#2"));
+        assert_eq!(lock.cancel(at(62), "w#2"), Ok(true));
         assert!(lock.queue.items.is_empty());
     }
 
     #[test]
     fn a_foreign_value_is_reported_and_left_alone() {
-        let mut lock = HashLock::new(LockKind::Lock, false);
+        let mut lock = HashLock::new(LockKind::Lock);
         lock.put_foreign();
         assert_eq!(
             lock.acquire(at(0), &req("o1", "#1", 100, 0)),
             Err(WrongType)
         );
-        assert_eq!(lock.release(0, "#1"), Err(WrongType));
+        assert_eq!(lock.release(at(0), "#1"), Err(WrongType));
         assert!(!lock.renew(0, "#1", 100));
         assert!(lock.foreign);
     }
