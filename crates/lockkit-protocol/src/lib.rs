@@ -19,8 +19,12 @@
 //! let keys = ns.lock("order:42").unwrap();
 //! assert_eq!(keys.key, "lockkit:lock:{order:42}");
 //! assert_eq!(slot::key_slot(&keys.key), slot::key_slot(&keys.channel));
-//! let reply = lock::AcquireReply::decode(&[0, 1500]).unwrap();
-//! assert_eq!(reply, lock::AcquireReply::Busy { pttl_ms: Some(1500) });
+//! // Busy for 1.5 s more, said the server at its clock's 1 700 000 000 000 ms.
+//! let reply = lock::AcquireReply::decode(&[0, 1500, 1_700_000_000_000]).unwrap();
+//! assert_eq!(
+//!     reply,
+//!     lock::AcquireReply::Busy { pttl_ms: Some(1500), now_ms: 1_700_000_000_000 }
+//! );
 //! ```
 
 pub mod fair_lock;

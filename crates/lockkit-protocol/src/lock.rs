@@ -21,14 +21,20 @@
 //! away exactly the hold it names, and a renewal never revives a released hold.
 //!
 //! Three more keys serve handoffs under contention (`scripts/handoff_lib.lua`):
-//! `<prefix>:lock.waiting:{name}`, a ZSET of the owners that found the lock taken and wait, by
-//! when they first did; `<prefix>:lock.timeouts:{name}`, a ZSET of the same owners' keep-alive
-//! deadlines, pushed on by each of their retries ([`WAITER_KEEPALIVE`]); and
-//! `<prefix>:lock.handoff:{name}`, the waiter a release reserved the free lock for, for
-//! [`HANDOFF_WINDOW`]. A waiter that gives up leaves at once ([`CANCEL`]), one whose client died
-//! is dropped when its deadline passes, and a release reserves the lock only for an owner that
-//! still waits. The three are absent while nobody waits, so an uncontended acquire costs four
-//! commands (`EXISTS`, `TIME`, `HSET`, `PEXPIREAT`).
+//! `<prefix>:lock.waiting:{name}`, a ZSET of the waiting acquire calls ("requests",
+//! `<marker> <lease ms> <owner> <channel>`) by when they first found the lock taken;
+//! `<prefix>:lock.timeouts:{name}`, a ZSET of the same requests' keep-alive deadlines, pushed on
+//! by each of their retries ([`WAITER_KEEPALIVE`]); and `<prefix>:lock.handoff:{name}`, the owner
+//! of a multi-lock member a release reserved the free lock for, for [`HANDOFF_WINDOW`].
+//!
+//! **Direct grant.** A release that frees the lock while requests wait makes the longest-waiting
+//! one the holder in the same script (its marker, its lease, on [`GRANT_PROBATION`]) and
+//! publishes one message ([`Wake::Grant`](crate::wake::Wake::Grant)) on that request's channel,
+//! which only its client subscribes to: the waiter owns the lock when it hears it. A grant no
+//! subscriber heard is undone and the next request gets it. A waiter that gives up leaves at once
+//! and hands back a grant it had not claimed ([`CANCEL`]); one whose client died is dropped when
+//! its deadline passes. The three keys are absent while nobody waits, so an uncontended acquire
+//! costs four commands (`EXISTS`, `TIME`, `HSET`, `PEXPIREAT`).
 
 use crate::script::{with_prelude, Script};
 use crate::DecodeError;
@@ -46,22 +52,22 @@ pub static CANCEL: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_can
 /// The live hold count of some owners (lock, fenced lock and fair lock).
 pub static HOLD_COUNT: Script = with_prelude!("hold_lib", "lock_hold_count");
 /// Delete a lock whoever holds it.
-pub static FORCE_UNLOCK: Script = Script::new(
-    "lock_force_unlock",
-    include_str!("scripts/lock_force_unlock.lua"),
-);
+pub static FORCE_UNLOCK: Script =
+    with_prelude!(["hold_lib", "handoff_lib"], "lock_force_unlock");
 
-/// How long a release that woke waiters reserves the free lock for the owner that has waited
-/// longest (see `scripts/lock_release.lua`).
-///
-/// Waiters do not get a release message at the same time: Redis writes it to the newest
-/// subscriber first, and a task that locks again right after unlocking needs no message at all.
-/// Without a reservation the newest waiters win every race and the oldest starve. The message
-/// names the reserved owner: only its client wakes it, and the other clients wake one waiter each
-/// only if the window passes without the owner taking the lock (its acquire announces `taken`).
-/// The reservation is short: a reserved waiter that does not come within the window (it gave up,
-/// or its client died) loses its place and the lock is anyone's again.
+/// How long a release reserves the free lock for a multi-lock member waiting in the waiting set
+/// (a request that only looks, see `scripts/handoff_lib.lua`): the member's client is woken and
+/// takes every lock of its multi-lock at once, or the reservation ends with the window. Requests
+/// that take a hold are granted the lock instead, with no window.
 pub const HANDOFF_WINDOW: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// How long a grant lasts until its client confirms it: a release grants the lock to the
+/// longest-waiting request with a lease of `min(lease, GRANT_PROBATION)`, and the client renews
+/// it to its whole lease (a renewal, or its next try) while it still holds it, once half of the
+/// probation has passed. So a grant to a client that died without closing its connection costs
+/// the other waiters at most this long, never a whole lease. Equal to [`WAITER_KEEPALIVE`]: a
+/// dead client's request is dropped after that long anyway.
+pub const GRANT_PROBATION: std::time::Duration = WAITER_KEEPALIVE;
 
 /// How long a waiter of a lock or fenced lock stays in the waiting set without retrying (its
 /// keep-alive): a waiter retries at least every third of it, and one that stops (its client died)
@@ -131,20 +137,24 @@ pub enum AcquireReply {
     Busy {
         /// The holder's remaining lease in milliseconds; `None` when the key has no expiry.
         pttl_ms: Option<u64>,
+        /// The server's clock when the script ran (Unix ms): the anchor a grant's expiry is
+        /// read against.
+        now_ms: u64,
     },
-    /// The lock is free, but a release reserved it for another waiter for the rest of the
-    /// handoff window. When that waiter takes it, its acquire announces `taken`
-    /// ([`Wake::Taken`](crate::wake::Wake::Taken)); when it does not, the window ends.
+    /// The lock is free, but a release reserved it for a multi-lock member for the rest of the
+    /// handoff window.
     Reserved {
         /// What is left of the handoff window, in milliseconds.
         window_ms: u64,
+        /// The server's clock when the script ran (Unix ms).
+        now_ms: u64,
     },
 }
 
 impl AcquireReply {
-    /// Decodes the reply of [`ACQUIRE`] (`{1, count}` / `{0, pttl}` / `{0, window, 1}`) or of
-    /// [`fenced_lock::ACQUIRE`](crate::fenced_lock::ACQUIRE) (`{1, count, token}` / `{0, pttl}` /
-    /// `{0, window, 1}`).
+    /// Decodes the reply of [`ACQUIRE`] (`{1, count}` / `{0, pttl, now}` /
+    /// `{0, window, now, 1}`) or of [`fenced_lock::ACQUIRE`](crate::fenced_lock::ACQUIRE)
+    /// (`{1, count, token}` / the same refusals).
     pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
         match *reply {
             [1, count] if count > 0 => Ok(Self::Acquired {
@@ -157,12 +167,17 @@ impl AcquireReply {
             }),
             // -2 (key vanished between two calls of one script) cannot happen inside a script;
             // -1 means no expiry.
-            [0, pttl] if pttl >= 0 => Ok(Self::Busy {
+            [0, pttl, now] if pttl >= 0 && now >= 0 => Ok(Self::Busy {
                 pttl_ms: Some(pttl.unsigned_abs()),
+                now_ms: now.unsigned_abs(),
             }),
-            [0, -1] => Ok(Self::Busy { pttl_ms: None }),
-            [0, window, 1] if window >= 0 => Ok(Self::Reserved {
+            [0, -1, now] if now >= 0 => Ok(Self::Busy {
+                pttl_ms: None,
+                now_ms: now.unsigned_abs(),
+            }),
+            [0, window, now, 1] if window >= 0 && now >= 0 => Ok(Self::Reserved {
                 window_ms: window.unsigned_abs(),
+                now_ms: now.unsigned_abs(),
             }),
             _ => Err(DecodeError::new(ACQUIRE.name(), reply)),
         }
@@ -279,21 +294,31 @@ mod tests {
         );
         assert!(AcquireReply::decode(&[1, 1, 0]).is_err());
         assert_eq!(
-            AcquireReply::decode(&[0, 10]),
-            Ok(AcquireReply::Busy { pttl_ms: Some(10) })
+            AcquireReply::decode(&[0, 10, 5]),
+            Ok(AcquireReply::Busy {
+                pttl_ms: Some(10),
+                now_ms: 5
+            })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, -1]),
-            Ok(AcquireReply::Busy { pttl_ms: None })
+            AcquireReply::decode(&[0, -1, 5]),
+            Ok(AcquireReply::Busy {
+                pttl_ms: None,
+                now_ms: 5
+            })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, 7, 1]),
-            Ok(AcquireReply::Reserved { window_ms: 7 })
+            AcquireReply::decode(&[0, 7, 5, 1]),
+            Ok(AcquireReply::Reserved {
+                window_ms: 7,
+                now_ms: 5
+            })
         );
-        assert!(AcquireReply::decode(&[0, -1, 1]).is_err());
-        assert!(AcquireReply::decode(&[0, 7, 2]).is_err());
+        assert!(AcquireReply::decode(&[0, -1, 5, 1]).is_err());
+        assert!(AcquireReply::decode(&[0, 7, 5, 2]).is_err());
+        assert!(AcquireReply::decode(&[0, 7]).is_err(), "busy without the server clock");
         assert!(AcquireReply::decode(&[1, 0]).is_err());
-        assert!(AcquireReply::decode(&[0, -2]).is_err());
+        assert!(AcquireReply::decode(&[0, -2, 5]).is_err());
         assert!(AcquireReply::decode(&[]).is_err());
     }
 
@@ -342,15 +367,18 @@ mod tests {
     }
 
     #[test]
-    fn the_release_script_uses_the_handoff_window() {
-        let line = format!("local HANDOFF_WINDOW_MS = {}\n", HANDOFF_WINDOW.as_millis());
-        for script in [&RELEASE, &crate::fenced_lock::RELEASE] {
-            assert!(
-                script.source().contains("announce_release("),
-                "{}",
-                script.name()
-            );
-            assert!(script.source().contains(&line), "{}", script.name());
+    fn the_scripts_use_the_window_and_probation_of_this_crate() {
+        let window = format!("local HANDOFF_WINDOW_MS = {}\n", HANDOFF_WINDOW.as_millis());
+        let probation = format!("local PROBATION_MS = {}\n", GRANT_PROBATION.as_millis());
+        for script in [
+            &RELEASE,
+            &CANCEL,
+            &FORCE_UNLOCK,
+            &crate::fenced_lock::RELEASE,
+        ] {
+            assert!(script.source().contains("hand_over("), "{}", script.name());
+            assert!(script.source().contains(&window), "{}", script.name());
+            assert!(script.source().contains(&probation), "{}", script.name());
         }
     }
 

@@ -11,55 +11,58 @@
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  keep-alive in ms of a caller that waits when the lock is taken; 0 = try once (see
 --          lock_acquire.lua)
--- ARGV[5]  channel on which the end of a reservation is announced (optional, see lock_acquire.lua)
--- ARGV[6]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[5]  the calling client's own channel for this lock (a grant is published there, see
+--          lock_acquire.lua)
+-- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
 -- Reply    {1, hold_count, token}  acquired; every acquisition, re-entries included, gets a token
 --                                  greater than every token minted before it
---          {0, pttl}               held by another owner (pttl: what is left of its latest live
---                                  hold)
---          {0, window, 1}          free but reserved for another waiter (window: what is left of
---                                  the handoff window), as in lock_acquire.lua
+--          {0, pttl, now}          held by another owner (pttl: what is left of its latest live
+--                                  hold; now: the server clock in ms), as in lock_acquire.lua
+--          {0, window, now, 1}     free but reserved (not made by fenced locks' own waiters, which
+--                                  never only look; as in lock_acquire.lua)
 --
 -- Tokens: every acquisition mints max(counter, server clock in microseconds) + 1. So a counter
 -- that went back (Redis restarted from an older snapshot, or failed over to a replica that had
 -- not seen the last increments) or was lost never hands out a token again, as long as the server
 -- clock has not stepped back further than the counter did and fewer than a million acquisitions
 -- happen per second on average.
--- Holds, leases, the waiting set and idempotence as in lock_acquire.lua: a re-sent request whose
--- first run took the hold returns that hold's token and counts nothing.
+-- Holds, leases, the waiting set, direct grant and idempotence as in lock_acquire.lua: a re-sent
+-- request whose first run took the hold, or a grant not yet claimed, returns that hold's token and
+-- counts nothing. A grant (handoff_lib.lua, hand_over) mints its token as an acquire does.
 local key, counter, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local owner, marker = ARGV[1], ARGV[2]
-local lease = tonumber(ARGV[3])
+local owner, marker, lease_arg, keepalive = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local channel, sharded = ARGV[5], ARGV[6]
+local lease = tonumber(lease_arg)
 local token_field = marker .. ':token'
+local member = request(marker, lease_arg, owner, channel)
 
 local now = now_ms()
 local latest = settle(key, now, nil)
 
+-- A re-sent request whose first run took the hold, or a grant not yet claimed: report it.
 local expiry = live_hold(key, marker, now)
 if expiry then
+  leave_as_holder(waiting, timeouts, marker, lease_arg, owner, channel)
   local count = take(key, owner, marker, math.max(expiry, now + lease), latest, true)
   return {1, count, tonumber(redis.call('HGET', key, token_field))}
 end
 
 if not latest then
-  -- Free: unless a release reserved it for another waiter, for the handoff window.
+  -- Free: unless it goes to another request first (a reservation, or another owner's request at
+  -- the head of the waiting set, which is granted it now).
   if redis.call('EXISTS', handoff, waiting, timeouts) > 0 then
-    local window = reserved_for_another(handoff, waiting, timeouts, owner, now, ARGV[5], ARGV[6])
-    if window then
-      return reserved_turn(waiting, timeouts, owner, ARGV[4], window, now)
+    local refused = turn_of_another(key, handoff, waiting, timeouts, owner, member, keepalive,
+      false, sharded, now, counter)
+    if refused then
+      return refused
     end
+    leave_as_holder(waiting, timeouts, marker, lease_arg, owner, channel)
   end
 elseif redis.call('HEXISTS', key, owner) == 0 then
   -- The latest live hold's own expiry, not the key's PTTL (see lock_acquire.lua).
-  return wait_turn(waiting, timeouts, owner, ARGV[4], latest - now, now)
+  return wait_turn(waiting, timeouts, member, keepalive, latest - now, now)
 end
 
-local time = redis.call('TIME')
-local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
-if tonumber(redis.call('GET', counter) or 0) < clock then
-  redis.call('SET', counter, clock)
-end
-local token = redis.call('INCR', counter)
-redis.call('HSET', key, token_field, token)
+local token = mint(key, counter, marker)
 return {1, take(key, owner, marker, now + lease, latest, false), token}

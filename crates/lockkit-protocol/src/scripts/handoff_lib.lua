@@ -1,15 +1,29 @@
--- handoff_lib: the waiting set and the handoff reservation of the lock and the fenced lock, put in
--- front of their acquire, release and cancel scripts at compile time (see lock.rs):
---   waiting   a ZSET owner -> when it first found the lock taken (server microseconds): the order
---   timeouts  a ZSET owner -> its keep-alive deadline (server ms), pushed on by every retry; an
---             owner whose deadline passed stopped waiting (gave up unseen, or its client died)
---   handoff   a STRING naming the owner a release reserved the free lock for, expiring after the
---             handoff window
--- An owner waits while it has a deadline in the future. Every owner in `waiting` has a deadline;
--- a reserved owner keeps its deadline (not its place in `waiting`) until it takes the lock or
--- gives up. Needs hold_lib.lua's now_ms in front.
--- The handoff window in ms (lockkit_protocol::lock::HANDOFF_WINDOW).
+-- handoff_lib: the waiting set and the direct grant of the lock and the fenced lock, put in front
+-- of their acquire, release, cancel and force-unlock scripts at compile time (see lock.rs):
+--   waiting   a ZSET request -> when it first found the lock taken (server microseconds): the order
+--   timeouts  a ZSET request -> its keep-alive deadline (server ms), pushed on by every retry; a
+--             request whose deadline passed stopped waiting (gave up unseen, or its client died)
+--   handoff   a STRING naming the owner a release reserved the free lock for (a multi-lock member
+--             that only looks, see below), expiring after the handoff window
+-- A request is one waiting acquire call: `<marker> <lease ms> <owner> <channel>`, with the call's
+-- hold marker (the same for every try of the call), the lease it asked for (0: a multi-lock member
+-- that only looks and takes nothing), its owner, and the waiting client's own channel for this
+-- lock (the last field: it may contain spaces).
+--
+-- Direct grant: when the lock falls free with requests waiting, the script that freed it makes the
+-- longest-waiting request the holder (its marker, its lease) and publishes the grant on that
+-- request's channel, to that one client. The message is the grant: the waiter owns the lock when
+-- it hears it, with no second round trip. A grant nobody heard (the client is gone, or has not
+-- subscribed yet) is undone at once and the next request gets it. A grant starts on probation: it
+-- expires after min(lease, PROBATION_MS) unless its client confirms it (renews it to its lease), so
+-- a grant to a client that died unseen costs the others at most the probation, never a lease.
+-- Needs hold_lib.lua's now_ms, settle, take and live_hold in front.
+
+-- The handoff window in ms (lockkit_protocol::lock::HANDOFF_WINDOW): how long a looker's
+-- reservation lasts.
 local HANDOFF_WINDOW_MS = 10
+-- The probation of a grant in ms (lockkit_protocol::lock::GRANT_PROBATION).
+local PROBATION_MS = 5000
 
 -- Makes `k` live at least `ms` more milliseconds.
 local function extend(k, ms)
@@ -18,126 +32,216 @@ local function extend(k, ms)
   end
 end
 
--- Takes `owner` out of the waiting set (it takes the lock, or stopped waiting).
-local function leave_waiting(waiting, timeouts, owner)
-  redis.call('ZREM', waiting, owner)
-  redis.call('ZREM', timeouts, owner)
+-- A request's member string.
+local function request(marker, lease, owner, channel)
+  return marker .. ' ' .. lease .. ' ' .. owner .. ' ' .. channel
 end
 
--- Drops every waiter whose keep-alive deadline passed by `now`.
+-- A request's marker, lease (a number), owner and channel; nil for a malformed one.
+local function parse_request(member)
+  local marker, lease, owner, channel = string.match(member, '^(%S+) (%d+) (%S+) (.*)$')
+  if not marker then
+    return nil
+  end
+  return marker, tonumber(lease), owner, channel
+end
+
+-- Takes `member` out of the waiting set.
+local function leave_waiting(waiting, timeouts, member)
+  redis.call('ZREM', waiting, member)
+  redis.call('ZREM', timeouts, member)
+end
+
+-- Drops every request whose keep-alive deadline passed by `now`.
 local function prune(waiting, timeouts, now)
   local stale = redis.call('ZRANGEBYSCORE', timeouts, '-inf', now)
-  for _, owner in ipairs(stale) do
-    redis.call('ZREM', waiting, owner)
+  for _, member in ipairs(stale) do
+    redis.call('ZREM', waiting, member)
   end
   if #stale > 0 then
     redis.call('ZREMRANGEBYSCORE', timeouts, '-inf', now)
   end
 end
 
--- Reports the lock busy for `pttl`; first, if the caller will wait (`keepalive` ms > 0), it joins
--- the waiting set, keeping an earlier place, and its deadline moves to now + keepalive.
-local function wait_turn(waiting, timeouts, owner, keepalive, pttl, now)
+-- Reports the lock busy for `pttl` ({0, pttl, now}); first, if the caller will wait (`keepalive`
+-- ms > 0), its request joins the waiting set, keeping an earlier place, and its deadline moves to
+-- now + keepalive.
+local function wait_turn(waiting, timeouts, member, keepalive, pttl, now)
   keepalive = tonumber(keepalive)
   if keepalive > 0 then
-    if not redis.call('ZSCORE', waiting, owner) then
+    if not redis.call('ZSCORE', waiting, member) then
       local time = redis.call('TIME')
-      redis.call('ZADD', waiting, tonumber(time[1]) * 1000000 + tonumber(time[2]), owner)
+      redis.call('ZADD', waiting, tonumber(time[1]) * 1000000 + tonumber(time[2]), member)
     end
-    redis.call('ZADD', timeouts, now + keepalive, owner)
+    redis.call('ZADD', timeouts, now + keepalive, member)
     extend(waiting, keepalive)
     extend(timeouts, keepalive)
   end
-  return {0, pttl}
+  return {0, pttl, now}
 end
 
--- Reports the free lock reserved for another owner for `window` more ms ({0, window, 1}); the
--- caller joins the waiting set as in wait_turn.
-local function reserved_turn(waiting, timeouts, owner, keepalive, window, now)
-  local busy = wait_turn(waiting, timeouts, owner, keepalive, window, now)
-  busy[3] = 1
+-- Reports the free lock reserved for another owner for `window` more ms ({0, window, now, 1});
+-- the caller joins the waiting set as in wait_turn.
+local function reserved_turn(waiting, timeouts, member, keepalive, window, now)
+  local busy = wait_turn(waiting, timeouts, member, keepalive, window, now)
+  busy[4] = 1
   return busy
 end
 
--- Publishes `message` on `channel` (SPUBLISH when `sharded` = '1'); the number of subscribers
--- that got it, or an error reply (pcall: a failed announcement must not undo the script's work).
-local function publish(channel, sharded, message)
+-- Publishes `message` on `channel` (SPUBLISH when `sharded` = '1'); whether a subscriber got it
+-- (pcall: a failed publish must not undo the script's other work; it counts as unheard).
+local function heard(channel, sharded, message)
+  local receivers
   if sharded == '1' then
-    return redis.pcall('SPUBLISH', channel, message)
+    receivers = redis.pcall('SPUBLISH', channel, message)
+  else
+    receivers = redis.pcall('PUBLISH', channel, message)
   end
-  return redis.pcall('PUBLISH', channel, message)
+  return type(receivers) == 'number' and receivers > 0
 end
 
--- For a free lock: the rest of the window (ms) if a release reserved it for another owner that
--- still waits, else nil; and the owner it was reserved for, if any. Changes nothing.
-local function reservation(handoff, timeouts, owner, now)
-  local reserved = redis.call('GET', handoff)
-  if reserved and reserved ~= owner then
-    local deadline = redis.call('ZSCORE', timeouts, reserved)
-    if deadline and tonumber(deadline) > now then
-      return redis.call('PTTL', handoff), reserved
-    end
+-- Mints the fencing token of the hold `marker` in `key`: max(counter, server clock in µs) + 1,
+-- kept in the field `<marker>:token`. Returns it.
+local function mint(key, counter, marker)
+  local time = redis.call('TIME')
+  local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  if tonumber(redis.call('GET', counter) or 0) < clock then
+    redis.call('SET', counter, clock)
   end
-  return nil, reserved
+  local token = redis.call('INCR', counter)
+  redis.call('HSET', key, marker .. ':token', token)
+  return token
 end
 
--- For a free lock: the rest of the window (ms) if a release reserved it for another owner that
--- still waits; else nil, after ending a reservation (for `owner`, or for an owner that stopped
--- waiting) and taking `owner` out of the waiting set (it is about to take the lock). Ending a
--- reservation is announced (`taken`) on `channel` when one is given: the clients that were told
--- of it (`p:<owner>`) and armed a wake-up for the end of the window need not try.
-local function reserved_for_another(handoff, waiting, timeouts, owner, now, channel, sharded)
-  local window, reserved = reservation(handoff, timeouts, owner, now)
-  if window then
-    return window
-  end
-  if reserved then
-    redis.call('DEL', handoff)
-    if channel then
-      publish(channel, sharded, 'taken')
-    end
-  end
-  leave_waiting(waiting, timeouts, owner)
-  return nil
-end
-
--- When the lock is free and no reservation stands: announces it on `channel` (SPUBLISH when
--- `sharded` = '1'), unless nobody waits (every waiter is in the waiting set: it joined in the
--- try that found the lock taken, and leaves only when it takes the lock or stops waiting).
--- Waiters whose deadline passed are dropped first. The message names the owner that has waited
--- longest (`p:<owner>`): its client wakes that very waiter; every other client wakes one waiter
--- only if the window passes without `taken` (reserved_for_another), so the lock is never
--- stranded when the named owner's client is gone; `one` when only stale waiters were left. When a
--- subscriber got it, the free lock is reserved for that owner for the window; the owner leaves
--- the set either way.
-local function announce_release(handoff, waiting, timeouts, channel, sharded, now)
+-- Hands the free lock on to the longest-waiting request still waiting whose client hears it
+-- (stale requests are dropped first): a request that takes a hold is granted it (the lock is
+-- held by it when this returns, and `counter`, when given, mints its token); a looker is
+-- reserved the free lock for the handoff window and woken. Each request tried leaves the waiting
+-- set; one whose client did not hear the message is dropped (its grant undone), and the next is
+-- tried. Returns 'granted', 'reserved' or nil (nobody waits: the lock stays free).
+local function hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
   if redis.call('EXISTS', waiting) == 0 then
-    return
+    return nil
   end
   prune(waiting, timeouts, now)
-  local first = redis.call('ZRANGE', waiting, 0, 0)[1]
-  local message = 'one'
-  if first then
-    message = 'p:' .. first
-  end
-  local woken = publish(channel, sharded, message)
-  if first then
-    redis.call('ZREM', waiting, first)
-    if type(woken) == 'number' and woken > 0 then
-      redis.call('SET', handoff, first, 'PX', HANDOFF_WINDOW_MS)
+  while true do
+    local head = redis.call('ZRANGE', waiting, 0, 0)[1]
+    if not head then
+      return nil
+    end
+    leave_waiting(waiting, timeouts, head)
+    local marker, lease, owner, channel = parse_request(head)
+    if not marker then
+      -- Not a request (written by something else): dropped.
+    elseif lease == 0 then
+      if heard(channel, sharded, 'p:' .. marker) then
+        redis.call('SET', handoff, owner, 'PX', HANDOFF_WINDOW_MS)
+        return 'reserved'
+      end
+    else
+      local expiry = now + math.min(lease, PROBATION_MS)
+      local count = take(key, owner, marker, expiry, nil, false)
+      local token = 0
+      if counter then
+        token = mint(key, counter, marker)
+      end
+      local grant = string.format('g:%d:%d:%d:%d:', count, token, now, expiry) .. marker
+      if heard(channel, sharded, grant) then
+        return 'granted'
+      end
+      settle(key, now, marker)
     end
   end
+end
+
+-- What a caller that found the lock handed over to another request is told: the grantee's
+-- probation (busy) or the reservation's window (reserved); it joins the waiting set.
+local function handed_turn(key, handoff, waiting, timeouts, member, keepalive, how, now)
+  if how == 'reserved' then
+    return reserved_turn(waiting, timeouts, member, keepalive, redis.call('PTTL', handoff), now)
+  end
+  return wait_turn(waiting, timeouts, member, keepalive, redis.call('PTTL', key), now)
+end
+
+-- For a free lock about to be taken by `owner` (request `member`, marker `marker`): the reply that
+-- refuses it when the lock must go to someone else first, else nil. Someone else first: a looker
+-- the lock is reserved for, or a request of another owner at the head of the waiting set (it is
+-- granted the lock now, see hand_over). A reservation for `owner` itself is used up, unless only
+-- looking (`look`). Changes nothing else when nil is returned.
+local function turn_of_another(key, handoff, waiting, timeouts, owner, member, keepalive, look,
+                               sharded, now, counter)
+  local reserved = redis.call('GET', handoff)
+  if reserved and reserved ~= owner then
+    return reserved_turn(waiting, timeouts, member, keepalive, redis.call('PTTL', handoff), now)
+  end
+  if reserved and not look then
+    redis.call('DEL', handoff)
+  end
+  if reserved or redis.call('EXISTS', waiting) == 0 then
+    return nil
+  end
+  prune(waiting, timeouts, now)
+  local head = redis.call('ZRANGE', waiting, 0, 0)[1]
+  if not head then
+    return nil
+  end
+  local _, _, head_owner = parse_request(head)
+  if head_owner == owner then
+    return nil
+  end
+  local how = hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
+  if not how then
+    return nil
+  end
+  return handed_turn(key, handoff, waiting, timeouts, member, keepalive, how, now)
+end
+
+-- Takes both forms of the request of `marker` (taking and only looking) out of the waiting set:
+-- the caller takes the lock.
+local function leave_as_holder(waiting, timeouts, marker, lease, owner, channel)
+  leave_waiting(waiting, timeouts, request(marker, lease, owner, channel))
+  leave_waiting(waiting, timeouts, request(marker, 0, owner, channel))
 end
 
 -- Gives back the hold `marker` (lock_release.lua and fenced_lock_release.lua): ends it and every
 -- hold whose lease ran out; the key then expires with the latest hold left. When none is left,
--- announces the release (announce_release). Returns the release script's reply.
-local function release_hold(key, handoff, waiting, timeouts, marker, channel, sharded)
+-- hands the lock over (hand_over). Returns the release script's reply.
+local function release_hold(key, handoff, waiting, timeouts, marker, sharded, counter)
   local now = now_ms()
   local held = give_back(key, now, marker)
   if held then
     return held
   end
-  announce_release(handoff, waiting, timeouts, channel, sharded, now)
+  hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
   return {1, 0}
+end
+
+-- Takes the request `member` out of the waiting set because its call stopped waiting
+-- (lock_cancel.lua): a grant made to it and not yet claimed is given back, and a reservation made
+-- for its owner ends; either way the lock goes to the next request. Returns {1} when the request
+-- was there (waiting, granted or reserved), {0} otherwise.
+local function cancel_request(key, handoff, waiting, timeouts, member, sharded, counter)
+  local removed = redis.call('ZREM', timeouts, member) + redis.call('ZREM', waiting, member)
+  local marker, _, owner = parse_request(member)
+  if not marker then
+    return {removed > 0 and 1 or 0}
+  end
+  local now = now_ms()
+  if redis.call('EXISTS', key) == 1 and live_hold(key, marker, now) then
+    if not give_back(key, now, marker) then
+      hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
+    end
+    removed = 1
+  end
+  if redis.call('GET', handoff) == owner then
+    redis.call('DEL', handoff)
+    if redis.call('EXISTS', key) == 0 then
+      hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
+    end
+    removed = 1
+  end
+  if removed > 0 then
+    return {1}
+  end
+  return {0}
 end

@@ -3,40 +3,47 @@
 -- KEYS[1]  lock key: a HASH. Field <owner> = that owner's hold count; field #<hold> (the hold
 --          marker) = `<expiry> <owner>`, that one hold's own expiry in server ms and its owner
 --          (see hold_lib.lua). The key expires with the latest live hold.
--- KEYS[2]  handoff key: a STRING, the waiter a release reserved the free lock for; it expires
---          after the handoff window (see lock_release.lua)
--- KEYS[3]  waiting key: a ZSET of the owners that found the lock taken and wait, scored by when
---          they first did (server clock, microseconds); the order in which releases reserve it
--- KEYS[4]  timeouts key: a ZSET, waiting owner -> keep-alive deadline (server ms) by which it
---          must run this script again, or be dropped from the waiting set
--- ARGV[1]  owner id (opaque)
--- ARGV[2]  hold marker (#<client id>:<sequence>), unique per acquire request
+-- KEYS[2]  handoff key: a STRING, the owner of a multi-lock member (a looker) a release reserved
+--          the free lock for; it expires after the handoff window (see handoff_lib.lua)
+-- KEYS[3]  waiting key: a ZSET of the waiting requests (`<marker> <lease> <owner> <channel>`, see
+--          handoff_lib.lua), scored by when they first found the lock taken (server clock,
+--          microseconds): the order in which the lock is handed over
+-- KEYS[4]  timeouts key: a ZSET, waiting request -> keep-alive deadline (server ms) by which its
+--          call must run this script again, or be dropped from the waiting set
+-- ARGV[1]  owner id (no spaces)
+-- ARGV[2]  hold marker (#<client id>:<sequence>), the same for every try of one acquire call
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  keep-alive in ms: when the lock is taken, join the waiting set (or stay in it) until
 --          now + keep-alive; 0 = try once, never join (`try_lock` with a zero wait)
--- ARGV[5]  channel on which the end of a reservation is announced (`taken`); optional: without
---          it, nothing is announced
--- ARGV[6]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[5]  the calling client's own channel for this lock: a grant (or a looker's reservation)
+--          is published there
+-- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 -- ARGV[7]  optional; 1 = only look (a multi-lock waiting for all its members at once): where the
 --          lock would be taken, reply {2} and take nothing (a reservation for this owner stays
 --          until its window ends); where it is busy, join or stay in the waiting set as usual
+--          (its request has lease 0: a release reserves the lock for it rather than granting)
 --
--- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
---          {2}              (only looking) it would have been acquired
---          {0, pttl}        held by another owner; pttl is what is left of its latest live hold
---                           (its own expiry, never -2)
---          {0, window, 1}   free but reserved for another waiter: window is what is left of the
---                           handoff window (the reserved owner's taking it is announced, `taken`)
+-- Reply    {1, hold_count}     acquired; hold_count is the owner's count after this hold
+--          {2}                 (only looking) it would have been acquired
+--          {0, pttl, now}      held by another owner; pttl is what is left of its latest live
+--                              hold (its own expiry, never -2), now the server clock (ms)
+--          {0, window, now, 1} free but reserved for a looker: window is what is left of the
+--                              handoff window
 --
 -- Every hold has its own lease: a re-entry with a shorter lease does not shorten the others',
 -- and a hold whose lease ran out is gone even while the owner's other holds live on.
--- An owner that finds the lock taken and will wait joins the waiting set (once: it keeps its first
--- place) and leaves it when it takes the lock, or gives up (lock_cancel.lua).
+-- A call that finds the lock taken and will wait joins the waiting set (once: it keeps its first
+-- place). It leaves it when a release grants it the lock (handoff_lib.lua: the lock is then held
+-- by its marker, and this script, run again with that marker, reports the hold), when it takes the
+-- lock itself, or when it gives up (lock_cancel.lua). A free lock with another owner's request at
+-- the head of the waiting set (its holder's lease ran out, so no release handed it over) is
+-- handed over to that request now, and the caller joins the set.
 -- Idempotent per request: when the connection drops after the script ran, the client re-sends the
 -- same request; the marker is already there, so the hold is not counted twice.
 local key, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local owner, marker = ARGV[1], ARGV[2]
-local lease = tonumber(ARGV[3])
+local owner, marker, lease_arg, keepalive = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local channel, sharded = ARGV[5], ARGV[6]
+local lease = tonumber(lease_arg)
 local look = ARGV[7] == '1'
 
 -- Free, nobody waiting, no handoff under way: the common case, in four commands.
@@ -50,42 +57,41 @@ if redis.call('EXISTS', key, handoff, waiting, timeouts) == 0 then
   return {1, 1}
 end
 
+local member = request(marker, look and 0 or lease_arg, owner, channel)
 local now = now_ms()
 local latest = settle(key, now, nil)
 
+-- A re-sent request whose first run took the hold, or a grant not yet claimed: report it.
+if latest and not look then
+  local expiry = live_hold(key, marker, now)
+  if expiry then
+    leave_as_holder(waiting, timeouts, marker, lease_arg, owner, channel)
+    return {1, take(key, owner, marker, math.max(expiry, now + lease), latest, true)}
+  end
+end
+
 if not latest then
-  -- Free. A release that woke waiters may have reserved it for the one waiting longest.
+  local refused = turn_of_another(key, handoff, waiting, timeouts, owner, member, keepalive, look,
+    sharded, now, nil)
+  if refused then
+    return refused
+  end
   if look then
-    local window = reservation(handoff, timeouts, owner, now)
-    if window then
-      return reserved_turn(waiting, timeouts, owner, ARGV[4], window, now)
-    end
     return {2}
   end
-  local window = reserved_for_another(handoff, waiting, timeouts, owner, now, ARGV[5], ARGV[6])
-  if window then
-    return reserved_turn(waiting, timeouts, owner, ARGV[4], window, now)
-  end
+  leave_as_holder(waiting, timeouts, marker, lease_arg, owner, channel)
   return {1, take(key, owner, marker, now + lease, nil, false)}
-end
-
--- Re-entry by the same owner, only looked at.
-if look and redis.call('HEXISTS', key, owner) == 1 then
-  return {2}
-end
-
--- A re-sent request whose first run took the hold: report it, count nothing.
-local expiry = live_hold(key, marker, now)
-if expiry then
-  return {1, take(key, owner, marker, math.max(expiry, now + lease), latest, true)}
 end
 
 -- Re-entry by the same owner.
 if redis.call('HEXISTS', key, owner) == 1 then
+  if look then
+    return {2}
+  end
   return {1, take(key, owner, marker, now + lease, latest, false)}
 end
 
 -- How long the holder can still hold it: its latest live hold's own expiry. (Not the key's PTTL: at a
 -- millisecond boundary Redis's key-expiry clock may already have passed the expiry that TIME has
 -- not, and PTTL would say -2 for a lock this script just found held.)
-return wait_turn(waiting, timeouts, owner, ARGV[4], latest - now, now)
+return wait_turn(waiting, timeouts, member, keepalive, latest - now, now)

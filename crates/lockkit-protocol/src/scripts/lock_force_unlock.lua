@@ -1,18 +1,29 @@
--- lock_force_unlock: delete a lock whoever holds it, and wake its waiters. Administrative.
+-- lock_force_unlock: delete a lock whoever holds it, and hand it over to its longest-waiting
+-- request. Administrative.
 --
--- KEYS[1]  lock key
--- ARGV[1]  channel on which the unlock is announced
--- ARGV[2]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- KEYS     every key of the object: a lock's [key, handoff, waiting, timeouts], a fenced lock's
+--          [key, token counter, handoff, waiting, timeouts] (the counter is kept), a spin lock's
+--          [key] (it has no waiting set: its waiters poll)
+-- ARGV[1]  the lock's channel (not used: a grant goes to the waiting client's own channel)
+-- ARGV[2]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
 -- Reply    {1} the lock existed and was deleted; {0} it was not locked
-local key, channel, sharded = KEYS[1], ARGV[1], ARGV[2]
-
+--
+-- A reservation for a multi-lock member ends too. The lock then goes to the next request as after
+-- a release (handoff_lib.lua, hand_over).
+local key, sharded = KEYS[1], ARGV[2]
+if #KEYS < 4 then
+  return {redis.call('DEL', key)}
+end
 if redis.call('DEL', key) == 0 then
   return {0}
 end
-if sharded == '1' then
-  redis.pcall('SPUBLISH', channel, 'one')
+if #KEYS == 5 then
+  redis.call('DEL', KEYS[3])
+  hand_over(key, KEYS[3], KEYS[4], KEYS[5], sharded, now_ms(), KEYS[2])
 else
-  redis.pcall('PUBLISH', channel, 'one')
+  -- KEYS[5] is absent (nil): a plain lock mints no tokens.
+  redis.call('DEL', KEYS[2])
+  hand_over(key, KEYS[2], KEYS[3], KEYS[4], sharded, now_ms(), KEYS[5])
 end
 return {1}

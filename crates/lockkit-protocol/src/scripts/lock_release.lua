@@ -5,10 +5,10 @@
 -- KEYS[3]  waiting key (see lock_acquire.lua)
 -- KEYS[4]  timeouts key (see lock_acquire.lua)
 -- ARGV[1]  hold marker of the hold to give back
--- ARGV[2]  channel on which the unlock is announced
--- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[2]  the lock's channel (not used: a grant goes to the waiting client's own channel)
+-- ARGV[3]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
--- Reply    {1, 0}           released; the lock is now free (announced if anyone waited)
+-- Reply    {1, 0}           released; the lock is free, or was handed over to a waiting request
 --          {2, hold_count}  released; the same owner still holds hold_count holds
 --          {0, 0}           the hold was not there: its own lease ran out, the lock was
 --                           force-unlocked, or this very hold was released already
@@ -17,17 +17,12 @@
 -- whose lease ran out are ended first; the key then expires with the latest hold left, so it
 -- shrinks when the longest hold is given back.
 --
--- Handoff: when someone waits, the release is announced, and when the announcement reached a
--- subscriber, the free lock is reserved for the handoff window for the owner that has waited
--- longest among those still waiting, who leaves the waiting set. The message (`p:<owner>`) names
--- it, so its client wakes that very waiter; the other clients wake a waiter only if the window
--- passes without the reserved owner taking the lock (which publishes `taken`, see
--- handoff_lib.lua), so the lock is never stranded when the reserved owner's client is gone. Why
--- reserve: Redis writes a message to the newest subscriber first, and an owner that locks again
--- right after unlocking needs no message at all, so without it the newest waiters win every race
--- and the oldest starve. A reserved waiter that gives up hands the reservation on at once
--- (lock_cancel.lua); one that does not come within the window (its client died) has lost its
--- place, and the lock is anyone's again. With nobody waiting, nothing is published.
+-- Handoff (handoff_lib.lua, hand_over): when the lock falls free with requests waiting, the
+-- longest-waiting request whose client hears it is granted the lock in this very script, and one
+-- message on that client's own channel tells it so; a multi-lock member that only looks is
+-- reserved the free lock for the handoff window instead. No other client hears anything. With
+-- nobody waiting, nothing is published.
 local key, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
-return release_hold(key, handoff, waiting, timeouts, marker, channel, sharded)
+local marker, sharded = ARGV[1], ARGV[3]
+-- KEYS[5] is absent (nil): a plain lock mints no tokens.
+return release_hold(key, handoff, waiting, timeouts, marker, sharded, KEYS[5])
