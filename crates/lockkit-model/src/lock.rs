@@ -141,9 +141,9 @@ pub struct Request {
     /// (`<object channel>:<client id>`), where a grant for this call is published. May contain
     /// spaces.
     pub channel: String,
-    /// `Lock`/`FencedLock`: only look (a multi-lock member): where the lock would be taken,
-    /// answer [`Acquired::Available`] and take nothing; a handoff to this call reserves the lock
-    /// for its owner instead of granting it.
+    /// `Lock` only (a fenced lock's waiters never only look): only look (a multi-lock member):
+    /// where the lock would be taken, answer [`Acquired::Available`] and take nothing; a handoff
+    /// to this call reserves the lock for its owner instead of granting it.
     pub look: bool,
 }
 
@@ -487,9 +487,11 @@ impl HashLock {
             return Ok(self.acquire_fair(now, req));
         }
         let (latest, _) = self.settle(now.ms, None);
-        if let Some(granted) = self.resent(now, req) {
-            self.leave_waiting(req);
-            return Ok(granted);
+        if !req.look {
+            if let Some(granted) = self.resent(now, req) {
+                self.leave_waiting(req);
+                return Ok(granted);
+            }
         }
         if let Some(latest) = latest {
             if self.count(&req.owner) > 0 {
@@ -520,13 +522,16 @@ impl HashLock {
             }
             None => false,
         };
-        // Else, when another owner waited longer, it is handed the lock first.
-        self.prune(now.ms);
-        let head = self.waiting_order().into_iter().next();
-        if !ours
-            && head
-                .and_then(|member| Entry::parse(&member))
-                .is_some_and(|head| head.owner != req.owner)
+        // Else, when another owner's request is at the head, it is handed the lock first.
+        let head = if ours {
+            None
+        } else {
+            self.prune(now.ms);
+            self.waiting_order().into_iter().next()
+        };
+        if head
+            .and_then(|member| Entry::parse(&member))
+            .is_some_and(|head| head.owner != req.owner)
         {
             self.hand_over(now);
             if let Some(latest) = self.key_expiry() {
@@ -558,8 +563,12 @@ impl HashLock {
         self.tidy();
     }
 
-    /// Drops the waiting entries whose keep-alive deadline passed by `now`.
+    /// Drops the waiting entries whose keep-alive deadline passed by `now` (nothing while the
+    /// waiting set is absent).
     fn prune(&mut self, now: u64) {
+        if self.waiting.items.is_empty() {
+            return;
+        }
         let stale: Vec<String> = self
             .timeouts
             .items
@@ -776,10 +785,13 @@ impl HashLock {
         if self.foreign {
             return Err(WrongType);
         }
-        let (latest, granted) = self.settle(now.ms, Some(&entry.marker));
-        if granted.is_some() {
+        if self
+            .holds
+            .get(&entry.marker)
+            .is_some_and(|hold| live(hold.expiry, now.ms))
+        {
             removed = true;
-            if latest.is_none() {
+            if self.settle(now.ms, Some(&entry.marker)).0.is_none() {
                 self.hand_over(now);
             }
         }
@@ -790,7 +802,7 @@ impl HashLock {
         {
             self.handoff = None;
             removed = true;
-            if self.key_expiry().is_none() {
+            if !self.key_exists() {
                 self.hand_over(now);
             }
         }
@@ -801,7 +813,9 @@ impl HashLock {
     /// are kept). `true` when it was held. A value of another type at the key is deleted too:
     /// the documented contract does not say otherwise for this administrative operation (unlike
     /// acquire, which must leave a foreign value alone), and the scripts do so. A `Lock` or
-    /// `FencedLock` ends a reservation too and is handed over.
+    /// `FencedLock` that was held (its key existed) ends a reservation too and is handed over;
+    /// one that was not is left as it is (as the scripts do; issue 20's notes say "DEL key and
+    /// handoff, then hand_over" without that condition).
     pub fn force_unlock(&mut self, now: Now) -> bool {
         self.expire_keys(now.keys_ms.min(now.ms));
         if self.kind == LockKind::Fair {
@@ -810,7 +824,7 @@ impl HashLock {
         let existed = self.key_exists();
         self.holds.clear();
         self.foreign = false;
-        if self.kind != LockKind::Fair {
+        if self.kind != LockKind::Fair && existed {
             self.handoff = None;
             self.hand_over(now);
         }
