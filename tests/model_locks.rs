@@ -5,6 +5,13 @@
 //! hold expiries, tokens, the counter, the waiting set, its deadlines, the reservation, the fair
 //! queue, the key's expiry) must agree after every step.
 //!
+//! The `Lock` and `FencedLock` hand a free lock over by direct grant (issue 20): a grant or a
+//! looker's notice is published on the waiting client's own channel, and stands only when a
+//! subscriber heard it. Each sequence has a real subscriber connection that listens on some of
+//! its clients' channels (`Op::Listen` changes which), and on the object's own channel, where
+//! nothing may arrive; after every step the messages it got must be exactly the ones the model
+//! says were heard, on the same channels, in the same order.
+//!
 //! The model's clock follows the server's: each script call is bracketed by two `TIME` reads,
 //! and a step passes when the model, run at some millisecond of that bracket, gives the same
 //! reply and the same keys. Leases lapse for real (short leases, short sleeps), so the keys
@@ -23,11 +30,16 @@ use fred::types::{ClusterHash, CustomCommand, Value};
 use lockkit::protocol::keys::{Kind, Namespace, ObjectKeys};
 use lockkit::protocol::lock::{hold_marker, AcquireReply, ReleaseReply};
 use lockkit::protocol::script::Script;
+use lockkit::protocol::wake::Wake;
 use lockkit::protocol::{fair_lock, fenced_lock, lock, spin_lock};
-use lockkit_model::lock::{Acquired, HashLock, LockKind, Now, Released, Request, WrongType};
+use lockkit_model::lock::{
+    Acquired, HashLock, LockKind, Now, Released, Request, WrongType, HANDOFF_WINDOW_MS,
+    PROBATION_MS,
+};
 use lockkit_model::spin::{SpinAcquired, SpinLock};
 use lockkit_suite::checker::{model_seed, save_model_cases as save_cases};
 use lockkit_suite::{raw, spawned, unique, RedisServer};
+use lockkit_testkit::RespValue;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 
@@ -68,18 +80,27 @@ enum Bad {
 #[derive(Debug, Clone)]
 enum Op {
     /// A new acquire call by owner `owner` (0..3; the same owner again is a re-entry in its
-    /// scope): keep-alive `None` tries once, `Some` waits (joins the waiting set / queue).
+    /// scope): keep-alive `None` tries once, `Some` waits (joins the waiting set / queue). `look`
+    /// (a plain `Lock` only): a multi-lock member's call that only looks.
     Acquire {
         owner: usize,
         lease: Lease,
         keepalive: Option<Lease>,
+        look: bool,
     },
-    /// The next attempt of an earlier call (a waiter's retry: a new request, new marker).
+    /// The next try of an earlier call (a waiter's retry: the same marker, as every try of one
+    /// call has).
     Retry {
         call: usize,
     },
-    /// The last request again, same marker (fred re-sending it after a reconnect).
+    /// The last request again (fred re-sending it after a reconnect).
     Resend,
+    /// The subscriber starts (`on`) or stops listening on client `client`'s channel (`Lock`,
+    /// `FencedLock`: a grant to a call of that client is heard, or undone).
+    Listen {
+        client: usize,
+        on: bool,
+    },
     /// Release of one hold marker sent so far (taken, refused or released already).
     Release {
         hold: usize,
@@ -97,11 +118,11 @@ enum Op {
     Cancel {
         call: usize,
     },
-    /// The waiter first in line gives up: the one a release reserved the lock for, else the
-    /// longest waiting (the fair queue's head), as the model has them.
+    /// The waiter first in line gives up: the call last handed the lock (granted it or reserved
+    /// for), else the longest waiting (the fair queue's head), as the model has them.
     CancelFirst,
-    /// `ReleaseHeld` then, at once, `CancelFirst`: the waiter a release just reserved the lock
-    /// for gives up within the handoff window (issue 11, item 6).
+    /// `ReleaseHeld` then, at once, `CancelFirst`: the waiter a release just granted the lock
+    /// (or reserved it for) gives up before it claims it (issue 11, item 6).
     ReleaseThenCancelFirst {
         hold: usize,
     },
@@ -131,12 +152,20 @@ fn lease() -> impl Strategy<Value = Lease> {
     prop_oneof![2 => (3u64..40).prop_map(Lease::Short), 3 => Just(Lease::Long)]
 }
 
+/// A waiter's keep-alive: mostly longer than the sequence (so waiters are still there when the
+/// lock falls free), sometimes short enough to go stale.
+fn keepalive() -> impl Strategy<Value = Option<Lease>> {
+    let lease = prop_oneof![1 => (3u64..40).prop_map(Lease::Short), 4 => Just(Lease::Long)];
+    prop::option::weighted(0.7, lease)
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        8 => (0usize..3, lease(), prop::option::weighted(0.5, lease()))
-            .prop_map(|(owner, lease, keepalive)| Op::Acquire { owner, lease, keepalive }),
+        8 => (0usize..3, lease(), keepalive(), prop::bool::weighted(0.2))
+            .prop_map(|(owner, lease, keepalive, look)| Op::Acquire { owner, lease, keepalive, look }),
         4 => any::<usize>().prop_map(|call| Op::Retry { call }),
         1 => Just(Op::Resend),
+        2 => (0usize..2, any::<bool>()).prop_map(|(client, on)| Op::Listen { client, on }),
         3 => any::<usize>().prop_map(|hold| Op::Release { hold }),
         5 => any::<usize>().prop_map(|hold| Op::ReleaseHeld { hold }),
         2 => (prop::collection::vec(any::<usize>(), 1..4), prop::option::of(lease()))
@@ -163,7 +192,7 @@ struct Env {
     seen: std::cell::RefCell<BTreeMap<String, u64>>,
     rt: tokio::runtime::Runtime,
     url: String,
-    _server: RedisServer,
+    server: RedisServer,
     redis: Fred,
     lockkit: lockkit::Client,
 }
@@ -180,38 +209,103 @@ impl Env {
             let url = server.url();
             let redis = raw(&url).await;
             let lockkit = lockkit_suite::client(&url).await;
-            listen(&server).await;
             (server, redis, lockkit)
         });
         Env {
             seen: std::cell::RefCell::default(),
             url: server.url(),
             rt,
-            _server: server,
+            server,
             redis,
             lockkit,
         }
     }
 }
 
-/// Keeps one connection subscribed to every lockkit channel, so a release's announcement reaches
-/// a subscriber (as when some client waits) and the lock and fenced lock reserve it for the
-/// longest waiter.
-async fn listen(server: &RedisServer) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut conn = tokio::net::TcpStream::connect(server.addr())
-        .await
-        .expect("a subscriber connection");
-    conn.write_all(&lockkit_testkit::encode_command(&[
-        "PSUBSCRIBE",
-        "lockkit:*",
-    ]))
-    .await
-    .expect("PSUBSCRIBE");
-    let mut buf = [0u8; 4096];
-    let n = conn.read(&mut buf).await.expect("the PSUBSCRIBE reply");
-    assert!(n > 0, "the subscriber connection closed");
-    tokio::spawn(async move { while matches!(conn.read(&mut buf).await, Ok(n) if n > 0) {} });
+/// A connection in subscribed mode (RESP2): the listener of the sequence's channels.
+struct Subscriber {
+    conn: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+/// A message a subscriber got: its channel and payload.
+type Got = (String, String);
+
+impl Subscriber {
+    async fn connect(addr: std::net::SocketAddr) -> Self {
+        let conn = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("a subscriber connection");
+        Self {
+            conn,
+            buf: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, args: &[&str]) {
+        use tokio::io::AsyncWriteExt;
+        self.conn
+            .write_all(&lockkit_testkit::encode_command(args))
+            .await
+            .expect("a command to the subscriber connection");
+    }
+
+    /// The next value the server sent.
+    async fn next(&mut self) -> RespValue {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if let Some((value, used)) = RespValue::parse(&self.buf).expect("RESP") {
+                self.buf.drain(..used);
+                return value;
+            }
+            let mut chunk = [0u8; 4096];
+            let n = lockkit_suite::within(Duration::from_secs(10), "the subscriber", async {
+                self.conn.read(&mut chunk).await
+            })
+            .await
+            .expect("reading the subscriber connection");
+            assert!(n > 0, "the subscriber connection closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Sends `args` and reads up to the reply whose kind (first element) is `kind`; the messages
+    /// that came before it.
+    async fn until(&mut self, args: &[&str], kind: &str) -> Vec<Got> {
+        self.send(args).await;
+        let mut got = Vec::new();
+        loop {
+            let value = self.next().await;
+            let parts: Vec<String> = value
+                .as_array()
+                .unwrap_or_default()
+                .iter()
+                .map(|v| v.as_str().unwrap_or_default().to_owned())
+                .collect();
+            match parts.first().map(String::as_str) {
+                Some("message") if parts.len() == 3 => {
+                    got.push((parts[1].clone(), parts[2].clone()));
+                }
+                Some(k) if k == kind => return got,
+                _ => panic!("unexpected on the subscriber connection: {value:?}"),
+            }
+        }
+    }
+
+    /// Every message delivered so far: the server answers a `PING` after the messages it wrote
+    /// before it (a script's `PUBLISH` writes to the subscriber before the script replies).
+    async fn drain(&mut self) -> Vec<Got> {
+        self.until(&["PING"], "pong").await
+    }
+
+    /// Subscribes to `channel` (`on`) or unsubscribes; the messages that came before.
+    async fn listen(&mut self, channel: &str, on: bool) -> Vec<Got> {
+        if on {
+            self.until(&["SUBSCRIBE", channel], "subscribe").await
+        } else {
+            self.until(&["UNSUBSCRIBE", channel], "unsubscribe").await
+        }
+    }
 }
 
 fn custom(name: &'static str) -> CustomCommand {
@@ -356,6 +450,7 @@ enum Expected {
     SpinRelease(Result<bool, WrongType>),
     Renew(Vec<bool>),
     Flag(bool),
+    Cancel(Result<bool, WrongType>),
     Count(Result<u32, WrongType>),
 }
 
@@ -364,12 +459,12 @@ impl Model {
         let ms = now.ms;
         match (self, call) {
             (Model::Hash(m), Call::Acquire(req)) => Expected::Acquire(m.acquire(now, req)),
-            (Model::Hash(m), Call::Release(marker)) => Expected::Release(m.release(ms, marker)),
+            (Model::Hash(m), Call::Release(marker)) => Expected::Release(m.release(now, marker)),
             (Model::Hash(m), Call::Renew(holds)) => {
                 Expected::Renew(holds.iter().map(|(h, l)| m.renew(ms, h, *l)).collect())
             }
-            (Model::Hash(m), Call::Cancel(waiter)) => Expected::Flag(m.cancel(ms, waiter)),
-            (Model::Hash(m), Call::ForceUnlock) => Expected::Flag(m.force_unlock(ms)),
+            (Model::Hash(m), Call::Cancel(waiter)) => Expected::Cancel(m.cancel(now, waiter)),
+            (Model::Hash(m), Call::ForceUnlock) => Expected::Flag(m.force_unlock(now)),
             (Model::Hash(m), Call::HoldCount(owner)) => {
                 Expected::Count(m.hold_count(ms, &[owner.as_str()]))
             }
@@ -385,6 +480,21 @@ impl Model {
                 unreachable!("not a spin-lock operation")
             }
         }
+    }
+
+    /// The messages the step published: those a subscriber heard, and how many nobody did.
+    fn messages(&mut self) -> (Vec<Got>, usize) {
+        let Model::Hash(m) = self else {
+            return (Vec::new(), 0);
+        };
+        let all = m.take_messages();
+        let unheard = all.iter().filter(|m| !m.heard).count();
+        let heard = all
+            .into_iter()
+            .filter(|m| m.heard)
+            .map(|m| (m.channel, m.payload))
+            .collect();
+        (heard, unheard)
     }
 
     /// The object's keys as the model says Redis shows them at `now`, normalized as
@@ -462,16 +572,7 @@ fn hash_lock_key(view: &HashLock, role: &str) -> RawKey {
             None => absent(),
         },
         "waiting" if view.waiting.items.is_empty() => absent(),
-        "waiting" => {
-            let mut order: Vec<(&u64, &String)> =
-                view.waiting.items.iter().map(|(o, s)| (s, o)).collect();
-            order.sort();
-            key(
-                "zset",
-                order.into_iter().map(|(_, o)| o.clone()).collect(),
-                ANY,
-            )
-        }
+        "waiting" => key("zset", view.waiting_order(), ANY),
         "timeouts" if view.timeouts.items.is_empty() => absent(),
         "timeouts" => {
             let mut items: Vec<String> = view
@@ -521,7 +622,7 @@ fn normalize(raw: &[RawKey], roles: &[&str]) -> Vec<RawKey> {
 }
 
 /// Whether Redis' reply is the one the model gives (at `now`, the model's instant of the call).
-fn agrees(expected: &Expected, actual: &Result<Vec<i64>, String>, now: u64) -> bool {
+fn agrees(prim: Prim, expected: &Expected, actual: &Result<Vec<i64>, String>, now: u64) -> bool {
     let wrong_type = |actual: &Result<Vec<i64>, String>| matches!(actual, Err(message) if message.contains("WRONGTYPE"));
     // The busy reply's TTL: Redis' PTTL may differ by its millisecond rounding.
     let ttl = |until: Option<u64>, pttl: Option<u64>| match (until, pttl) {
@@ -529,29 +630,56 @@ fn agrees(expected: &Expected, actual: &Result<Vec<i64>, String>, now: u64) -> b
         (Some(until), Some(pttl)) => (as_i64(until) - as_i64(now) - as_i64(pttl)).abs() <= 1,
         _ => false,
     };
+    // A lock's refusal: the server's clock, exactly the model's instant, and what is left. Left
+    // is `until - now` from the script's clock, or a key's PTTL (when the acquire handed the lock
+    // over in this very script, or a reservation's window), which counts from Redis' own clock:
+    // seen up to 2 ms off either way.
+    let refusal = |until: Option<u64>, left: Option<u64>, at: u64| {
+        at == now
+            && match (until, left) {
+                (None, None) => true,
+                (Some(until), Some(left)) => {
+                    (as_i64(left) - (as_i64(until) - as_i64(now))).abs() <= 2
+                }
+                _ => false,
+            }
+    };
     let Ok(reply) = actual else {
         return match expected {
             Expected::Acquire(Err(WrongType))
             | Expected::SpinAcquire(Err(WrongType))
             | Expected::Release(Err(WrongType))
             | Expected::SpinRelease(Err(WrongType))
+            | Expected::Cancel(Err(WrongType))
             | Expected::Count(Err(WrongType)) => wrong_type(actual),
             _ => false,
         };
     };
     match expected {
+        Expected::Acquire(Ok(Acquired::Granted { count, token })) if prim == Prim::Fair => {
+            *token == None
+                && fair_lock::AcquireReply::decode(reply)
+                    == Ok(fair_lock::AcquireReply::Acquired { hold_count: *count })
+        }
+        Expected::Acquire(Ok(Acquired::Busy { until })) if prim == Prim::Fair => matches!(
+            fair_lock::AcquireReply::decode(reply),
+            Ok(fair_lock::AcquireReply::Busy { wait_ms }) if ttl(*until, wait_ms)
+        ),
+        Expected::Acquire(Ok(_)) if prim == Prim::Fair => false,
         Expected::Acquire(Ok(Acquired::Granted { count, token })) => matches!(
             AcquireReply::decode(reply),
             Ok(AcquireReply::Acquired { hold_count, token: t }) if hold_count == *count && t == *token
         ),
         Expected::Acquire(Ok(Acquired::Busy { until })) => matches!(
             AcquireReply::decode(reply),
-            Ok(AcquireReply::Busy { pttl_ms }) if ttl(*until, pttl_ms)
+            Ok(AcquireReply::Busy { pttl_ms, now_ms }) if refusal(*until, pttl_ms, now_ms)
         ),
         Expected::Acquire(Ok(Acquired::Reserved { until })) => matches!(
             AcquireReply::decode(reply),
-            Ok(AcquireReply::Reserved { window_ms }) if ttl(Some(*until), Some(window_ms))
+            Ok(AcquireReply::Reserved { window_ms, now_ms })
+                if refusal(Some(*until), Some(window_ms), now_ms)
         ),
+        Expected::Acquire(Ok(Acquired::Available)) => lock::decode_look(reply) == Ok(None),
         Expected::SpinAcquire(Ok(SpinAcquired::Granted)) => {
             spin_lock::AcquireReply::decode(reply) == Ok(spin_lock::AcquireReply::Acquired)
         }
@@ -579,11 +707,13 @@ fn agrees(expected: &Expected, actual: &Result<Vec<i64>, String>, now: u64) -> b
         }
         Expected::Renew(live) => lock::decode_renew(reply, live.len()).as_ref() == Ok(live),
         Expected::Flag(flag) => lock::decode_force_unlock(reply) == Ok(*flag),
+        Expected::Cancel(Ok(flag)) => lock::decode_cancel(reply) == Ok(*flag),
         Expected::Count(Ok(count)) => lock::decode_hold_count(reply) == Ok(*count),
         Expected::Acquire(Err(_))
         | Expected::SpinAcquire(Err(_))
         | Expected::Release(Err(_))
         | Expected::SpinRelease(Err(_))
+        | Expected::Cancel(Err(_))
         | Expected::Count(Err(_)) => false,
     }
 }
@@ -596,6 +726,7 @@ fn outcome(expected: &Expected) -> &'static str {
         Expected::Acquire(Ok(Acquired::Busy { .. }))
         | Expected::SpinAcquire(Ok(SpinAcquired::Busy { .. })) => "acquire: busy",
         Expected::Acquire(Ok(Acquired::Reserved { .. })) => "acquire: reserved for another",
+        Expected::Acquire(Ok(Acquired::Available)) => "acquire: only looked, available",
         Expected::SpinAcquire(Ok(SpinAcquired::Granted)) => "acquire: granted",
         Expected::Release(Ok(Released::Freed)) | Expected::SpinRelease(Ok(true)) => {
             "release: freed"
@@ -606,13 +737,16 @@ fn outcome(expected: &Expected) -> &'static str {
         }
         Expected::Renew(live) if live.iter().any(|l| *l) => "renew: some live",
         Expected::Renew(_) => "renew: all gone",
-        Expected::Flag(true) => "cancel/force-unlock: true",
-        Expected::Flag(false) => "cancel/force-unlock: false",
+        Expected::Flag(true) => "force-unlock: true",
+        Expected::Flag(false) => "force-unlock: false",
+        Expected::Cancel(Ok(true)) => "cancel: true",
+        Expected::Cancel(Ok(false)) => "cancel: false",
         Expected::Count(Ok(_)) => "hold count",
         Expected::Acquire(Err(_))
         | Expected::SpinAcquire(Err(_))
         | Expected::Release(Err(_))
         | Expected::SpinRelease(Err(_))
+        | Expected::Cancel(Err(_))
         | Expected::Count(Err(_)) => "wrong type",
     }
 }
@@ -649,13 +783,18 @@ impl Prim {
     }
 
     fn model(self) -> Model {
-        let hash = |kind| Model::Hash(HashLock::new(kind, true));
+        let hash = |kind| Model::Hash(HashLock::new(kind));
         match self {
             Prim::Lock => hash(LockKind::Lock),
             Prim::Fenced => hash(LockKind::Fenced),
             Prim::Fair => hash(LockKind::Fair),
             Prim::Spin => Model::Spin(SpinLock::new()),
         }
+    }
+
+    /// Whether it hands over by direct grant (and so has per-client channels to listen on).
+    fn grants(self) -> bool {
+        matches!(self, Prim::Lock | Prim::Fenced)
     }
 }
 
@@ -672,9 +811,16 @@ struct Sequence<'a> {
     keys: ObjectKeys,
     roles: Vec<&'static str>,
     model: Model,
+    /// Every acquire call so far (each with its one marker).
     calls: Vec<Request>,
-    markers: Vec<String>,
     last: Option<Request>,
+    /// Each client's own channel for the object (`<object channel>:<client id>`).
+    channels: [String; 2],
+    /// `Lock`, `FencedLock`: the connection listening on some of `channels` (and on the object's
+    /// channel, where nothing may arrive).
+    subscriber: Option<Subscriber>,
+    /// The entry of the call a heard message last handed the lock (granted or reserved).
+    handed: Option<String>,
     snapshot: Option<(Vec<Dump>, Model)>,
     sequence: u64,
     log: Vec<String>,
@@ -683,23 +829,40 @@ struct Sequence<'a> {
 }
 
 impl<'a> Sequence<'a> {
-    fn new(env: &'a Env, prim: Prim) -> Self {
-        let name = unique("model");
+    async fn new(env: &'a Env, prim: Prim) -> Self {
+        // A space in the name, so in the channels: a request's channel is its last field.
+        let name = unique("model obj");
         let keys = Namespace::default()
             .object(prim.kind(), &name)
             .expect("valid keys");
         let mut roles = vec!["main"];
         roles.extend(keys.suffixes.iter().copied());
+        let channels = CLIENTS.map(|client| format!("{}:{client}", keys.channel));
+        let mut model = prim.model();
+        let mut subscriber = None;
+        if prim.grants() {
+            // Client 0 listens from the start; `Op::Listen` changes that.
+            let mut sub = Subscriber::connect(env.server.addr()).await;
+            for channel in [&keys.channel, &channels[0]] {
+                assert!(sub.listen(channel, true).await.is_empty());
+                if let Model::Hash(m) = &mut model {
+                    m.listen(channel, true);
+                }
+            }
+            subscriber = Some(sub);
+        }
         Self {
             env,
             prim,
             name,
             keys,
             roles,
-            model: prim.model(),
+            model,
             calls: Vec::new(),
-            markers: Vec::new(),
             last: None,
+            channels,
+            subscriber,
+            handed: None,
             snapshot: None,
             sequence: 0,
             log: Vec::new(),
@@ -707,13 +870,17 @@ impl<'a> Sequence<'a> {
         }
     }
 
-    fn owner(i: usize) -> String {
-        format!("{}:{}", CLIENTS[i % 2], 1000 + i)
+    fn client(owner: usize) -> usize {
+        owner % 2
     }
 
-    fn next_marker(&mut self, owner: &str) -> (String, String) {
+    fn owner(i: usize) -> String {
+        format!("{}:{}", CLIENTS[Self::client(i)], 1000 + i)
+    }
+
+    fn next_marker(&mut self, owner: usize) -> (String, String) {
         self.sequence += 1;
-        let client = owner.split(':').next().unwrap_or_default();
+        let client = CLIENTS[Self::client(owner)];
         (
             hold_marker(client, self.sequence),
             fair_lock::waiter_id(client, self.sequence),
@@ -731,6 +898,20 @@ impl<'a> Sequence<'a> {
         keys
     }
 
+    /// The waiter that gives up in `CancelFirst`: the call last handed the lock, else the
+    /// longest waiting (the fair queue's head).
+    fn first_waiter(&mut self) -> Option<String> {
+        let Model::Hash(m) = &self.model else {
+            return None;
+        };
+        if self.prim == Prim::Fair {
+            return m.queue.items.first().cloned();
+        }
+        self.handed
+            .take()
+            .or_else(|| m.waiting_order().into_iter().next())
+    }
+
     /// Resolves a generated op to a script call (or `None` for the ops that are not one).
     fn resolve(&mut self, op: &Op) -> Option<Call> {
         match op {
@@ -738,33 +919,34 @@ impl<'a> Sequence<'a> {
                 owner,
                 lease,
                 keepalive,
+                look,
             } => {
-                let owner = Self::owner(*owner);
-                let (marker, waiter) = self.next_marker(&owner);
+                let (marker, waiter) = self.next_marker(*owner);
                 let req = Request {
-                    owner,
+                    owner: Self::owner(*owner),
                     marker,
                     lease_ms: lease.ms(),
                     keepalive_ms: keepalive.map_or(0, Lease::ms),
                     waiter,
+                    channel: self.channels[Self::client(*owner)].clone(),
+                    look: *look && self.prim == Prim::Lock,
                 };
                 self.calls.push(req.clone());
                 Some(self.send(req))
             }
             Op::Retry { call } if !self.calls.is_empty() => {
-                let mut req = self.calls[call % self.calls.len()].clone();
-                req.marker = self.next_marker(&req.owner).0;
+                let req = self.calls[call % self.calls.len()].clone();
                 Some(self.send(req))
             }
             Op::Resend => self.last.clone().map(Call::Acquire),
-            Op::Release { hold } if !self.markers.is_empty() => Some(Call::Release(
-                self.markers[hold % self.markers.len()].clone(),
+            Op::Release { hold } if !self.calls.is_empty() => Some(Call::Release(
+                self.calls[hold % self.calls.len()].marker.clone(),
             )),
-            Op::Renew { holds, lease } if !self.markers.is_empty() => Some(Call::Renew(
+            Op::Renew { holds, lease } if !self.calls.is_empty() => Some(Call::Renew(
                 holds
                     .iter()
                     .map(|h| {
-                        let marker = self.markers[h % self.markers.len()].clone();
+                        let marker = self.calls[h % self.calls.len()].marker.clone();
                         (marker, lease.map_or(0, Lease::ms))
                     })
                     .collect(),
@@ -772,11 +954,11 @@ impl<'a> Sequence<'a> {
             Op::Cancel { call } if !self.calls.is_empty() && self.prim != Prim::Spin => {
                 let req = &self.calls[call % self.calls.len()];
                 let waiter = if self.prim == Prim::Fair {
-                    &req.waiter
+                    req.waiter.clone()
                 } else {
-                    &req.owner
+                    req.entry()
                 };
-                Some(Call::Cancel(waiter.clone()))
+                Some(Call::Cancel(waiter))
             }
             Op::ReleaseHeld { hold } => {
                 let held: Vec<String> = match &self.model {
@@ -785,25 +967,7 @@ impl<'a> Sequence<'a> {
                 };
                 (!held.is_empty()).then(|| Call::Release(held[hold % held.len()].clone()))
             }
-            Op::CancelFirst => match &self.model {
-                Model::Hash(m) => {
-                    let longest = || {
-                        let first = m
-                            .waiting
-                            .items
-                            .iter()
-                            .min_by_key(|(o, since)| (**since, *o));
-                        first.map(|(owner, _)| owner.clone())
-                    };
-                    m.handoff
-                        .as_ref()
-                        .map(|(owner, _)| owner.clone())
-                        .or_else(|| m.queue.items.first().cloned())
-                        .or_else(longest)
-                        .map(Call::Cancel)
-                }
-                Model::Spin(_) => None,
-            },
+            Op::CancelFirst => self.first_waiter().map(Call::Cancel),
             Op::ForceUnlock => Some(Call::ForceUnlock),
             Op::HoldCount { owner } if self.prim != Prim::Spin => {
                 Some(Call::HoldCount(Self::owner(*owner)))
@@ -813,7 +977,6 @@ impl<'a> Sequence<'a> {
     }
 
     fn send(&mut self, req: Request) -> Call {
-        self.markers.push(req.marker.clone());
         self.last = Some(req.clone());
         Call::Acquire(req)
     }
@@ -837,14 +1000,17 @@ impl<'a> Sequence<'a> {
                 } else {
                     (&fenced_lock::ACQUIRE, self.keys.keys.clone())
                 };
-                let args = vec![
+                let mut args = vec![
                     r.owner.clone(),
                     r.marker.clone(),
                     r.lease_ms.to_string(),
                     r.keepalive_ms.to_string(),
-                    channel,
+                    r.channel.clone(),
                     "0".to_owned(),
                 ];
+                if r.look {
+                    args.push("1".to_owned());
+                }
                 (script, keys, args)
             }
             (Prim::Lock | Prim::Fenced, Call::Release(marker)) => {
@@ -855,11 +1021,18 @@ impl<'a> Sequence<'a> {
                 };
                 (script, keys, vec![marker.clone(), channel, "0".to_owned()])
             }
-            (Prim::Lock | Prim::Fenced, Call::Cancel(owner)) => (
-                &lock::CANCEL,
-                self.keys_of(&lock_keys),
-                vec![owner.clone(), channel, "0".to_owned()],
-            ),
+            (Prim::Lock | Prim::Fenced, Call::Cancel(entry)) => {
+                let keys = if self.prim == Prim::Lock {
+                    self.keys_of(&lock_keys)
+                } else {
+                    self.keys_of(&["handoff", "waiting", "timeouts", "token"])
+                };
+                (
+                    &lock::CANCEL,
+                    keys,
+                    vec![entry.clone(), channel, "0".to_owned()],
+                )
+            }
             (Prim::Lock | Prim::Fenced | Prim::Spin, Call::ForceUnlock) => (
                 &lock::FORCE_UNLOCK,
                 self.keys.keys.clone(),
@@ -942,54 +1115,31 @@ impl<'a> Sequence<'a> {
         self.one_step(op).await
     }
 
+    /// The messages the subscriber got since the last look (none without a subscriber).
+    async fn heard(&mut self) -> Vec<Got> {
+        match &mut self.subscriber {
+            Some(sub) => sub.drain().await,
+            None => Vec::new(),
+        }
+    }
+
+    /// The fencing counter as Redis has it after the step.
+    fn counter_seen(&self, raw: &[RawKey]) -> Option<u64> {
+        let at = self.roles.iter().position(|r| *r == "token")?;
+        raw[at].items.first()?.parse().ok()
+    }
+
     async fn one_step(&mut self, op: &Op) -> Result<(), String> {
         let redis = &self.env.redis;
-        let mut candidates = vec![];
-        if let Some(call) = self.resolve(op) {
-            let (script, keys, args) = self.script(&call);
+        let call = self.resolve(op);
+        let mut ran = None;
+        if let Some(call) = &call {
+            let (script, keys, args) = self.script(call);
             let t0 = time(redis).await;
             let actual = run(redis, script, keys, args).await;
             let t1 = time(redis).await;
-            // A fenced acquire's token shows the microsecond its script read the clock.
-            let token_us = match actual.as_deref() {
-                Ok([1, _, token]) => u64::try_from(*token - 1).ok(),
-                _ => None,
-            }
-            .filter(|us| (t0.us..=t1.us).contains(us));
-            let mut first = None;
-            // Redis' own clock (key expiry, `PX`, `PTTL`) is cached per event-loop turn, so it
-            // may lag the `TIME` read just before the call by a millisecond or two; and a key
-            // expiring within the millisecond the script's `TIME` read may already be expired for
-            // Redis' lookups: a hold expiring at that boundary may count as either.
-            // Redis expires whole keys on that cached clock (`keys_ms`), which is not ahead of
-            // the script's `TIME`.
-            let instants = (t0.ms.saturating_sub(2)..=t1.ms + 2)
-                .flat_map(|ms| (t0.ms.saturating_sub(2)..=ms).map(move |keys_ms| (ms, keys_ms)));
-            for (ms, keys_ms) in instants {
-                let now = Now {
-                    ms,
-                    us: token_us.unwrap_or_else(|| t0.us.max(ms * 1000)),
-                    keys_ms,
-                };
-                let mut model = self.model.clone();
-                let expected = model.apply(&call, now);
-                first.get_or_insert_with(|| expected.clone());
-                if agrees(&expected, &actual, ms) {
-                    if candidates.is_empty() {
-                        self.count(outcome(&expected));
-                    }
-                    candidates.push(model);
-                }
-            }
-            self.log.push(format!("{call:?} -> {actual:?}"));
-            if candidates.is_empty() {
-                return Err(format!(
-                    "reply of {call:?}: Redis said {actual:?}, the model {first:?} (at {} ms)\nmodel before: {:#?}",
-                    t0.ms, self.model
-                ));
-            }
+            ran = Some((actual, t0, t1));
         } else {
-            self.log.push(format!("{op:?}"));
             self.count(
                 format!("{op:?}")
                     .split([' ', '('])
@@ -997,9 +1147,78 @@ impl<'a> Sequence<'a> {
                     .unwrap_or_default(),
             );
             self.other(op).await?;
-            candidates.push(self.model.clone());
         }
+        let got = self.heard().await;
         let (raw, now) = read_state(redis, &self.keys.keys).await;
+        let mut candidates = vec![];
+        match (&call, ran) {
+            (Some(call), Some((actual, t0, t1))) => {
+                // A fenced script mints with the microsecond of its own `TIME` read: the counter
+                // after the step shows it (`max(counter, µs) + 1` for its last mint; the model
+                // mints every token of one step from one µs, so k mints end at µs + k).
+                let mut clocks = vec![None];
+                if let (Prim::Fenced, Some(counter)) = (self.prim, self.counter_seen(&raw)) {
+                    let mints = match &self.model {
+                        Model::Hash(m) => m.waiting.items.len() as u64 + 1,
+                        Model::Spin(_) => 1,
+                    };
+                    clocks.extend(
+                        (1..=mints)
+                            .filter_map(|k| counter.checked_sub(k))
+                            .filter(|us| (t0.us..=t1.us).contains(us))
+                            .map(Some),
+                    );
+                }
+                let mut first = None;
+                // Redis' own clock (key expiry, `PX`, `PTTL`) is cached per event-loop turn, so it
+                // may lag the `TIME` read just before the call by a millisecond or two; and a key
+                // expiring within the millisecond the script's `TIME` read may already be expired
+                // for Redis' lookups: a hold expiring at that boundary may count as either.
+                // Redis expires whole keys on that cached clock (`keys_ms`), which is not ahead
+                // of the script's `TIME`.
+                let instants = (t0.ms.saturating_sub(2)..=t1.ms + 2).flat_map(|ms| {
+                    (t0.ms.saturating_sub(2)..=ms).map(move |keys_ms| (ms, keys_ms))
+                });
+                for ((ms, keys_ms), clock) in
+                    instants.flat_map(|i| clocks.iter().map(move |c| (i, *c)))
+                {
+                    let now = Now {
+                        ms,
+                        us: clock.unwrap_or_else(|| t0.us.max(ms * 1000)),
+                        keys_ms,
+                    };
+                    let mut model = self.model.clone();
+                    let expected = model.apply(call, now);
+                    let (sent, unheard) = model.messages();
+                    first.get_or_insert_with(|| (expected.clone(), sent.clone()));
+                    if agrees(self.prim, &expected, &actual, ms) && sent == got {
+                        if candidates.is_empty() {
+                            self.count(outcome(&expected));
+                            if unheard > 0 {
+                                self.count("(a message nobody heard: grant undone)");
+                            }
+                        }
+                        candidates.push(model);
+                    }
+                }
+                self.log
+                    .push(format!("{call:?} -> {actual:?}, heard {got:?}"));
+                if candidates.is_empty() {
+                    let (expected, sent) = first.unwrap_or((Expected::Flag(false), Vec::new()));
+                    return Err(format!(
+                        "reply of {call:?}: Redis said {actual:?} and the subscriber heard {got:?}; the model {expected:?}, heard {sent:?} (at {} ms)\nmodel before: {:#?}",
+                        t0.ms, self.model
+                    ));
+                }
+            }
+            _ => {
+                self.log.push(format!("{op:?}"));
+                if !got.is_empty() {
+                    return Err(format!("after {op:?} the subscriber heard {got:?}"));
+                }
+                candidates.push(self.model.clone());
+            }
+        }
         let seen = normalize(&raw, &self.roles);
         // Each key is judged at an instant of its own near the read: Redis expires a key when
         // its cached clock passes the expiry, and `RESTORE` drops a key whose expiry is not in
@@ -1015,12 +1234,7 @@ impl<'a> Sequence<'a> {
             if fits(model) {
                 self.model = model.clone();
                 self.follow_expiries(&raw);
-                if let Model::Hash(HashLock {
-                    handoff: Some(_), ..
-                }) = &self.model
-                {
-                    self.count("(a reservation stands)");
-                }
+                self.follow_handoffs(&got);
                 return Ok(());
             }
         }
@@ -1029,6 +1243,33 @@ impl<'a> Sequence<'a> {
             candidates[0].keys(&self.roles, now),
             candidates[0]
         ))
+    }
+
+    /// Notes what the step's heard messages handed over (for `CancelFirst`), and counts them.
+    fn follow_handoffs(&mut self, got: &[Got]) {
+        for (_, payload) in got {
+            let marker = match Wake::decode(payload) {
+                Wake::Grant { waiter, .. } => {
+                    self.count("(a grant was heard)");
+                    waiter
+                }
+                Wake::Prefer(marker) => {
+                    self.count("(a looker was told of its reservation)");
+                    marker
+                }
+                _ => continue,
+            };
+            self.handed = self
+                .calls
+                .iter()
+                .find(|c| c.marker == marker)
+                .map(Request::entry);
+        }
+        if let Model::Hash(m) = &self.model {
+            if m.handoff.is_some() {
+                self.count("(a reservation stands)");
+            }
+        }
     }
 
     fn count(&self, what: &str) {
@@ -1071,6 +1312,18 @@ impl<'a> Sequence<'a> {
         let command = |name| custom(name);
         match op {
             Op::Sleep { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
+            Op::Listen { client, on } => {
+                let channel = &self.channels[*client];
+                if let (Some(sub), Model::Hash(m)) = (&mut self.subscriber, &mut self.model) {
+                    let stray = sub.listen(channel, *on).await;
+                    if !stray.is_empty() {
+                        return Err(format!(
+                            "the subscriber heard {stray:?} after the last step"
+                        ));
+                    }
+                    m.listen(channel, *on);
+                }
+            }
             Op::FlushScripts => {
                 let _: Value = redis
                     .custom(
@@ -1204,10 +1457,15 @@ fn runner(cases: u32) -> (TestRunner, u64) {
 /// Runs generated sequences of `prim` until the budget is spent; on a disagreement, panics with
 /// the seed (to replay: `LOCKKIT_MODEL_SEED`) and the shrunk sequence.
 fn check(prim: Prim) {
+    check_with(prim, op(), true);
+}
+
+/// [`check`] with the ops drawn from `ops`; `save`: record the cases in the reliability report.
+fn check_with(prim: Prim, ops: impl Strategy<Value = Op>, save: bool) {
     let env = Env::start();
     let (mut runner, seed) = runner(cases());
-    let result = runner.run(&prop::collection::vec(op(), 1..40), |ops| {
-        let mut sequence = Sequence::new(&env, prim);
+    let result = runner.run(&prop::collection::vec(ops, 1..50), |ops| {
+        let mut sequence = env.rt.block_on(Sequence::new(&env, prim));
         let steps = ops.iter().flat_map(|op| match op {
             Op::ReleaseThenCancelFirst { hold } => {
                 vec![Op::ReleaseHeld { hold: *hold }, Op::CancelFirst]
@@ -1231,13 +1489,26 @@ fn check(prim: Prim) {
                 cases(),
                 env.seen.borrow()
             );
-            save_cases(prim.id(), cases());
+            if save {
+                save_cases(prim.id(), cases());
+            }
         }
         Err(TestError::Fail(why, ops)) => panic!(
             "{prim:?} disagrees with its model (LOCKKIT_MODEL_SEED={seed}).\nShrunk sequence: {ops:#?}\n{why}"
         ),
         Err(TestError::Abort(why)) => panic!("{prim:?} aborted (seed {seed}): {why}"),
     }
+}
+
+/// The model's window and probation are the protocol's (and so the scripts', which
+/// `lockkit-protocol`'s own tests check).
+#[test]
+fn the_model_uses_the_protocol_constants() {
+    assert_eq!(
+        u128::from(HANDOFF_WINDOW_MS),
+        lock::HANDOFF_WINDOW.as_millis()
+    );
+    assert_eq!(u128::from(PROBATION_MS), lock::GRANT_PROBATION.as_millis());
 }
 
 #[test]
@@ -1248,6 +1519,39 @@ fn lock_agrees_with_its_model() {
 #[test]
 fn fenced_lock_agrees_with_its_model() {
     check(Prim::Fenced);
+}
+
+/// Ops that keep the lock contended: calls that wait, releases, give-ups and changes of who
+/// listens, and little else, so that most releases hand the lock over.
+fn contended_op() -> impl Strategy<Value = Op> {
+    let wait = prop_oneof![1 => (3u64..40).prop_map(Lease::Short), 6 => Just(Lease::Long)];
+    prop_oneof![
+        8 => (0usize..3, lease(), prop::option::weighted(0.9, wait), prop::bool::weighted(0.2))
+            .prop_map(|(owner, lease, keepalive, look)| Op::Acquire { owner, lease, keepalive, look }),
+        4 => any::<usize>().prop_map(|call| Op::Retry { call }),
+        6 => any::<usize>().prop_map(|hold| Op::ReleaseHeld { hold }),
+        1 => any::<usize>().prop_map(|hold| Op::Release { hold }),
+        2 => any::<usize>().prop_map(|call| Op::Cancel { call }),
+        2 => Just(Op::CancelFirst),
+        2 => any::<usize>().prop_map(|hold| Op::ReleaseThenCancelFirst { hold }),
+        3 => (0usize..2, any::<bool>()).prop_map(|(client, on)| Op::Listen { client, on }),
+        1 => (prop::collection::vec(any::<usize>(), 1..3), prop::option::of(lease()))
+            .prop_map(|(holds, lease)| Op::Renew { holds, lease }),
+        1 => Just(Op::ForceUnlock),
+        1 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
+    ]
+}
+
+/// The handoff by direct grant under steady contention (issue 20): most releases grant the lock
+/// to a waiter, or undo a grant nobody heard and go on.
+#[test]
+fn lock_grants_agree_with_its_model() {
+    check_with(Prim::Lock, contended_op(), false);
+}
+
+#[test]
+fn fenced_lock_grants_agree_with_its_model() {
+    check_with(Prim::Fenced, contended_op(), false);
 }
 
 #[test]
