@@ -33,7 +33,7 @@ use lockkit::protocol::script::Script;
 use lockkit::protocol::wake::Wake;
 use lockkit::protocol::{fair_lock, fenced_lock, lock, spin_lock};
 use lockkit_model::lock::{
-    Acquired, HashLock, LockKind, Now, Released, Request, WrongType, HANDOFF_WINDOW_MS,
+    Acquired, Entry, HashLock, LockKind, Now, Released, Request, WrongType, HANDOFF_WINDOW_MS,
     PROBATION_MS,
 };
 use lockkit_model::spin::{SpinAcquired, SpinLock};
@@ -426,7 +426,7 @@ async fn read_state(redis: &Fred, keys: &[String]) -> (Vec<RawKey>, u64) {
 
 #[derive(Debug, Clone)]
 enum Model {
-    Hash(HashLock),
+    Hash(Box<HashLock>),
     Spin(SpinLock),
 }
 
@@ -657,7 +657,7 @@ fn agrees(prim: Prim, expected: &Expected, actual: &Result<Vec<i64>, String>, no
     };
     match expected {
         Expected::Acquire(Ok(Acquired::Granted { count, token })) if prim == Prim::Fair => {
-            *token == None
+            token.is_none()
                 && fair_lock::AcquireReply::decode(reply)
                     == Ok(fair_lock::AcquireReply::Acquired { hold_count: *count })
         }
@@ -783,7 +783,7 @@ impl Prim {
     }
 
     fn model(self) -> Model {
-        let hash = |kind| Model::Hash(HashLock::new(kind));
+        let hash = |kind| Model::Hash(Box::new(HashLock::new(kind)));
         match self {
             Prim::Lock => hash(LockKind::Lock),
             Prim::Fenced => hash(LockKind::Fenced),
@@ -1577,11 +1577,11 @@ enum Other {
 /// while it stands in line there), and the members its owners hold: all read at one instant (one
 /// script over every member's keys; a standalone server allows keys of several slots).
 ///
-/// The line, not the keep-alive set: a release that reserves a member for the multi-lock takes
-/// its owner out of the line at once, but its keep-alive entry stays (the reservation holds only
-/// while it is live) until the multi-lock takes the member or gives up. A multi-lock waits for
-/// all its members at once (issue 19, §4), so it may keep such a reservation while it still
-/// stands in another member's line; what it never does is hold a member there.
+/// A place in line is a request (`<marker> <lease> <owner> <channel>`) whose owner is one of the
+/// multi-lock's; a release that reserves a member for the multi-lock (its requests only look)
+/// takes the request out of the line at once. A multi-lock waits for all its members at once
+/// (issue 19, §4), so it may keep such a reservation while it still stands in another member's
+/// line; what it never does is hold a member there.
 async fn multi_state(
     redis: &Fred,
     members: &[ObjectKeys],
@@ -1604,8 +1604,10 @@ async fn multi_state(
                     k.items
                         .iter()
                         .step_by(2)
-                        .filter(ours)
-                        .map(|owner| (i, owner.clone())),
+                        .filter(|member| {
+                            Entry::parse(member).is_some_and(|r| r.owner.starts_with(prefix))
+                        })
+                        .map(|member| (i, member.clone())),
                 ),
                 _ => {}
             }
