@@ -29,18 +29,21 @@
 //!   - a try whose marker has a live hold (a re-sent try, or a grant the client has not claimed
 //!     yet) gets that hold, counted once, and leaves the waiting set;
 //!   - when the lock becomes free (the last hold released, a granted or reserved waiter gives
-//!     up, a force-unlock) or an acquire finds it free with another owner at the head, it is
-//!     *handed over* ([`HashLock::hand_over`]): the longest waiting entry leaves the set and is
+//!     up, a held lock force-unlocked) or an acquire finds it free with another owner's request at
+//!     the head (and no reservation for its own owner), it is *handed over*
+//!     ([`HashLock::hand_over`]): the longest waiting entry leaves the set and is
 //!     granted the lock at once, with a hold of `min(lease, PROBATION_MS)`, announced by exactly
 //!     one message (`g:<count>:<token or 0>:<now>:<expiry>:<marker>`) on its own channel. A grant
 //!     nobody heard (no subscriber on that channel) is undone and the next entry is tried; a
 //!     looker (a multi-lock member that only looks) is not granted but told (`p:<marker>`) and
 //!     the free lock reserved for its owner for [`HANDOFF_WINDOW_MS`]; with the set run empty the
 //!     lock stays free;
-//!   - *"only the reserved owner can take the lock during the window"*; an acquire that finds the
-//!     lock handed to another waiter joins and answers busy (or reserved) with the server's
-//!     clock; a waiter that gives up (cancel) leaves, gives back a grant it did not claim and
-//!     ends a reservation for it, and the free lock is handed over again.
+//!   - *"only the reserved owner can take the lock during the window"*; an acquire that handed
+//!     the lock over joins and answers busy (or reserved) with the server's clock, even when the
+//!     handover went past unheard requests to its own call's (as the notes and the scripts have
+//!     it); a re-entry does not leave the waiting set; a waiter that gives up (cancel) leaves,
+//!     gives back a grant it did not claim and ends a reservation for its owner, and the free
+//!     lock is handed over again.
 //! - The `FairLock` queue (guide, "How the order is kept"): granted only to the head of the queue
 //!   or to anyone while it is empty, re-entry past the queue, a zero-wait try never queues,
 //!   waiters at the head whose deadline passed are dropped first, a waiter that gives up leaves.
