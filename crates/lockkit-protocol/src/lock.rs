@@ -265,6 +265,7 @@ pub(crate) fn strip_preludes(source: &str) -> &str {
     for lib in [
         include_str!("scripts/hold_lib.lua"),
         include_str!("scripts/handoff_lib.lua"),
+        include_str!("scripts/fair_lib.lua"),
     ] {
         src = src.strip_prefix(lib).unwrap_or(src);
     }
