@@ -508,6 +508,14 @@ impl Member<'_> {
     pub(crate) fn granted(&self) {
         self.attempt.queued.granted();
     }
+
+    /// The call's round failed before it came to this member, which it had seen free or
+    /// reserved for it: a reservation it holds goes on to the next waiter now, rather than
+    /// keeping the lock from everyone until its window ends. The member joins the line again
+    /// with its next look.
+    pub(crate) async fn pass(&self) {
+        self.attempt.queued.leave_now().await;
+    }
 }
 
 /// A member's one try to take the lock, which never joins its waiting set.
