@@ -18,9 +18,75 @@ async fn a_cancelled_waiter_leaves_no_registration_and_no_hold() {
     let result = tokio::time::timeout(Duration::from_millis(200), lock.lock()).await;
     assert!(result.is_err(), "still waiting when cancelled");
     assert_eq!(waiter.waiting_count(), 0);
+    // The request leaves the waiting set in the background.
+    until_no_waiters(&holder, &name).await;
     guard.unlock().await.unwrap();
-    assert!(!lock.is_locked().await.unwrap());
+    assert!(!lock.is_locked().await.unwrap(), "granted to nobody");
     assert_eq!(waiter.held_count(), 0);
+}
+
+/// A release that comes before the cancelled waiter's request has left grants the lock to that
+/// request (its client still listens); the request's leaving then gives the grant back at once,
+/// long before the grant's probation (5 s) or the lease (30 s) would end it.
+#[tokio::test]
+async fn a_grant_to_a_cancelled_waiter_is_given_back_at_once() {
+    let redis = redis().await;
+    let holder = client(&redis.url()).await;
+    let waiter = client(&redis.url()).await;
+    let next = client(&redis.url()).await;
+    let name = unique("cancel-granted");
+    let guard = holder.lock(&name).lock().await.unwrap();
+    let lock = waiter.lock(&name);
+    let waiting = tokio::spawn({
+        let lock = lock.clone();
+        async move { lock.lock().await }
+    });
+    lockkit_suite::until_waiting(&waiter, 1).await;
+    until_waiters(&holder, &name, 1).await;
+    // Cancel the wait and release at once: the release may reach Redis before the cancel does.
+    waiting.abort();
+    let (unlocked, _) = tokio::join!(guard.unlock(), async { waiting.await.ok() });
+    unlocked.unwrap();
+    // Whichever came first, the lock ends up free: `next` takes it with a zero wait once it is.
+    let got = within(HANG, "the lock to be free again", async {
+        loop {
+            if let Some(guard) = next
+                .lock(&name)
+                .try_lock(Duration::ZERO, None)
+                .await
+                .unwrap()
+            {
+                return guard;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert_eq!(waiter.held_count(), 0);
+    got.unlock().await.unwrap();
+}
+
+/// Waits until the lock `name` has no live waiting request.
+async fn until_no_waiters(observer: &lockkit::Client, name: &str) {
+    until_waiters(observer, name, 0).await;
+}
+
+/// Waits until the lock `name` has exactly `count` live waiting requests.
+async fn until_waiters(observer: &lockkit::Client, name: &str, count: usize) {
+    within(HANG, "the waiting requests to change", async {
+        loop {
+            let objects = observer
+                .inspect(Some(lockkit::protocol::keys::Kind::Lock), name)
+                .await
+                .unwrap();
+            let waiters = objects.first().map_or(0, |object| object.waiters.len());
+            if waiters == count {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
 }
 
 /// The acquire script is on its way (held back by a paused proxy) when the future is dropped.

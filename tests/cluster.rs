@@ -33,8 +33,8 @@ async fn connect(url: &str) -> Client {
     }
 }
 
-fn channel(kind: Kind, name: &str) -> String {
-    Namespace::default().object(kind, name).unwrap().channel
+fn keys(kind: Kind, name: &str) -> lockkit::protocol::keys::ObjectKeys {
+    Namespace::default().object(kind, name).unwrap()
 }
 
 /// How many subscribers the shard channel has on the node that owns it (`PUBSUB SHARDNUMSUB`).
@@ -270,7 +270,8 @@ async fn handoff_by_sharded_pubsub(cluster: &RedisCluster, a: &Client, b: &Clien
         tokio::spawn(async move { lock.try_lock(WAIT, Some(LONG_LEASE)).await })
     };
     until_waiting(b, 1).await;
-    let channel = channel(Kind::Lock, &name);
+    // A lock's waiter listens on its client's own channel for the lock.
+    let channel = keys(Kind::Lock, &name).client_channel(b.id());
     assert_eq!(
         shard_subscribers(cluster, &channel).await,
         1,
@@ -465,7 +466,8 @@ async fn a_slot_moved_by_resharding_loses_no_hold_and_no_wakeup() {
         tokio::spawn(async move { lock.try_lock(WAIT, Some(LONG_LEASE)).await })
     };
     until_waiting(&waiting, 1).await;
-    let channel = channel(Kind::Lock, &name);
+    // A lock's waiter listens on its client's own channel for the lock.
+    let channel = keys(Kind::Lock, &name).client_channel(waiting.id());
     assert_eq!(shard_subscribers(&cluster, &channel).await, 1);
 
     let from = cluster.node_for_slot(slot).await.expect("slot served");

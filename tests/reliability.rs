@@ -1522,11 +1522,12 @@ async fn waiting_across_reconnects_never_fails_with_a_subscribe_error() {
         windows.push((cut, now()));
         observed.unlock(held).await.unwrap();
     }
-    // The parked waiter's channel was subscribed again after the cuts.
+    // The parked waiter's channel (its client's own for the lock) was subscribed again after
+    // the cuts.
     let channel = lockkit::protocol::keys::Namespace::default()
         .lock(busy.name())
         .unwrap()
-        .channel;
+        .client_channel(waiter.id());
     within(
         HANG,
         "the parked waiter's channel to be subscribed again",

@@ -182,7 +182,11 @@ async fn a_sharded_waiter_parked_across_a_reconnect_is_woken_by_the_release() {
     let holder = sharded(server.url()).await;
     let waiter = sharded(server.url()).await;
     let name = unique("sharded-reconnect");
-    let channel = Namespace::default().lock(&name).unwrap().channel;
+    // A lock's waiter listens on its client's own channel for the lock.
+    let channel = Namespace::default()
+        .lock(&name)
+        .unwrap()
+        .client_channel(waiter.id());
     let guard = holder
         .lock(&name)
         .lock_with_lease(Duration::from_secs(300))

@@ -16,8 +16,11 @@
 //!
 //! The lock is granted to its owner again (re-entry) at any time; otherwise only when it is free
 //! and the queue is empty or headed by the caller. A release that frees the lock publishes
-//! `w:<id of the head>` ([`Wake::Waiter`](crate::wake::Wake::Waiter)), so only the next waiter
-//! wakes; `one` when nobody is queued.
+//! `w:<id of the head>` ([`Wake::Waiter`](crate::wake::Wake::Waiter)) on the head's own client's
+//! channel for the lock ([`ObjectKeys::client_channel`](crate::keys::ObjectKeys::client_channel),
+//! the client id being what precedes `:w` in the waiter id), so only the next waiter's client
+//! hears it and only that waiter wakes; nothing when nobody is queued. Each client subscribes to
+//! its own channel only.
 //!
 //! Release and renewal follow the conventions every hold kind shares: release replies are decoded
 //! by [`ReleaseReply`](crate::lock::ReleaseReply); holds are renewed by the reentrant lock's
@@ -28,19 +31,13 @@ use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// Take one hold, or join (or stay in) the queue.
-pub static ACQUIRE: Script = with_prelude!("hold_lib", "fair_lock_acquire");
+pub static ACQUIRE: Script = with_prelude!(["hold_lib", "fair_lib"], "fair_lock_acquire");
 /// Give back one hold; when the lock is freed, name the next waiter.
-pub static RELEASE: Script = with_prelude!("hold_lib", "fair_lock_release");
+pub static RELEASE: Script = with_prelude!(["hold_lib", "fair_lib"], "fair_lock_release");
 /// Delete a fair lock whoever holds it; the queue is kept and its head woken.
-pub static FORCE_UNLOCK: Script = Script::new(
-    "fair_lock_force_unlock",
-    include_str!("scripts/fair_lock_force_unlock.lua"),
-);
+pub static FORCE_UNLOCK: Script = with_prelude!("fair_lib", "fair_lock_force_unlock");
 /// Take a waiter that stopped waiting out of the queue, and pass its turn on.
-pub static CANCEL: Script = Script::new(
-    "fair_lock_cancel",
-    include_str!("scripts/fair_lock_cancel.lua"),
-);
+pub static CANCEL: Script = with_prelude!("fair_lib", "fair_lock_cancel");
 
 /// The id of one waiter (one acquire call) of a fair lock.
 ///

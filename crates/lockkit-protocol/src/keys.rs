@@ -184,6 +184,22 @@ impl ObjectKeys {
         let index = self.suffixes.iter().position(|s| *s == suffix)?;
         self.keys.get(index + 1).map(String::as_str)
     }
+
+    /// The channel of one client for this object: `<channel>:<client id>`. A lock's or fenced
+    /// lock's release grants the lock to one waiting client and tells only it, here (see
+    /// [`crate::lock`]); it carries the object's hash tag, so a script may publish on it in a
+    /// cluster.
+    ///
+    /// ```
+    /// use lockkit_protocol::{keys::Namespace, slot::key_slot};
+    /// let keys = Namespace::default().lock("order:42").unwrap();
+    /// let mine = keys.client_channel("3f2a");
+    /// assert_eq!(mine, "lockkit:lock:{order:42}:released:3f2a");
+    /// assert_eq!(key_slot(&mine), key_slot(&keys.key));
+    /// ```
+    pub fn client_channel(&self, client_id: &str) -> String {
+        format!("{}:{client_id}", self.channel)
+    }
 }
 
 /// The keys of a reentrant lock: its HASH (owners, hold counts, hold markers) and channel.

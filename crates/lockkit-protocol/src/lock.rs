@@ -52,8 +52,7 @@ pub static CANCEL: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_can
 /// The live hold count of some owners (lock, fenced lock and fair lock).
 pub static HOLD_COUNT: Script = with_prelude!("hold_lib", "lock_hold_count");
 /// Delete a lock whoever holds it.
-pub static FORCE_UNLOCK: Script =
-    with_prelude!(["hold_lib", "handoff_lib"], "lock_force_unlock");
+pub static FORCE_UNLOCK: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_force_unlock");
 
 /// How long a release reserves the free lock for a multi-lock member waiting in the waiting set
 /// (a request that only looks, see `scripts/handoff_lib.lua`): the member's client is woken and
@@ -266,6 +265,7 @@ pub(crate) fn strip_preludes(source: &str) -> &str {
     for lib in [
         include_str!("scripts/hold_lib.lua"),
         include_str!("scripts/handoff_lib.lua"),
+        include_str!("scripts/fair_lib.lua"),
     ] {
         src = src.strip_prefix(lib).unwrap_or(src);
     }
@@ -316,7 +316,10 @@ mod tests {
         );
         assert!(AcquireReply::decode(&[0, -1, 5, 1]).is_err());
         assert!(AcquireReply::decode(&[0, 7, 5, 2]).is_err());
-        assert!(AcquireReply::decode(&[0, 7]).is_err(), "busy without the server clock");
+        assert!(
+            AcquireReply::decode(&[0, 7]).is_err(),
+            "busy without the server clock"
+        );
         assert!(AcquireReply::decode(&[1, 0]).is_err());
         assert!(AcquireReply::decode(&[0, -2, 5]).is_err());
         assert!(AcquireReply::decode(&[]).is_err());

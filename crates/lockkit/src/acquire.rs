@@ -30,6 +30,7 @@ use crate::core::ClientInner;
 use crate::error::Error;
 use crate::exec::{Bound, Deadline};
 use lockkit_protocol::keys::Kind;
+use lockkit_protocol::wake::Grant;
 
 use crate::metrics;
 
@@ -71,6 +72,16 @@ pub(crate) trait Attempt {
     }
     /// One try. Must be cancel-safe: dropping it mid-flight must give back whatever it took.
     fn attempt(&self) -> impl Future<Output = Result<Outcome<Self::Output>, Error>> + Send;
+    /// Takes what a release granted this waiter (a lock's direct grant: the lock is already its
+    /// own in Redis). `None`: this kind cannot use the grant as it is, and tries instead (which
+    /// finds the granted hold). Must be cancel-safe as [`attempt`](Attempt::attempt) is.
+    fn claim(
+        &self,
+        grant: Grant,
+    ) -> impl Future<Output = Result<Option<Self::Output>, Error>> + Send {
+        let _ = grant;
+        async { Ok(None) }
+    }
 }
 
 /// Tries until acquired or until `wait` has passed (`None`: no bound). `Ok(None)`: not acquired
@@ -257,7 +268,16 @@ where
         ),
     };
     let _waiting = metrics::Waiting::new(kind);
+    // A lock a release granted this waiter while it slept: taken without a try.
+    let mut granted: Option<Grant> = None;
     loop {
+        if let Some(grant) = granted.take() {
+            // Not claimed: the try below settles the wake-up.
+            if let Some(out) = bound.run(attempt.claim(grant)).await? {
+                waiter.tried(false);
+                return Ok(Some(out));
+            }
+        }
         let retry_in = match known.take() {
             Some(retry_in) => retry_in,
             None => {
@@ -285,7 +305,7 @@ where
             wake_at = wake_at.min(deadline);
         }
         tokio::select! {
-            () = waiter.woken() => {}
+            grant = waiter.woken() => granted = grant,
             () = tokio::time::sleep_until(wake_at) => {}
             () = client.shutdown.cancelled() => return Err(Error::Shutdown),
         }

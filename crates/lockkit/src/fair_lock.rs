@@ -246,6 +246,8 @@ impl FairLock {
             ),
             keepalive,
             keepalive_ms: lease_millis(keepalive).to_string(),
+            // Releases name the next waiter on its own client's channel.
+            channel: keys.client_channel(&inner.id),
         };
         acquire(inner, &attempt, wait).await
     }
@@ -318,13 +320,15 @@ struct FairAttempt<'a> {
     /// How long the queue entry lives without a retry; zero: try once, never queue.
     keepalive: Duration,
     keepalive_ms: String,
+    /// This client's own channel for the lock, where its waiters are named.
+    channel: String,
 }
 
 impl Attempt for FairAttempt<'_> {
     type Output = LockGuard;
 
     fn channel(&self) -> &str {
-        &self.keys.channel
+        &self.channel
     }
 
     fn object(&self) -> (Kind, &str) {

@@ -22,6 +22,7 @@ static FENCED: Flavor = Flavor {
         release: &RELEASE,
         renew: &RENEW,
     },
+    leave: &crate::lock::FENCED_LEAVE,
 };
 
 /// A reentrant lock whose every acquisition — re-entries included — carries a **fencing token**

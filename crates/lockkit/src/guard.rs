@@ -62,6 +62,21 @@ impl HoldGuard {
         owner: Option<&Arc<str>>,
     ) -> Self {
         let seq = client.next_sequence();
+        Self::prepare_marked(client, kind, name, keys, (lease, watchdog), owner, seq)
+    }
+
+    /// As [`prepare_for`](HoldGuard::prepare_for), for the hold with sequence number `seq` (its
+    /// marker): one acquire call that waits for a lock tries again and again with one marker,
+    /// the one its waiting request is granted with.
+    pub(crate) fn prepare_marked(
+        client: &Arc<ClientInner>,
+        kind: &'static HoldKind,
+        name: &Arc<str>,
+        keys: &Arc<ObjectKeys>,
+        (lease, watchdog): (Duration, bool),
+        owner: Option<&Arc<str>>,
+        seq: u64,
+    ) -> Self {
         let hold = Hold::new(
             seq,
             Arc::clone(name),
@@ -97,8 +112,32 @@ impl HoldGuard {
     /// The hold was granted: hand it to the watchdog. A grant that lands after the client was
     /// shut down is given back at once (the guard, still armed, is dropped and its release goes
     /// through the worker, which serves releases until the last handle is gone).
-    pub(crate) fn granted(mut self, sent: Instant) -> Result<Self, Error> {
+    pub(crate) fn granted(self, sent: Instant) -> Result<Self, Error> {
         self.hold.confirmed_at(sent);
+        self.register()
+    }
+
+    /// As [`granted`](HoldGuard::granted), for a hold a release granted this waiter (direct
+    /// grant) that lives at least until `deadline` (local, conservative) and is on probation
+    /// until then: when its lease is longer, it is confirmed (renewed to its lease) once half of
+    /// the probation has passed, if it is still held.
+    pub(crate) fn granted_until(self, deadline: Instant) -> Result<Self, Error> {
+        self.hold.confirmed_until(deadline);
+        let guard = self.register()?;
+        let probation = lockkit_protocol::lock::GRANT_PROBATION;
+        if guard.hold.lease > probation {
+            crate::watchdog::confirm_later(
+                guard.client.exec.clone(),
+                Arc::clone(&guard.hold),
+                probation / 2,
+            );
+        }
+        Ok(guard)
+    }
+
+    /// Records the grant and hands the hold to the watchdog (see
+    /// [`granted`](HoldGuard::granted)).
+    fn register(mut self) -> Result<Self, Error> {
         self.hold.granted();
         let span = tracing::Span::current();
         if span

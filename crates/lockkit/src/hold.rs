@@ -119,10 +119,15 @@ impl Hold {
 
     /// Records a successful acquire or renewal that was sent at `sent`.
     pub(crate) fn confirmed_at(&self, sent: Instant) {
+        self.confirmed_until(sent + self.lease);
+    }
+
+    /// Records that the hold lives at least until `deadline` (local, conservative): a grant on
+    /// probation ([`lockkit_protocol::lock::GRANT_PROBATION`]).
+    pub(crate) fn confirmed_until(&self, deadline: Instant) {
         let mut expires_at = self.expires_at.lock();
-        let new = sent + self.lease;
-        if new > *expires_at {
-            *expires_at = new;
+        if deadline > *expires_at {
+            *expires_at = deadline;
         }
     }
 

@@ -392,6 +392,14 @@ async fn read(
             inspection.waiters = waiting
                 .into_iter()
                 .filter(|waiter| deadlines.get(waiter).is_some_and(|end| *end > now as f64))
+                // A lock's waiting entry is a request, `<marker> <lease> <owner> <channel>`.
+                .map(|waiter| match kind {
+                    Kind::FairLock => waiter,
+                    _ => waiter
+                        .split(' ')
+                        .nth(2)
+                        .map_or(waiter.clone(), str::to_owned),
+                })
                 .collect();
             if kind == Kind::FencedLock {
                 let token_key = aux("token");

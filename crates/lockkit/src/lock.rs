@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use lockkit_protocol::keys::{Kind, ObjectKeys};
 use lockkit_protocol::lock::{
-    decode_cancel, AcquireReply, ACQUIRE, CANCEL, RELEASE, RENEW, WAITER_KEEPALIVE,
+    decode_cancel, hold_marker, AcquireReply, ACQUIRE, CANCEL, RELEASE, RENEW, WAITER_KEEPALIVE,
 };
 use lockkit_protocol::script::Script;
+use lockkit_protocol::wake::Grant;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
@@ -28,6 +30,8 @@ pub(crate) struct Flavor {
     pub(crate) kind: Kind,
     pub(crate) acquire: &'static Script,
     pub(crate) holds: HoldKind,
+    /// How a waiting request leaves (hands back a grant it did not claim).
+    pub(crate) leave: &'static Leave,
 }
 
 /// How a waiter of a lock or fenced lock that gives up leaves the waiting set (and hands on a
@@ -41,6 +45,23 @@ static LOCK_LEAVE: Leave = Leave {
     decode: decode_cancel,
 };
 
+/// A fenced lock's waiting request leaving: as a lock's, with the token counter (a grant handed
+/// on mints a token).
+pub(crate) static FENCED_LEAVE: Leave = Leave {
+    script: &CANCEL,
+    keys: |keys| {
+        let aux = |suffix| keys.aux(suffix).unwrap_or_default();
+        vec![
+            &keys.key,
+            aux("handoff"),
+            aux("waiting"),
+            aux("timeouts"),
+            aux("token"),
+        ]
+    },
+    decode: decode_cancel,
+};
+
 /// The plain reentrant lock.
 pub(crate) static PLAIN: Flavor = Flavor {
     kind: Kind::Lock,
@@ -50,6 +71,7 @@ pub(crate) static PLAIN: Flavor = Flavor {
         release: &RELEASE,
         renew: &RENEW,
     },
+    leave: &LOCK_LEAVE,
 };
 
 /// A reentrant lock shared by every client that uses the same name and Redis.
@@ -262,20 +284,34 @@ impl Lock {
         } else {
             WAITER_KEEPALIVE
         };
-        let attempt = self.attempt(lease, keepalive)?;
+        let attempt = self.attempt(lease, keepalive, false)?;
         acquire(self.object.inner(), &attempt, wait).await
     }
 
-    /// One acquire call's attempt, as the calling context's owner (see [`crate::owner`]).
+    /// One acquire call's attempt, as the calling context's owner (see [`crate::owner`]), with
+    /// one hold marker for all its tries; `looks`: a multi-lock member's, whose waiting request
+    /// only looks.
     fn attempt(
         &self,
         lease: Option<Duration>,
         keepalive: Duration,
+        looks: bool,
     ) -> Result<LockAttempt<'_>, Error> {
         let keys = self.keys()?;
         let inner = self.object.inner();
         let (lease, watchdog) = lease_mode(inner, lease)?;
         let owner = inner.owner_for(&keys.key);
+        let seq = inner.next_sequence();
+        let marker = hold_marker(&inner.id, seq);
+        let lease_ms = lease_millis(lease).to_string();
+        // Grants to this client's waiters come on a channel of its own, with the lock's hash tag.
+        let channel = keys.client_channel(&inner.id);
+        let request = request(
+            &marker,
+            if looks { "0" } else { &lease_ms },
+            &owner,
+            &channel,
+        );
         Ok(LockAttempt {
             flavor: self.flavor,
             client: self.object.inner(),
@@ -286,12 +322,16 @@ impl Lock {
                 self.flavor.kind,
                 &self.object.name,
                 keys,
-                &LOCK_LEAVE,
-                owner.to_string(),
+                self.flavor.leave,
+                request,
             ),
             owner,
+            seq,
+            marker,
+            channel,
+            anchor: Mutex::new(None),
             lease,
-            lease_ms: lease_millis(lease).to_string(),
+            lease_ms,
             watchdog,
             keepalive,
             keepalive_ms: lease_millis(keepalive).to_string(),
@@ -301,7 +341,7 @@ impl Lock {
     /// This lock as a member of one multi-lock acquire call (see [`Member`]).
     pub(crate) fn member(&self, lease: Option<Duration>) -> Result<Member<'_>, Error> {
         Ok(Member {
-            attempt: self.attempt(lease, WAITER_KEEPALIVE)?,
+            attempt: self.attempt(lease, WAITER_KEEPALIVE, true)?,
         })
     }
 
@@ -381,12 +421,27 @@ impl Lock {
     }
 }
 
+/// A waiting request as the scripts file it (`scripts/handoff_lib.lua`):
+/// `<marker> <lease ms> <owner> <channel>`, lease `0` for a request that only looks.
+fn request(marker: &str, lease_ms: &str, owner: &str, channel: &str) -> String {
+    format!("{marker} {lease_ms} {owner} {channel}")
+}
+
 struct LockAttempt<'a> {
     flavor: &'static Flavor,
     client: &'a Arc<ClientInner>,
     name: &'a Arc<str>,
     keys: &'a Arc<ObjectKeys>,
     owner: Arc<str>,
+    /// The sequence number and marker of the one hold this acquire call takes, in every try and
+    /// in a grant.
+    seq: u64,
+    marker: String,
+    /// This client's own channel for the lock: grants to its waiters are published there.
+    channel: String,
+    /// When the latest refused try was sent, and the server's clock when it ran: a grant's
+    /// expiry (server time) is read against it, conservatively.
+    anchor: Mutex<Option<(Instant, u64)>>,
     /// The owner's entry in the lock's waiting set, left when the call gives up.
     queued: Queued<'a>,
     lease: Duration,
@@ -407,12 +462,12 @@ impl LockAttempt<'_> {
         // even when no message comes and the holder's lease is long.
         let refresh = self.keepalive / 3;
         match reply {
-            AcquireReply::Busy { pttl_ms } => Outcome::Busy {
+            AcquireReply::Busy { pttl_ms, .. } => Outcome::Busy {
                 retry_in: Some(
                     pttl_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
                 ),
             },
-            AcquireReply::Reserved { window_ms } => Outcome::Reserved {
+            AcquireReply::Reserved { window_ms, .. } => Outcome::Reserved {
                 window: Duration::from_millis(window_ms),
                 refresh,
             },
@@ -452,6 +507,14 @@ impl Member<'_> {
     /// The call took every member: the grants took its entries out of the waiting sets.
     pub(crate) fn granted(&self) {
         self.attempt.queued.granted();
+    }
+
+    /// The call's round failed before it came to this member, which it had seen free or
+    /// reserved for it: a reservation it holds goes on to the next waiter now, rather than
+    /// keeping the lock from everyone until its window ends. The member joins the line again
+    /// with its next look.
+    pub(crate) async fn pass(&self) {
+        self.attempt.queued.leave_now().await;
     }
 }
 
@@ -509,11 +572,11 @@ impl Attempt for Look<'_, '_> {
                 &keys,
                 &[
                     &attempt.owner,
-                    // No hold is taken: the marker is never written.
-                    "#look",
+                    // No hold is taken: the marker only names the waiting request.
+                    &attempt.marker,
                     &attempt.lease_ms,
                     &attempt.keepalive_ms,
-                    &attempt.keys.channel,
+                    &attempt.channel,
                     client.exec.publish_flag(),
                     "1",
                 ],
@@ -530,18 +593,19 @@ impl Attempt for Look<'_, '_> {
 impl Attempt for LockAttempt<'_> {
     type Output = LockGuard;
 
+    /// This client's own channel for the lock.
     fn channel(&self) -> &str {
-        &self.keys.channel
+        &self.channel
     }
 
     fn object(&self) -> (Kind, &str) {
         (self.flavor.kind, self.name)
     }
 
-    /// A release reserves the lock for the owner that has waited longest and names it: that
-    /// owner's client wakes that very waiter.
+    /// A release grants the lock to the request that has waited longest (or reserves it for a
+    /// multi-lock member) and names it by its marker: its client wakes that very waiter.
     fn waiter_tag(&self) -> Option<&str> {
-        Some(&self.owner)
+        Some(&self.marker)
     }
 
     fn owned_key(&self) -> Option<&str> {
@@ -551,6 +615,32 @@ impl Attempt for LockAttempt<'_> {
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
         self.try_once(&self.keepalive_ms).await
     }
+
+    /// The lock is this call's already: the release that freed it made the call's request the
+    /// holder and said so on this client's channel. The local deadline of the grant's expiry is
+    /// read against the latest refused try: the server's clock then was at most what it said
+    /// when that try was sent, so the deadline is never later than Redis' own.
+    async fn claim(&self, grant: Grant) -> Result<Option<LockGuard>, Error> {
+        let Some((sent, server_ms)) = *self.anchor.lock() else {
+            // No refused try to read the grant against (cannot happen: the request joined with
+            // one): a try finds the granted hold.
+            return Ok(None);
+        };
+        let guard = HoldGuard::prepare_marked(
+            self.client,
+            &self.flavor.holds,
+            self.name,
+            self.keys,
+            (self.lease, self.watchdog),
+            Some(&self.owner),
+            self.seq,
+        );
+        // The grant took the request out of the waiting set.
+        self.queued.granted();
+        let left = Duration::from_millis(grant.expiry_ms.saturating_sub(server_ms));
+        let guard = guard.granted_until(sent + left)?.replicated().await?;
+        Ok(Some(LockGuard::new(guard, grant.hold_count, grant.token)))
+    }
 }
 
 impl LockAttempt<'_> {
@@ -559,14 +649,14 @@ impl LockAttempt<'_> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the
         // script may have taken is given back.
-        let guard = HoldGuard::prepare_for(
+        let guard = HoldGuard::prepare_marked(
             client,
             &self.flavor.holds,
             self.name,
             self.keys,
-            self.lease,
-            self.watchdog,
+            (self.lease, self.watchdog),
             Some(&self.owner),
+            self.seq,
         );
         if keepalive_ms != "0" {
             self.queued.joining();
@@ -581,10 +671,10 @@ impl LockAttempt<'_> {
                 &keys,
                 &[
                     &self.owner,
-                    &guard.hold().marker,
+                    &self.marker,
                     &self.lease_ms,
                     keepalive_ms,
-                    &self.keys.channel,
+                    &self.channel,
                     client.exec.publish_flag(),
                 ],
                 Resend::Allowed,
@@ -602,6 +692,11 @@ impl LockAttempt<'_> {
             }
             refused => {
                 guard.disarm();
+                if let AcquireReply::Busy { now_ms, .. } | AcquireReply::Reserved { now_ms, .. } =
+                    refused
+                {
+                    *self.anchor.lock() = Some((sent, now_ms));
+                }
                 Ok(self.refused(refused))
             }
         }

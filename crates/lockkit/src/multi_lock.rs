@@ -184,6 +184,9 @@ impl MultiLock {
                 members.iter().for_each(Member::granted);
                 return Ok(Some(MultiLockGuard { guards: held }));
             };
+            // The members after the busy one were seen free or reserved for this call: hand
+            // their reservations on (the next round looks again).
+            join_all(members[busy + 1..].iter().map(Member::pass)).await;
             let lock = &self.locks[busy];
             // A member busy because this multi-lock holds it through another client is one lock
             // named through two clients of the same Redis: waiting for it could never end.

@@ -78,6 +78,65 @@ impl<'a> Queued<'a> {
     }
 }
 
+impl Queued<'_> {
+    /// Leaves now, and waits for it (nothing to do when no attempt may have joined): the entry goes, and whatever a release gave it (a grant it
+    /// did not claim, a reservation) goes on to the next waiter. The entry may join again with
+    /// the next attempt. Errors are only logged: an entry that could not leave runs out after
+    /// its keep-alive.
+    pub(crate) async fn leave_now(&self) {
+        if !self.joined.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        leave(
+            Arc::clone(self.client),
+            self.kind,
+            Arc::clone(self.name),
+            Arc::clone(self.keys),
+            self.leave,
+            self.id.clone(),
+        )
+        .await;
+    }
+}
+
+/// Runs the kind's leave script for the entry `id`, logging the outcome.
+async fn leave(
+    client: Arc<ClientInner>,
+    kind: Kind,
+    name: Arc<str>,
+    keys: Arc<ObjectKeys>,
+    leave: &'static Leave,
+    id: String,
+) {
+    let result = client
+        .exec
+        .ints(
+            leave.script,
+            kind,
+            &(leave.keys)(&keys),
+            &[&id, &keys.channel, client.exec.publish_flag()],
+            Resend::Allowed,
+        )
+        .await
+        .and_then(|reply| Ok((leave.decode)(&reply)?));
+    match result {
+        Ok(removed) => tracing::debug!(
+            kind = kind.segment(),
+            %name,
+            waiter = %id,
+            removed,
+            "a waiter that gave up left"
+        ),
+        Err(err) => tracing::debug!(
+            kind = kind.segment(),
+            %name,
+            waiter = %id,
+            "a waiter that gave up could not leave; its entry runs out on its own: {}",
+            crate::error::Chain(&err)
+        ),
+    }
+}
+
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         if !*self.joined.get_mut() {
@@ -91,33 +150,7 @@ impl Drop for Queued<'_> {
         let client = Arc::clone(self.client);
         let keys = Arc::clone(self.keys);
         let name = Arc::clone(self.name);
-        let (kind, leave, id) = (self.kind, self.leave, std::mem::take(&mut self.id));
-        runtime.spawn(async move {
-            let result = client
-                .exec
-                .ints(
-                    leave.script,
-                    kind,
-                    &(leave.keys)(&keys),
-                    &[&id, &keys.channel, client.exec.publish_flag()],
-                    Resend::Allowed,
-                )
-                .await
-                .and_then(|reply| Ok((leave.decode)(&reply)?));
-            match result {
-                Ok(removed) => tracing::debug!(
-                    kind = kind.segment(),
-                    %name,
-                    waiter = %id,
-                    removed,
-                    "a waiter that gave up left"
-                ),
-                Err(err) => tracing::debug!(
-                    kind = kind.segment(),
-                    %name,
-                    waiter = %id,
-                    "a waiter that gave up could not leave; its entry runs out on its own: {}", crate::error::Chain(&err)),
-            }
-        });
+        let (kind, leave_as, id) = (self.kind, self.leave, std::mem::take(&mut self.id));
+        runtime.spawn(leave(client, kind, name, keys, leave_as, id));
     }
 }

@@ -269,6 +269,47 @@ impl Worker {
 
 /// A failed release as the shutdown reports it: `None` for a hold known lost (its lease ran out
 /// by the local clock, so Redis has freed it already, whatever the release did).
+/// Confirms a hold a release granted (direct grant) while it is on probation
+/// ([`lockkit_protocol::lock::GRANT_PROBATION`]): `after` this long, unless it was released or
+/// lost meanwhile, renews it to its lease with one call of its kind's renew script. Should that
+/// fail, its local deadline (the end of the probation) marks it lost, as Redis drops it then.
+pub(crate) fn confirm_later(exec: Exec, hold: Arc<Hold>, after: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        tokio::select! {
+            () = hold.lost_signal() => return,
+            () = tokio::time::sleep(after) => {}
+        }
+        if hold.is_lost() {
+            return;
+        }
+        let keys: Vec<&str> = hold.keys.keys.iter().map(String::as_str).collect();
+        let lease = hold.lease.as_millis().to_string();
+        let sent = Instant::now();
+        let reply = exec
+            .ints(
+                hold.kind.renew,
+                hold.kind.kind,
+                &keys,
+                &[&hold.marker, &lease],
+                Resend::Allowed,
+            )
+            .await
+            .and_then(|reply| Ok(decode_renew(&reply, 1)?));
+        match reply {
+            Ok(present) if present == [true] => hold.confirmed_at(sent),
+            Ok(_) => hold.mark_lost("confirming a granted hold found it gone"),
+            Err(err) => tracing::warn!(
+                name = %hold.name,
+                "could not confirm a granted hold; it ends with its probation: {}",
+                crate::error::Chain(&err)
+            ),
+        }
+    });
+}
+
 fn unreleased(hold: &Hold, err: crate::Error) -> Option<Unreleased> {
     if hold.is_lost() {
         None

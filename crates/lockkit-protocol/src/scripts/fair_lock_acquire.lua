@@ -12,7 +12,8 @@
 -- ARGV[4]  waiter id   (<client id>:w<sequence>), unique per acquire call
 -- ARGV[5]  keep-alive in milliseconds: when the lock cannot be granted, join the queue (or stay in
 --          it) until now + keep-alive; 0 = try once, never queue
--- ARGV[6]  channel on which the next waiter is named
+-- ARGV[6]  the lock's channel: the next waiter is named on its own client's channel,
+--          `<channel>:<client id>` (fair_lib.lua)
 -- ARGV[7]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
@@ -40,18 +41,7 @@ local latest = settle(key, now, nil)
 
 -- Drop stale waiters at the head. This waiter is alive (it is running this script), so its own
 -- entry is never dropped here.
-local purged = false
-local head = redis.call('LINDEX', queue, 0)
-while head and head ~= waiter do
-  local deadline = redis.call('ZSCORE', timeouts, head)
-  if deadline and tonumber(deadline) > now then
-    break
-  end
-  redis.call('LPOP', queue)
-  redis.call('ZREM', timeouts, head)
-  purged = true
-  head = redis.call('LINDEX', queue, 0)
-end
+local head, purged = drop_stale_heads(queue, timeouts, now, waiter)
 
 local function extend(k, ms)
   if redis.call('PTTL', k) < ms then
@@ -103,10 +93,6 @@ end
 -- Free, but another waiter is first in line. If dropping stale waiters just made it the head,
 -- nobody has told it yet.
 if purged then
-  if ARGV[7] == '1' then
-    redis.pcall('SPUBLISH', channel, 'w:' .. head)
-  else
-    redis.pcall('PUBLISH', channel, 'w:' .. head)
-  end
+  name_next(channel, ARGV[7], head)
 end
 return {0, tonumber(redis.call('ZSCORE', timeouts, head)) - now}

@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  lock key, KEYS[2] queue key, KEYS[3] timeouts key (see fair_lock_acquire.lua)
 -- ARGV[1]  waiter id to remove
--- ARGV[2]  channel on which the next waiter is named
+-- ARGV[2]  the lock's channel (the next waiter is named on its client's, see fair_lib.lua)
 -- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
 -- Reply    {1} the waiter was queued and is removed; {0} it was not queued (already granted,
@@ -26,22 +26,8 @@ if redis.call('ZREM', timeouts, waiter) == 1 then
   removed = 1
 end
 
-local head = redis.call('LINDEX', queue, 0)
-while head do
-  local deadline = redis.call('ZSCORE', timeouts, head)
-  if deadline and tonumber(deadline) > now then
-    break
-  end
-  redis.call('LPOP', queue)
-  redis.call('ZREM', timeouts, head)
-  head = redis.call('LINDEX', queue, 0)
-end
-
+local head = drop_stale_heads(queue, timeouts, now, nil)
 if head and head ~= before and redis.call('EXISTS', key) == 0 then
-  if sharded == '1' then
-    redis.pcall('SPUBLISH', channel, 'w:' .. head)
-  else
-    redis.pcall('PUBLISH', channel, 'w:' .. head)
-  end
+  name_next(channel, sharded, head)
 end
 return {removed}

@@ -2,10 +2,11 @@
 -- Administrative. The queue is kept: waiters are served in order as before.
 --
 -- KEYS[1]  lock key, KEYS[2] queue key, KEYS[3] timeouts key (see fair_lock_acquire.lua)
--- ARGV[1]  channel on which the unlock is announced
+-- ARGV[1]  the lock's channel (the next waiter is named on its client's, see fair_lib.lua)
 -- ARGV[2]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
--- Reply    {1} the lock existed and was deleted; `w:<next waiter>` (or `one`) was published
+-- Reply    {1} the lock existed and was deleted; `w:<next waiter>` was published on that
+--              waiter's client's channel (fair_lib.lua; nothing when nobody is queued)
 --          {0} it was not locked
 --
 -- Stale waiters at the head (deadline passed) are dropped first.
@@ -14,27 +15,12 @@ local channel, sharded = ARGV[1], ARGV[2]
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local head = redis.call('LINDEX', queue, 0)
-while head do
-  local deadline = redis.call('ZSCORE', timeouts, head)
-  if deadline and tonumber(deadline) > now then
-    break
-  end
-  redis.call('LPOP', queue)
-  redis.call('ZREM', timeouts, head)
-  head = redis.call('LINDEX', queue, 0)
-end
+local head = drop_stale_heads(queue, timeouts, now, nil)
 
 if redis.call('DEL', key) == 0 then
   return {0}
 end
-local message = 'one'
 if head then
-  message = 'w:' .. head
-end
-if sharded == '1' then
-  redis.pcall('SPUBLISH', channel, message)
-else
-  redis.pcall('PUBLISH', channel, message)
+  name_next(channel, sharded, head)
 end
 return {1}

@@ -3,11 +3,12 @@
 --
 -- KEYS[1]  lock key, KEYS[2] queue key, KEYS[3] timeouts key (see fair_lock_acquire.lua)
 -- ARGV[1]  hold marker of the hold to give back
--- ARGV[2]  channel on which the unlock is announced
+-- ARGV[2]  the lock's channel (the next waiter is named on its client's, see fair_lib.lua)
 -- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
 --
--- Reply    {1, 0}           released; the lock is now free and `w:<id of the next waiter>` (or
---                           `one` when nobody is queued) was published
+-- Reply    {1, 0}           released; the lock is now free, and `w:<id of the next waiter>` was
+--                           published on that waiter's client's channel (fair_lib.lua; nothing
+--                           when nobody is queued)
 --          {2, hold_count}  released; the same owner still holds hold_count holds
 --          {0, 0}           the hold was not there: its own lease ran out, the lock was
 --                           force-unlocked, or this very hold was released already
@@ -20,28 +21,13 @@ local key, queue, timeouts = KEYS[1], KEYS[2], KEYS[3]
 local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
 
 local now = now_ms()
-local head = redis.call('LINDEX', queue, 0)
-while head do
-  local deadline = redis.call('ZSCORE', timeouts, head)
-  if deadline and tonumber(deadline) > now then
-    break
-  end
-  redis.call('LPOP', queue)
-  redis.call('ZREM', timeouts, head)
-  head = redis.call('LINDEX', queue, 0)
-end
+local head = drop_stale_heads(queue, timeouts, now, nil)
 
 local held = give_back(key, now, marker)
 if held then
   return held
 end
-local message = 'one'
 if head then
-  message = 'w:' .. head
-end
-if sharded == '1' then
-  redis.pcall('SPUBLISH', channel, message)
-else
-  redis.pcall('PUBLISH', channel, message)
+  name_next(channel, sharded, head)
 end
 return {1, 0}

@@ -32,7 +32,8 @@
 -- counts nothing. A grant (handoff_lib.lua, hand_over) mints its token as an acquire does.
 local key, counter, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local owner, marker, lease_arg, keepalive = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local channel, sharded = ARGV[5], ARGV[6]
+-- Both are optional for a call that never waits (keep-alive 0): it joins nothing.
+local channel, sharded = ARGV[5] or '', ARGV[6] or '0'
 local lease = tonumber(lease_arg)
 local token_field = marker .. ':token'
 local member = request(marker, lease_arg, owner, channel)

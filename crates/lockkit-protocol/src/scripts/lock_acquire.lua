@@ -16,8 +16,8 @@
 -- ARGV[4]  keep-alive in ms: when the lock is taken, join the waiting set (or stay in it) until
 --          now + keep-alive; 0 = try once, never join (`try_lock` with a zero wait)
 -- ARGV[5]  the calling client's own channel for this lock: a grant (or a looker's reservation)
---          is published there
--- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+--          is published there; optional with keep-alive 0 (the call joins nothing)
+-- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH; optional as ARGV[5]
 -- ARGV[7]  optional; 1 = only look (a multi-lock waiting for all its members at once): where the
 --          lock would be taken, reply {2} and take nothing (a reservation for this owner stays
 --          until its window ends); where it is busy, join or stay in the waiting set as usual
@@ -42,7 +42,8 @@
 -- same request; the marker is already there, so the hold is not counted twice.
 local key, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local owner, marker, lease_arg, keepalive = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local channel, sharded = ARGV[5], ARGV[6]
+-- Both are optional for a call that never waits (keep-alive 0): it joins nothing.
+local channel, sharded = ARGV[5] or '', ARGV[6] or '0'
 local lease = tonumber(lease_arg)
 local look = ARGV[7] == '1'
 

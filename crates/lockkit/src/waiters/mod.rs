@@ -57,6 +57,7 @@ use std::sync::Arc;
 
 use fred::clients::SubscriberClient;
 use fred::types::config::Server;
+use lockkit_protocol::wake::Grant;
 use parking_lot::Mutex;
 use tokio::sync::{Notify, OnceCell};
 use tokio_util::sync::CancellationToken;
@@ -175,12 +176,13 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    /// Resolves when a release on the channel woke this waiter (possibly before this call). The
-    /// wake-up is then in hand: the next try settles it ([`tried`](Waiter::tried)); dropped
-    /// before that, the waiter passes it on.
-    pub(crate) async fn woken(&self) {
+    /// Resolves when a release on the channel woke this waiter (possibly before this call),
+    /// with the lock a release granted it, if it did (a lock's direct grant). The wake-up is then
+    /// in hand: the next try settles it ([`tried`](Waiter::tried)); dropped before that, the
+    /// waiter passes it on.
+    pub(crate) async fn woken(&self) -> Option<Grant> {
         self.signal.notified().await;
-        self.hub.channels.lock().take_wake(&self.channel, self.id);
+        self.hub.channels.lock().take_wake(&self.channel, self.id)
     }
 
     /// This waiter's try ended, `refused` or not. A wake-up it had in hand is used up; if the

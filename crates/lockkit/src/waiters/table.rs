@@ -32,6 +32,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lockkit_protocol::wake::Grant;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -99,6 +100,9 @@ pub(super) struct Entry {
     pub(super) pending: bool,
     /// Took a wake-up and is trying; not yet told the outcome.
     pub(super) in_hand: bool,
+    /// A lock a release granted to this waiter (`g:` message), until the waiter runs and takes
+    /// it ([`WaitTable::take_wake`]).
+    pub(super) grant: Option<Grant>,
     signal: Arc<Notify>,
 }
 
@@ -182,6 +186,7 @@ impl<C: Clone + Default> WaitTable<C> {
             need,
             pending: false,
             in_hand: false,
+            grant: None,
             signal: Arc::clone(&signal),
         });
         Registered {
@@ -193,12 +198,13 @@ impl<C: Clone + Default> WaitTable<C> {
 }
 
 impl<C> WaitTable<C> {
-    /// The waiter `id` ran after being signalled: its wake-up is now in hand (it tries again).
-    pub(crate) fn take_wake(&mut self, channel: &str, id: WaiterId) {
-        if let Some(entry) = self.channels.get_mut(channel).and_then(|c| c.entry(id)) {
-            entry.pending = false;
-            entry.in_hand = true;
-        }
+    /// The waiter `id` ran after being signalled: its wake-up is now in hand (it tries again, or
+    /// takes the lock it was granted). Returns the grant a release made to it, if any.
+    pub(crate) fn take_wake(&mut self, channel: &str, id: WaiterId) -> Option<Grant> {
+        let entry = self.channels.get_mut(channel).and_then(|c| c.entry(id))?;
+        entry.pending = false;
+        entry.in_hand = true;
+        entry.grant.take()
     }
 
     /// Removes the waiter `id` (its wait ended: acquired, timed out, cancelled, failed). A

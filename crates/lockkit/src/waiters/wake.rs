@@ -11,6 +11,7 @@
 //! | `w:<id>` | the waiter tagged `<id>` (the fair lock's next), if it waits here |
 //! | `p:<id>` | the waiter tagged `<id>`, if it waits here; arms a [`Fallback`] |
 //! | `taken`  | nobody; disarms the [`Fallback`] |
+//! | `g:…:<id>` | the waiter tagged `<id>`, handing it the lock a release granted it |
 //!
 //! Besides messages: a woken waiter that is refused hands its wake-up on
 //! ([`WaitTable::tried`]), and when messages may have been lost every waiter is woken to
@@ -151,6 +152,14 @@ impl<C> WaitTable<C> {
                 return Some(armed);
             }
             Wake::Taken => entry.reservation = Reservation::Taken,
+            Wake::Grant { waiter, grant } => {
+                // The lock is this waiter's already; it takes the grant when it runs. A waiter
+                // that left gave the grant back with its cancel script (crate::queued).
+                if let Some(entry) = entry.tagged(waiter) {
+                    entry.grant = Some(*grant);
+                    entry.wake();
+                }
+            }
         }
         None
     }
