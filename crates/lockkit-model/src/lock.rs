@@ -2,10 +2,8 @@
 //! [`FairLock`](LockKind::Fair), as one model ([`HashLock`]) with a kind.
 //!
 //! The contract encoded here, from `docs/design.md` ("The lock's data", "Script contracts",
-//! "The lock family") and `docs/guide.md` ("Lock", "FencedLock", "FairLock"), and, for the
-//! handoff of the `Lock` and `FencedLock`, from the direct-grant protocol of issue 20 (the
-//! scripts' contract in `handoff_lib.lua`, `lock_acquire.lua`, `lock_release.lua`,
-//! `lock_cancel.lua`, `lock_force_unlock.lua` and their `fenced_lock_*` counterparts):
+//! "The lock family", "Direct grant (issue 20)") and `docs/guide.md` ("Lock", "FencedLock",
+//! "FairLock"):
 //!
 //! - *"A HASH per lock; every hold in it has a lease of its own."* An owner's count is the number
 //!   of its holds; *"a hold is live while its expiry is in the future"*; *"every script that reads
@@ -18,32 +16,34 @@
 //! - Fencing: *"every acquire mints `max(counter, TIME in µs) + 1"*, the counter never expires,
 //!   *"`force_unlock` keeps the counter"*, and tokens never repeat even after the object's keys
 //!   are restored from an older snapshot ([`HashLock::restore`] keeps the highest token issued).
-//!   A grant mints its token as an acquire does, and a grant that is undone keeps the counter
-//!   where the mint left it.
-//! - The `Lock`'s and `FencedLock`'s waiting set, and the handoff by direct grant (issue 20):
-//!   - an entry is one acquire *call* ([`Request::entry`]: `<marker> <lease_ms> <owner>
-//!     <channel>`, lease `0` for a looker), with the call's marker, the same for all its tries,
-//!     and the waiting client's own channel. A busy try that will wait joins (keeping the place
-//!     of the call's first busy try) and pushes its keep-alive deadline; an entry whose deadline
-//!     passed is dropped before anyone is chosen;
-//!   - a try whose marker has a live hold (a re-sent try, or a grant the client has not claimed
-//!     yet) gets that hold, counted once, and leaves the waiting set;
-//!   - when the lock becomes free (the last hold released, a granted or reserved waiter gives
-//!     up, a held lock force-unlocked) or an acquire finds it free with another owner's request at
-//!     the head (and no reservation for its own owner), it is *handed over*
-//!     ([`HashLock::hand_over`]): the longest waiting entry leaves the set and is
-//!     granted the lock at once, with a hold of `min(lease, PROBATION_MS)`, announced by exactly
-//!     one message (`g:<count>:<token or 0>:<now>:<expiry>:<marker>`) on its own channel. A grant
-//!     nobody heard (no subscriber on that channel) is undone and the next entry is tried; a
-//!     looker (a multi-lock member that only looks) is not granted but told (`p:<marker>`) and
-//!     the free lock reserved for its owner for [`HANDOFF_WINDOW_MS`]; with the set run empty the
-//!     lock stays free;
-//!   - *"only the reserved owner can take the lock during the window"*; an acquire that handed
-//!     the lock over joins and answers busy (or reserved) with the server's clock, even when the
-//!     handover went past unheard requests to its own call's (as the notes and the scripts have
-//!     it); a re-entry does not leave the waiting set; a waiter that gives up (cancel) leaves,
-//!     gives back a grant it did not claim and ends a reservation for its owner, and the free
-//!     lock is handed over again.
+//!   A grant *"mints its fencing token"* as an acquire does, and a grant that is undone leaves
+//!   the counter where the mint left it.
+//! - The `Lock`'s and `FencedLock`'s waiting set and direct grant (design, "Direct grant (issue
+//!   20)" and the lock family table; guide, "Handoff under contention: the lock is granted"):
+//!   - an entry is a *request*, *"one waiting acquire call, `<marker> <lease ms> <owner>
+//!     <client's channel>` (lease 0: a multi-lock member that only looks)"*
+//!     ([`Request::entry`]); the marker is the same for every try of the call. A busy try that
+//!     will wait joins (keeping the place of the call's first busy try) and pushes its keep-alive
+//!     deadline; its entry is dropped once that passes (*"entries past it dropped before a release
+//!     chooses whom to grant"*);
+//!   - a release that frees the lock *"makes the longest-waiting one the holder in the same
+//!     script"* ([`HashLock::hand_over`]), with a hold that *"expires after `min(lease,
+//!     GRANT_PROBATION)`"* ([`PROBATION_MS`]), and *"publishes one message on that call's
+//!     client's own channel"* (`g:<count>:<token or 0>:<now>:<expiry>:<marker>`); a grant that
+//!     reached no subscriber *"is undone in the same script and the next call in line gets
+//!     it"*; *"a multi-lock member that only looks is reserved the free lock for the 10 ms
+//!     handoff window instead (`p:<marker>`, on its client's channel)"* ([`HANDOFF_WINDOW_MS`]),
+//!     and only its owner may take the lock meanwhile; with nobody left the lock stays free;
+//!   - *"a retry with the call's marker finds the granted hold and reports it"* (counted once,
+//!     out of the waiting set);
+//!   - *"a free lock with calls waiting (the holder's lease ran out, so no release handed it on):
+//!     the next acquire that finds it grants it to the head of the line and waits itself, unless
+//!     it is the head"* (or the lock is reserved for its own owner). It waits even when the
+//!     handover went past unheard requests to its own call's, as the scripts do; a re-entry does
+//!     not leave the waiting set;
+//!   - a waiter that gives up: *"its cancel (`lock_cancel`, …) finds its marker's hold and gives
+//!     it back, and the lock goes on"*; a reservation for its owner ends too. A force-unlock of a
+//!     held lock ends a reservation and hands the lock over.
 //! - The `FairLock` queue (guide, "How the order is kept"): granted only to the head of the queue
 //!   or to anyone while it is empty, re-entry past the queue, a zero-wait try never queues,
 //!   waiters at the head whose deadline passed are dropped first, a waiter that gives up leaves.
