@@ -275,7 +275,7 @@ fn exec(replies: &[RespValue]) -> &[RespValue] {
 
 /// With `MULTI` and `EXEC` around them: the commands run back to back in the server, so no
 /// lease or window ends between them.
-fn transaction<'a>(commands: Vec<Vec<&'a str>>) -> Vec<Vec<&'a str>> {
+fn transaction(commands: Vec<Vec<&str>>) -> Vec<Vec<&str>> {
     let mut all = vec![vec!["MULTI"]];
     all.extend(commands);
     all.push(vec!["EXEC"]);
@@ -924,13 +924,13 @@ async fn a_free_lock_with_another_owners_request_at_the_head_goes_to_that_reques
             &[&b.channel, &c.channel, &d.channel, &uc.channel],
         )
         .await;
-        // A takes both for 100 ms, and B (E) waits.
+        // A takes both for 300 ms, and B (E) waits.
         let replies = send_commands(
             server.addr(),
             &[
-                heard.try_lock(&a, "100", "0"),
+                heard.try_lock(&a, "300", "0"),
                 heard.try_lock(&b, LEASE, LONG),
-                unheard.try_lock(&ua, "100", "0"),
+                unheard.try_lock(&ua, "300", "0"),
                 unheard.try_lock(&e, LEASE, LONG),
                 heard.hold("#A:1"),
                 unheard.hold("#A:1"),
@@ -1108,7 +1108,7 @@ async fn an_acquire_that_is_handed_the_lock_down_the_line_holds_it_and_leaves_th
         let replies = send_commands(
             server.addr(),
             &[
-                object.try_lock(&a, "100", "0"),
+                object.try_lock(&a, "300", "0"),
                 object.try_lock(&e, LEASE, LONG),
                 object.try_lock(&c, LEASE, LONG),
                 object.hold("#A:1"),
