@@ -1093,7 +1093,6 @@ async fn a_force_unlock_hands_the_lock_over() {
 /// while it holds the lock, its request joins the waiting set again, and its release grants the
 /// lock to the finished call once more.
 #[tokio::test]
-#[ignore = "script bug: hand_over grants the caller's own request, which is told busy and rejoins"]
 async fn an_acquire_that_is_handed_the_lock_down_the_line_holds_it_and_leaves_the_line() {
     let server = spawned().await;
     for kind in [Kind::Lock, Kind::FencedLock] {
