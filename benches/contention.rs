@@ -716,7 +716,9 @@ impl Uncontended {
 /// lockkit's uncontended rows: `lock()` (watchdog mode) + `unlock()`, and the same with a fixed
 /// 30 s lease (as rslock's), each against `PING` through a plain fred client configured as
 /// lockkit's, [`UNCONTENDED_SAMPLES`] of each after as many for warm-up, interleaved in rounds
-/// of [`UNCONTENDED_ROUND`].
+/// of [`UNCONTENDED_ROUND`]. Two floors in the same rounds, through that plain client: lockkit's
+/// own acquire and release scripts sent raw (what the protocol costs with no client around it),
+/// and two `EVALSHA` of a trivial script (what any lock of two script calls costs).
 async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Uncontended> {
     let lock = client.lock(lockkit_suite::unique("bench-uncontended"));
     let watchdog = || async {
@@ -737,7 +739,47 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
     let ping = || async {
         raw.ping::<Value>(None).await.expect("PING");
     };
-    let mut samples: [Vec<Duration>; 3] = Default::default();
+    let keys = Namespace::default()
+        .lock(&lockkit_suite::unique("bench-uncontended-raw"))
+        .expect("a lock name");
+    let channel = keys.client_channel("bench");
+    let acquire_sha: String = raw
+        .script_load(lockkit::protocol::lock::ACQUIRE.source())
+        .await
+        .expect("SCRIPT LOAD");
+    let release_sha: String = raw
+        .script_load(lockkit::protocol::lock::RELEASE.source())
+        .await
+        .expect("SCRIPT LOAD");
+    let trivial_sha: String = raw
+        .script_load("return {1, 1}")
+        .await
+        .expect("SCRIPT LOAD");
+    let sequence = AtomicU64::new(0);
+    let raw_scripts = || async {
+        let marker = hold_marker("bench", sequence.fetch_add(1, Ordering::Relaxed));
+        let _: Value = raw
+            .evalsha(
+                &acquire_sha,
+                keys.keys.clone(),
+                vec!["bench:1", &marker, "30000", "5000", &channel, "0"],
+            )
+            .await
+            .expect("acquire");
+        let _: Value = raw
+            .evalsha(&release_sha, keys.keys.clone(), vec![&marker, &channel, "0"])
+            .await
+            .expect("release");
+    };
+    let trivial = || async {
+        for _ in 0..2 {
+            let _: Value = raw
+                .evalsha(&trivial_sha, vec![keys.key.as_str()], Vec::<&str>::new())
+                .await
+                .expect("EVALSHA");
+        }
+    };
+    let mut samples: [Vec<Duration>; 5] = Default::default();
     for warm in [true, false] {
         for _ in 0..UNCONTENDED_SAMPLES / UNCONTENDED_ROUND {
             for (i, sample) in samples.iter_mut().enumerate() {
@@ -746,7 +788,9 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
                     match i {
                         0 => ping().await,
                         1 => watchdog().await,
-                        _ => fixed().await,
+                        2 => fixed().await,
+                        3 => raw_scripts().await,
+                        _ => trivial().await,
                     }
                     if !warm {
                         sample.push(start.elapsed());
@@ -755,7 +799,7 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
             }
         }
     }
-    let [ping, watchdog, fixed] = samples.map(|mut s| {
+    let [ping, watchdog, fixed, raw_scripts, trivial] = samples.map(|mut s| {
         s.sort_unstable();
         quantile(&s, 0.5)
     });
@@ -769,6 +813,16 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
             library: "lockkit Lock lock_with_lease(30 s)".to_owned(),
             ping,
             lock_unlock: fixed,
+        },
+        Uncontended {
+            library: "floor: lockkit's acquire + release scripts, raw".to_owned(),
+            ping,
+            lock_unlock: raw_scripts,
+        },
+        Uncontended {
+            library: "floor: 2 × EVALSHA of a trivial script".to_owned(),
+            ping,
+            lock_unlock: trivial,
         },
     ]
 }
@@ -954,9 +1008,10 @@ async fn run_lockkit_processes(
 /// Handoffs per case of the reserved-waiter measurement.
 const RESERVED_SAMPLES: usize = 20;
 
-/// What a handoff costs when the waiter a release reserves the lock for is alive (named, wakes,
-/// takes it) and when it is gone (its client died while it waited: the reservation must lapse
-/// before anyone else gets in). Medians of [`RESERVED_SAMPLES`] handoffs each, from the
+/// What a handoff costs when the longest waiter is alive (granted the lock, returns holding it)
+/// and when it is gone (its client died while it waited, its connection closed: the grant nobody
+/// hears is undone in the release and the next waiter gets it; until issue 20, a reservation for
+/// it had to lapse first). Medians of [`RESERVED_SAMPLES`] handoffs each, from the
 /// holder's `unlock()` call to the live waiter's `lock()` returning.
 #[derive(Debug, Clone, Copy)]
 struct ReservedCost {
@@ -968,8 +1023,8 @@ struct ReservedCost {
 /// Measures [`ReservedCost`]: a holder (client 0) holds a lock; in the "gone" case a dead
 /// owner joins the waiting set first (one raw acquire script with a 60 s keep-alive, from a
 /// connection that never subscribes: a waiter whose client died), then a live waiter (client 1)
-/// waits; the holder unlocks. The release reserves the lock for the dead owner, and the live
-/// waiter gets it once the handoff window has passed.
+/// waits; the holder unlocks. The release grants the lock to the dead owner, hears that nobody
+/// got the message, undoes it and grants it to the live waiter.
 async fn reserved_cost(clients: &[Client], raw: &RedisClient) -> ReservedCost {
     use lockkit::protocol::lock::ACQUIRE;
     let mut samples: [Vec<Duration>; 2] = Default::default();
@@ -1181,8 +1236,14 @@ struct PubsubFloor {
 /// a waiter task, woken by the message on its own [`SubscriberClient`], sends one `EVALSHA` of
 /// [`TRIVIAL`] through a third client; each sample runs from the holder's send to the waiter's
 /// reply. The holder sleeps `idle` before each sample (0: back to back). [`RTT_SAMPLES`] samples
-/// after 20 for warm-up.
-async fn pubsub_floor(url: &str, client: &Client, idle: Duration) -> PubsubFloor {
+/// after 20 for warm-up. Without `then_evalsha`, a sample ends when the waiter task has the
+/// message: the floor of a direct grant, where the message is the lock.
+async fn pubsub_floor(
+    url: &str,
+    client: &Client,
+    idle: Duration,
+    then_evalsha: bool,
+) -> PubsubFloor {
     let channel = Namespace::default()
         .lock(&lockkit_suite::unique("bench-contention-pubsub"))
         .expect("a valid name")
@@ -1205,7 +1266,9 @@ async fn pubsub_floor(url: &str, client: &Client, idle: Duration) -> PubsubFloor
             if messages.recv().await.is_err() {
                 break;
             }
-            std::hint::black_box(waiter.evalsha().await);
+            if then_evalsha {
+                std::hint::black_box(waiter.evalsha().await);
+            }
             if done_tx.send(Instant::now()).is_err() {
                 break;
             }
@@ -1256,6 +1319,9 @@ struct Floors {
     rtt: Duration,
     pubsub_hot: PubsubFloor,
     pubsub_idle: Option<PubsubFloor>,
+    /// The grant floors: publish, and the waiter woken by the message (no round trip after it).
+    grant_hot: PubsubFloor,
+    grant_idle: Option<PubsubFloor>,
     rtt_after: Duration,
     rtt_idle: Option<Duration>,
 }
@@ -1358,6 +1424,19 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
         );
     }
     println!(
+        "grant floor (publish, the waiter woken by the message; no round trip after it), hot: \
+         p50 {:.1} µs, p99 {:.1} µs",
+        micros(floors.grant_hot.p50),
+        micros(floors.grant_hot.p99)
+    );
+    if let Some(idle) = floors.grant_idle {
+        println!(
+            "grant floor after 10 ms idle: p50 {:.1} µs, p99 {:.1} µs",
+            micros(idle.p50),
+            micros(idle.p99)
+        );
+    }
+    println!(
         "floor again after the rows: {:.1} µs (drift check; the table uses the first)",
         micros(floors.rtt_after)
     );
@@ -1435,6 +1514,8 @@ fn write_json(
             "pubsub_hot_p99_us": micros(floors.pubsub_hot.p99),
             "pubsub_idle_p50_us": floors.pubsub_idle.map(|f| micros(f.p50)),
             "pubsub_idle_p99_us": floors.pubsub_idle.map(|f| micros(f.p99)),
+            "grant_hot_p50_us": micros(floors.grant_hot.p50),
+            "grant_idle_p50_us": floors.grant_idle.map(|f| micros(f.p50)),
         },
         "rows": rows,
         "reserved_waiter": reserved.map(|cost| json!({
@@ -1502,11 +1583,17 @@ async fn bench(url: &str, smoke: bool) {
         .key;
     let floor = Floor::new(url, &clients[0], TRIVIAL, &rtt_key).await;
     let rtt = floor.median(Duration::ZERO).await;
-    let pubsub_hot = pubsub_floor(url, &clients[0], Duration::ZERO).await;
+    let pubsub_hot = pubsub_floor(url, &clients[0], Duration::ZERO, true).await;
     let pubsub_idle = if smoke {
         None
     } else {
-        Some(pubsub_floor(url, &clients[0], ms(10)).await)
+        Some(pubsub_floor(url, &clients[0], ms(10), true).await)
+    };
+    let grant_hot = pubsub_floor(url, &clients[0], Duration::ZERO, false).await;
+    let grant_idle = if smoke {
+        None
+    } else {
+        Some(pubsub_floor(url, &clients[0], ms(10), false).await)
     };
 
     let only = selection("LOCKKIT_BENCH_ONLY");
@@ -1617,6 +1704,8 @@ async fn bench(url: &str, smoke: bool) {
         rtt,
         pubsub_hot,
         pubsub_idle,
+        grant_hot,
+        grant_idle,
         rtt_after,
         rtt_idle,
     };
@@ -1640,18 +1729,13 @@ async fn bench(url: &str, smoke: bool) {
         }
     }
     if let Some(cost) = reserved {
-        let window = lockkit::protocol::lock::HANDOFF_WINDOW;
         println!();
         println!(
-            "reserved waiter, {RESERVED_SAMPLES} handoffs each: alive p50 {:.0} µs; gone (its \
-             client died while it waited) p50 {:.0} µs, max {:.0} µs = {:.2} / {:.2} handoff \
-             windows ({} ms)",
+            "longest waiter, {RESERVED_SAMPLES} handoffs each: alive p50 {:.0} µs; gone (its \
+             client died while it waited, its connection closed) p50 {:.0} µs, max {:.0} µs",
             micros(cost.alive),
             micros(cost.gone),
             micros(cost.gone_max),
-            cost.gone.as_secs_f64() / window.as_secs_f64(),
-            cost.gone_max.as_secs_f64() / window.as_secs_f64(),
-            window.as_millis()
         );
     }
     if !smoke {

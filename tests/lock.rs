@@ -271,18 +271,84 @@ async fn shutdown_wakes_waiting_tasks_with_an_error() {
     assert!(matches!(result, Err(Error::Shutdown)), "{result:?}");
 }
 
-/// The handoff reservation, checked inside Redis for the lock and the fenced lock: the release
-/// and the acquires run in one `MULTI`, so no time passes between them and the outcome does not
-/// depend on the machine's speed.
+/// Subscribes one connection to `channels` (each then counts as a client that listens: a grant
+/// published there is heard) and returns it with its message stream.
+async fn listen(
+    url: &str,
+    channels: &[&str],
+) -> (
+    fred::clients::Client,
+    tokio::sync::broadcast::Receiver<fred::types::Message>,
+) {
+    use fred::interfaces::{EventInterface, PubsubInterface};
+    let listener = raw(url).await;
+    let messages = listener.message_rx();
+    for channel in channels {
+        listener.subscribe(*channel).await.unwrap();
+    }
+    (listener, messages)
+}
+
+/// What each of `channels` carried up to an `end` published on each now (so a message that
+/// should not be there shows up before it).
+async fn record(
+    addr: std::net::SocketAddr,
+    messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
+    channels: &[&str],
+) -> std::collections::HashMap<String, Vec<String>> {
+    let ends: Vec<Vec<&str>> = channels
+        .iter()
+        .map(|channel| vec!["PUBLISH", *channel, "end"])
+        .collect();
+    lockkit_testkit::send_commands(addr, &ends).await.unwrap();
+    let mut record: std::collections::HashMap<String, Vec<String>> = channels
+        .iter()
+        .map(|channel| ((*channel).to_owned(), Vec::new()))
+        .collect();
+    within(HANG, "the channels' messages", async {
+        while record
+            .values()
+            .any(|got| got.last().map(String::as_str) != Some("end"))
+        {
+            let message = messages.recv().await.unwrap();
+            record
+                .entry(message.channel.to_string())
+                .or_default()
+                .push(message.value.as_string().unwrap_or_default());
+        }
+    })
+    .await;
+    for got in record.values_mut() {
+        got.pop();
+    }
+    record
+}
+
+/// The grant a message carries, to `marker`.
+fn grant_to(message: &str, marker: &str) -> lockkit::protocol::wake::Grant {
+    use lockkit::protocol::wake::Wake;
+    match Wake::decode(message) {
+        Wake::Grant { waiter, grant } if waiter == marker => grant,
+        other => panic!("not a grant to {marker}: {message:?} ({other:?})"),
+    }
+}
+
+/// The direct grant, checked inside Redis for the lock and the fenced lock: the release and the
+/// tries run in one `MULTI`, so no time passes between them and the outcome does not depend on
+/// the machine's speed. Nobody waiting: the owner that releases may take the lock back at once.
+/// Requests waiting: the release grants the lock to the longest-waiting request whose client
+/// listens (a grant nobody hears is undone at once, and the next request gets it); the grantee's
+/// try with its marker reports the hold; the others stay waiting in order, a try with keep-alive
+/// 0 never joins; and of the listening clients only the grantee hears anything: one message, the
+/// grant, on its own channel (nothing on the object's channel either).
 #[tokio::test]
-async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting() {
+async fn a_release_grants_the_lock_to_the_longest_waiting_request_whose_client_listens() {
     use lockkit::protocol::keys::{Kind, Namespace};
-    use lockkit::protocol::lock::HANDOFF_WINDOW;
+    use lockkit::protocol::lock::HoldEntry;
     use lockkit::protocol::{fenced_lock, lock};
     use lockkit_testkit::send_commands;
 
     let server = lockkit_suite::spawned().await;
-    let window = i64::try_from(HANDOFF_WINDOW.as_millis()).unwrap();
     for (kind, acquire, release) in [
         (Kind::Lock, &lock::ACQUIRE, &lock::RELEASE),
         (
@@ -296,22 +362,30 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
             .unwrap();
         let (acquire, release) = (acquire.source(), release.source());
         let k = &keys.keys;
-        let (handoff, waiting) = (
-            keys.aux("handoff").expect("a handoff key"),
-            keys.aux("waiting").expect("a waiting key"),
-        );
+        let waiting = keys.aux("waiting").expect("a waiting key");
         let lease = "30000";
-        // Waiters keep their entry alive for a minute (the keep-alive), far longer than the test.
+        // Waiters keep their request alive for a minute (the keep-alive), far longer than the test.
         let wait = "60000";
+        let channel = |owner: &str| keys.client_channel(owner);
+        let (a, b, c, d, t) = (
+            channel("A"),
+            channel("B"),
+            channel("C"),
+            channel("D"),
+            channel("T"),
+        );
+        let member = |marker: &str, owner: &str, channel: &str| {
+            format!("{marker} {lease} {owner} {channel}")
+        };
 
         // Nobody waits: the owner that releases may take the lock back at once.
         let replies = send_commands(
             server.addr(),
             &[
-                eval(acquire, k, &["A", "#A:1", lease, wait]),
+                eval(acquire, k, &["A", "#A:1", lease, wait, &a, "0"]),
                 vec!["MULTI"],
                 eval(release, k, &["#A:1", &keys.channel, "0"]),
-                eval(acquire, k, &["A", "#A:2", lease, wait]),
+                eval(acquire, k, &["A", "#A:2", lease, wait, &a, "0"]),
                 vec!["EXEC"],
                 eval(release, k, &["#A:2", &keys.channel, "0"]),
             ],
@@ -322,90 +396,185 @@ async fn a_release_that_woke_waiters_reserves_the_lock_for_the_longest_waiting()
         assert_eq!(ints(&exec[0]), vec![1, 0], "{kind:?}: released");
         assert_eq!(ints(&exec[1])[..2], [1, 1], "{kind:?}: taken back");
 
-        // B, then C find the lock taken and wait (subscribed to the release channel). A's release
-        // reserves the lock for B, who waited longest: neither A nor C can take it, B can, and
-        // taking it ends the reservation and B's place in the waiting set.
-        let subscriber = raw(&server.url()).await;
-        fred::interfaces::PubsubInterface::subscribe(&subscriber, keys.channel.as_str())
-            .await
-            .unwrap();
+        // B (its client gone: nobody listens on its channel), then C and D (listening) find the
+        // lock taken and wait; C tries again and keeps its place. T tries once. A's release
+        // grants the lock to B, whom nobody hears, so it is undone and C gets it.
+        let listened = [keys.channel.as_str(), &a, &c, &d, &t];
+        let (_listener, mut messages) = listen(&server.url(), &listened).await;
         let replies = send_commands(
             server.addr(),
             &[
-                eval(acquire, k, &["A", "#A:3", lease, wait]),
-                // D tries once and does not wait (`try_lock(ZERO)`, keep-alive 0): it must not join the set.
-                eval(acquire, k, &["D", "#D:1", lease, "0"]),
-                eval(acquire, k, &["B", "#B:1", lease, wait]),
-                eval(acquire, k, &["C", "#C:1", lease, wait]),
-                eval(acquire, k, &["B", "#B:2", lease, wait]),
+                eval(acquire, k, &["A", "#A:3", lease, wait, &a, "0"]),
+                eval(acquire, k, &["T", "#T:1", lease, "0", &t, "0"]),
+                eval(acquire, k, &["B", "#B:1", lease, wait, &b, "0"]),
+                eval(acquire, k, &["C", "#C:1", lease, wait, &c, "0"]),
+                eval(acquire, k, &["D", "#D:1", lease, wait, &d, "0"]),
+                eval(acquire, k, &["C", "#C:1", lease, wait, &c, "0"]),
+                vec!["ZRANGE", waiting, "0", "-1"],
                 vec!["MULTI"],
                 eval(release, k, &["#A:3", &keys.channel, "0"]),
-                eval(acquire, k, &["A", "#A:4", lease, wait]),
-                eval(acquire, k, &["C", "#C:2", lease, wait]),
-                eval(acquire, k, &["B", "#B:3", lease, wait]),
-                vec!["EXISTS", handoff],
+                vec!["HGETALL", &keys.key],
+                eval(acquire, k, &["A", "#A:4", lease, wait, &a, "0"]),
+                eval(acquire, k, &["D", "#D:1", lease, wait, &d, "0"]),
+                eval(acquire, k, &["C", "#C:1", lease, wait, &c, "0"]),
                 vec!["ZRANGE", waiting, "0", "-1"],
+                vec!["HGET", &keys.key, "C"],
                 vec!["EXEC"],
             ],
         )
         .await
         .unwrap();
         assert_eq!(ints(&replies[0])[..2], [1, 1], "{kind:?}: A holds");
-        for busy in &replies[1..5] {
-            assert_eq!(ints(busy)[0], 0, "{kind:?}: D, B and C find it taken");
+        for busy in &replies[1..6] {
+            assert_eq!(ints(busy)[0], 0, "{kind:?}: T, B, C and D find it taken");
         }
-        let exec = replies[12].as_array().expect("an EXEC reply");
+        let strings = |reply: &lockkit_testkit::RespValue| -> Vec<String> {
+            reply
+                .as_array()
+                .expect("an array")
+                .iter()
+                .map(|item| item.as_str().expect("a string").to_owned())
+                .collect()
+        };
+        assert_eq!(
+            strings(&replies[6]),
+            [
+                member("#B:1", "B", &b),
+                member("#C:1", "C", &c),
+                member("#D:1", "D", &d)
+            ],
+            "{kind:?}: B, C, D wait in order; T never joined"
+        );
+        let exec = replies[15].as_array().expect("an EXEC reply");
         assert_eq!(ints(&exec[0]), vec![1, 0], "{kind:?}: released");
-        for refused in [ints(&exec[1]), ints(&exec[2])] {
-            assert_eq!(refused[0], 0, "{kind:?}: A and C are refused: {refused:?}");
+        let fields = strings(&exec[1]);
+        let holds: Vec<(String, HoldEntry)> = fields
+            .chunks(2)
+            .filter_map(|pair| HoldEntry::parse(&pair[0], &pair[1]).map(|h| (pair[0].clone(), h)))
+            .collect();
+        assert_eq!(holds.len(), 1, "{kind:?}: one hold: {fields:?}");
+        assert_eq!(
+            (holds[0].0.as_str(), holds[0].1.owner.as_str()),
+            ("#C:1", "C"),
+            "{kind:?}: granted to C, B's unheard grant undone: {fields:?}"
+        );
+        assert!(
+            !fields.iter().any(|field| field.starts_with("#B:1")),
+            "{kind:?}: nothing of B's grant is left: {fields:?}"
+        );
+        assert_eq!(ints(&exec[2])[0], 0, "{kind:?}: A is refused");
+        assert_eq!(ints(&exec[3])[0], 0, "{kind:?}: D is refused");
+        let claimed = ints(&exec[4]);
+        assert_eq!(
+            claimed[..2],
+            [1, 1],
+            "{kind:?}: C's try with its marker reports the hold, counted once"
+        );
+        assert_eq!(
+            strings(&exec[5]),
+            [member("#D:1", "D", &d), member("#A:4", "A", &a)],
+            "{kind:?}: D, then A wait; B and C left the set"
+        );
+        assert_eq!(exec[6].as_str(), Some("1"), "{kind:?}: C holds once");
+
+        let record = record(server.addr(), &mut messages, &listened).await;
+        assert_eq!(
+            record[&c].len(),
+            1,
+            "{kind:?}: one message to C: {record:?}"
+        );
+        let granted = grant_to(&record[&c][0], "#C:1");
+        assert_eq!(granted.hold_count, 1, "{kind:?}");
+        assert_eq!(granted.expiry_ms, holds[0].1.expiry_ms, "{kind:?}");
+        for quiet in [&keys.channel, &a, &d, &t] {
+            assert!(record[quiet].is_empty(), "{kind:?}: {record:?}");
+        }
+        if kind == Kind::FencedLock {
+            let token = granted.token.expect("a fenced grant's token");
+            assert_eq!(claimed.get(2), Some(&i64::try_from(token).unwrap()));
             assert!(
-                (1..=window).contains(&refused[1]),
-                "{kind:?}: and told to retry within the window: {refused:?}"
+                i64::try_from(token).unwrap() > ints(&replies[0])[2],
+                "{kind:?}: C's token is greater than A's"
             );
         }
-        assert_eq!(ints(&exec[3])[..2], [1, 1], "{kind:?}: B takes the lock");
-        assert_eq!(
-            exec[4].as_int(),
-            Some(0),
-            "{kind:?}: which ends the reservation"
-        );
-        let mut still_waiting: Vec<&str> = exec[5]
-            .as_array()
-            .expect("members")
-            .iter()
-            .map(|m| m.as_str().expect("a member"))
-            .collect();
-        still_waiting.sort_unstable();
-        assert_eq!(
-            still_waiting,
-            ["A", "C"],
-            "{kind:?}: A and C wait for their turn"
-        );
     }
 }
 
-/// A woken waiter that never comes for the lock keeps it from its former owner for the handoff
-/// window only: the owner's `lock()` returns.
+/// A waiting request whose client listens but never claims its grant (a subscriber on its
+/// channel that is not a lockkit waiter) does not keep the lock from its former owner. The grant
+/// starts on probation: it lasts `min(lease, GRANT_PROBATION)` unless confirmed; so a request
+/// asking for a long lease is granted the probation, and one asking for less is granted its
+/// lease, after which the owner's `lock()` gets the lock back.
 #[tokio::test]
-async fn a_woken_waiter_that_never_comes_does_not_keep_the_lock_from_its_owner() {
-    let redis = redis().await;
-    let client = client(&redis.url()).await;
-    let name = unique("handoff-nobody-comes");
-    // A subscriber on the release channel that is not a lockkit waiter: it never acquires.
-    let subscriber = raw(&redis.url()).await;
-    let channel = lockkit::protocol::keys::Namespace::default()
-        .lock(&name)
-        .unwrap()
-        .channel;
-    fred::interfaces::PubsubInterface::subscribe(&subscriber, channel.as_str())
+async fn a_grant_nobody_claims_does_not_keep_the_lock_from_its_owner() {
+    use lockkit::protocol::keys::Namespace;
+    use lockkit::protocol::lock::{HoldEntry, ACQUIRE, GRANT_PROBATION};
+    use lockkit_testkit::send_commands;
+
+    let server = lockkit_suite::spawned().await;
+    let client = client(&server.url()).await;
+    let raw = raw(&server.url()).await;
+    let probation = u64::try_from(GRANT_PROBATION.as_millis()).unwrap();
+    for (lease, granted_for) in [(30_000, probation), (200, 200)] {
+        let name = unique("grant-nobody-claims");
+        let keys = Namespace::default().lock(&name).unwrap();
+        let lock = client.lock(&name);
+        let guard = within(HANG, "lock", lock.lock()).await.unwrap();
+        let channel = keys.client_channel("B");
+        let (_listener, mut messages) = listen(&server.url(), &[&channel]).await;
+        let lease_arg = lease.to_string();
+        let replies = send_commands(
+            server.addr(),
+            &[eval(
+                ACQUIRE.source(),
+                &keys.keys,
+                &["B", "#B:1", &lease_arg, "60000", &channel, "0"],
+            )],
+        )
         .await
         .unwrap();
-    let lock = client.lock(&name);
-    for _ in 0..3 {
-        let guard = within(HANG, "lock", lock.lock()).await.unwrap();
+        assert_eq!(ints(&replies[0])[0], 0, "B waits");
+        guard.unlock().await.unwrap();
+        let message = within(HANG, "the grant", messages.recv()).await.unwrap();
+        let granted = grant_to(&message.value.as_string().unwrap_or_default(), "#B:1");
+        assert_eq!(
+            granted.expiry_ms - granted.now_ms,
+            granted_for,
+            "a lease of {lease} ms is granted for {granted_for} ms: {granted:?}"
+        );
+        let value: Option<String> = raw.hget(&keys.key, "#B:1").await.unwrap();
+        let hold = HoldEntry::parse("#B:1", value.as_deref().expect("B holds the lock"));
+        assert_eq!(hold.map(|h| h.expiry_ms), Some(granted.expiry_ms));
+        if lease > probation {
+            // Not waiting out the probation here: give the grant back as a waiter that left.
+            let member = format!("#B:1 {lease} B {channel}");
+            let cancel_keys: Vec<String> = ["handoff", "waiting", "timeouts"].iter().fold(
+                vec![keys.key.clone()],
+                |mut all, suffix| {
+                    all.push(keys.aux(suffix).unwrap().to_owned());
+                    all
+                },
+            );
+            let replies = send_commands(
+                server.addr(),
+                &[eval(
+                    lockkit::protocol::lock::CANCEL.source(),
+                    &cancel_keys,
+                    &[&member, &keys.channel, "0"],
+                )],
+            )
+            .await
+            .unwrap();
+            assert_eq!(ints(&replies[0]), [1], "B's grant given back");
+            continue;
+        }
+        // B never claims: once its grant ends, the former owner gets the lock back.
+        let guard = within(HANG, "lock after the unclaimed grant", lock.lock())
+            .await
+            .unwrap();
+        assert_eq!(lock.hold_count().await.unwrap(), 1);
+        let value: Option<String> = raw.hget(&keys.key, "#B:1").await.unwrap();
+        assert_eq!(value, None, "B's grant ended");
         guard.unlock().await.unwrap();
     }
-    let guard = within(HANG, "lock", lock.lock()).await.unwrap();
-    assert!(lock.is_locked().await.unwrap());
-    guard.unlock().await.unwrap();
 }

@@ -626,6 +626,12 @@ impl Attempt for LockAttempt<'_> {
             // one): a try finds the granted hold.
             return Ok(None);
         };
+        let deadline = sent + Duration::from_millis(grant.expiry_ms.saturating_sub(server_ms));
+        if Instant::now() >= deadline {
+            // Heard too late (the message was held up past the grant's probation): the hold may
+            // be gone, and another waiter may hold the lock. Try instead, as the same call.
+            return Ok(None);
+        }
         let guard = HoldGuard::prepare_marked(
             self.client,
             &self.flavor.holds,
@@ -637,8 +643,7 @@ impl Attempt for LockAttempt<'_> {
         );
         // The grant took the request out of the waiting set.
         self.queued.granted();
-        let left = Duration::from_millis(grant.expiry_ms.saturating_sub(server_ms));
-        let guard = guard.granted_until(sent + left)?.replicated().await?;
+        let guard = guard.granted_until(deadline)?.replicated().await?;
         Ok(Some(LockGuard::new(guard, grant.hold_count, grant.token)))
     }
 }

@@ -118,8 +118,10 @@ end
 -- held by it when this returns, and `counter`, when given, mints its token); a looker is
 -- reserved the free lock for the handoff window and woken. Each request tried leaves the waiting
 -- set; one whose client did not hear the message is dropped (its grant undone), and the next is
--- tried. Returns 'granted', 'reserved' or nil (nobody waits: the lock stays free).
-local function hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
+-- tried. Returns 'granted', 'reserved' or nil (nobody waits: the lock stays free). `caller`, when
+-- given, is the owner of an acquire running this: the handover stops (nil) at a request of its
+-- own, which the caller then takes itself.
+local function hand_over(key, handoff, waiting, timeouts, sharded, now, counter, caller)
   if redis.call('EXISTS', waiting) == 0 then
     return nil
   end
@@ -129,8 +131,11 @@ local function hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
     if not head then
       return nil
     end
-    leave_waiting(waiting, timeouts, head)
     local marker, lease, owner, channel = parse_request(head)
+    if caller and owner == caller then
+      return nil
+    end
+    leave_waiting(waiting, timeouts, head)
     if not marker then
       -- Not a request (written by something else): dropped.
     elseif lease == 0 then
@@ -189,7 +194,7 @@ local function turn_of_another(key, handoff, waiting, timeouts, owner, member, k
   if head_owner == owner then
     return nil
   end
-  local how = hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
+  local how = hand_over(key, handoff, waiting, timeouts, sharded, now, counter, owner)
   if not how then
     return nil
   end

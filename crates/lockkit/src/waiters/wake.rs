@@ -305,6 +305,58 @@ mod tests {
         assert!(!table.is_pending(CHANNEL, one));
     }
 
+    /// A grant goes to the waiter it names, and to nobody else: that waiter takes it (once)
+    /// when it runs; a grant naming a waiter that is not here wakes nobody.
+    #[test]
+    fn a_grant_is_handed_to_the_waiter_it_names_and_to_nobody_else() {
+        let mut table = WaitTable::<()>::default();
+        let first = table.register(CHANNEL, Some("#c:1"), 1).id;
+        let named = table.register(CHANNEL, Some("#c:2"), 1).id;
+        let grant = lockkit_protocol::wake::Grant {
+            hold_count: 1,
+            token: Some(7),
+            now_ms: 10,
+            expiry_ms: 5010,
+        };
+        let message = |waiter: &str| Wake::Grant {
+            waiter: waiter.to_owned(),
+            grant,
+        };
+        table.apply(CHANNEL, &message("#c:9"));
+        assert!(!table.is_pending(CHANNEL, first) && !table.is_pending(CHANNEL, named));
+
+        table.apply(CHANNEL, &message("#c:2"));
+        assert!(!table.is_pending(CHANNEL, first), "not the longest waiting");
+        assert!(table.is_pending(CHANNEL, named));
+        assert_eq!(table.take_wake(CHANNEL, named), Some(grant));
+        assert_eq!(table.take_wake(CHANNEL, named), None, "taken once");
+        assert_eq!(table.take_wake(CHANNEL, first), None);
+    }
+
+    /// A waiter cancelled with a grant pending passes its wake-up on, never the grant: the grant
+    /// is its call's, and its cancel script gives it back in Redis.
+    #[test]
+    fn a_cancelled_grantee_passes_its_wake_up_on_but_not_the_grant() {
+        let mut table = WaitTable::<()>::default();
+        let granted = table.register(CHANNEL, Some("#c:1"), 1).id;
+        let other = table.register(CHANNEL, Some("#c:2"), 1).id;
+        table.apply(
+            CHANNEL,
+            &Wake::Grant {
+                waiter: "#c:1".to_owned(),
+                grant: lockkit_protocol::wake::Grant {
+                    hold_count: 1,
+                    token: None,
+                    now_ms: 1,
+                    expiry_ms: 2,
+                },
+            },
+        );
+        table.cancel(CHANNEL, granted, Instant::now());
+        assert!(table.is_pending(CHANNEL, other), "the wake-up went on");
+        assert_eq!(table.take_wake(CHANNEL, other), None, "the grant did not");
+    }
+
     /// `n:k` (k permits came back) wakes the k longest-registered waiters not already woken, and
     /// no more; fewer when fewer wait.
     #[test]
