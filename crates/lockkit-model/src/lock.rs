@@ -38,9 +38,9 @@
 //!     out of the waiting set);
 //!   - *"a free lock with calls waiting (the holder's lease ran out, so no release handed it on):
 //!     the next acquire that finds it grants it to the head of the line and waits itself, unless
-//!     it is the head"* (or the lock is reserved for its own owner). It waits even when the
-//!     handover went past unheard requests to its own call's, as the scripts do; a re-entry does
-//!     not leave the waiting set;
+//!     it is the head"* (or the lock is reserved for its own owner). The handover stops at a
+//!     request of the caller's owner (past unheard requests ahead of it): the caller then takes
+//!     the lock itself, as the scripts do. A re-entry does not leave the waiting set;
 //!   - a waiter that gives up: *"its cancel (`lock_cancel`, …) finds its marker's hold and gives
 //!     it back, and the lock goes on"*; a reservation for its owner ends too. A force-unlock of a
 //!     held lock ends a reservation and hands the lock over.
@@ -536,7 +536,7 @@ impl HashLock {
             .and_then(|member| Entry::parse(&member))
             .is_some_and(|head| head.owner != req.owner)
         {
-            self.hand_over(now);
+            self.hand_over(now, Some(&req.owner));
             if let Some(latest) = self.key_expiry() {
                 return Ok(self.wait_turn(
                     now,
@@ -628,12 +628,21 @@ impl HashLock {
     /// (`p:<marker>`) and the lock reserved for its owner for the handoff window. When nobody
     /// heard the message, a grant is undone (its minted token stays spent) and the next entry is
     /// tried; when the set runs empty the lock stays free. At most one message is heard.
-    pub fn hand_over(&mut self, now: Now) {
+    /// `caller`: the owner of an acquire that hands over; the handover stops (the lock free) at a
+    /// request of that owner's, which the caller then takes itself.
+    pub fn hand_over(&mut self, now: Now, caller: Option<&str>) {
         self.prune(now.ms);
         while let Some(member) = self.waiting_order().into_iter().next() {
+            let entry = Entry::parse(&member);
+            if entry
+                .as_ref()
+                .is_some_and(|entry| Some(entry.owner.as_str()) == caller)
+            {
+                break;
+            }
             self.waiting.items.remove(&member);
             self.timeouts.items.remove(&member);
-            let Some(entry) = Entry::parse(&member) else {
+            let Some(entry) = entry else {
                 continue;
             };
             if entry.lease_ms == 0 {
@@ -737,7 +746,7 @@ impl HashLock {
             return Ok(Released::StillHeld(self.count(&owner)));
         }
         if self.kind != LockKind::Fair {
-            self.hand_over(now);
+            self.hand_over(now, None);
         }
         Ok(Released::Freed)
     }
@@ -795,7 +804,7 @@ impl HashLock {
         {
             removed = true;
             if self.settle(now.ms, Some(&entry.marker)).0.is_none() {
-                self.hand_over(now);
+                self.hand_over(now, None);
             }
         }
         if self
@@ -806,7 +815,7 @@ impl HashLock {
             self.handoff = None;
             removed = true;
             if !self.key_exists() {
-                self.hand_over(now);
+                self.hand_over(now, None);
             }
         }
         Ok(removed)
@@ -829,7 +838,7 @@ impl HashLock {
         self.foreign = false;
         if self.kind != LockKind::Fair && existed {
             self.handoff = None;
-            self.hand_over(now);
+            self.hand_over(now, None);
         }
         existed
     }
@@ -1244,6 +1253,26 @@ mod tests {
         // With nobody waiting it is anyone's.
         assert_eq!(lock.acquire(at(52), &req("o3", "#4", 100, 0)), granted(1));
         assert!(sent(&mut lock).is_empty());
+    }
+
+    #[test]
+    fn an_acquire_hands_over_up_to_its_own_request_and_then_takes_it() {
+        let mut lock = HashLock::new(LockKind::Lock);
+        lock.listen("ch o3", true);
+        assert_eq!(lock.acquire(at(0), &req("o1", "#1", 30, 0)), granted(1));
+        let busy = Ok(Acquired::Busy { until: Some(30) });
+        assert_eq!(lock.acquire(at(1), &req("o2", "#2", 100, 5_000)), busy);
+        assert_eq!(lock.acquire(at(2), &req("o3", "#3", 100, 5_000)), busy);
+        // o1's lease ran out unseen; o3's call tries again: o2, at the head, is granted it but
+        // nobody hears, so it is undone; the handover stops at o3's own request, and o3 takes
+        // the lock with this very try (not a grant to itself, which would leave it told busy).
+        assert_eq!(
+            lock.acquire(at(40), &req("o3", "#3", 100, 5_000)),
+            granted(1)
+        );
+        assert_eq!(sent(&mut lock), [msg("ch o2", "g:1:0:40:140:#2", false)]);
+        assert_eq!(lock.holds["#3"].expiry, 140);
+        assert!(lock.waiting.items.is_empty() && lock.timeouts.items.is_empty());
     }
 
     #[test]
