@@ -751,10 +751,7 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
         .script_load(lockkit::protocol::lock::RELEASE.source())
         .await
         .expect("SCRIPT LOAD");
-    let trivial_sha: String = raw
-        .script_load("return {1, 1}")
-        .await
-        .expect("SCRIPT LOAD");
+    let trivial_sha: String = raw.script_load("return {1, 1}").await.expect("SCRIPT LOAD");
     let sequence = AtomicU64::new(0);
     let raw_scripts = || async {
         let marker = hold_marker("bench", sequence.fetch_add(1, Ordering::Relaxed));
@@ -767,7 +764,11 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
             .await
             .expect("acquire");
         let _: Value = raw
-            .evalsha(&release_sha, keys.keys.clone(), vec![&marker, &channel, "0"])
+            .evalsha(
+                &release_sha,
+                keys.keys.clone(),
+                vec![&marker, &channel, "0"],
+            )
             .await
             .expect("release");
     };
