@@ -632,15 +632,7 @@ impl Attempt for LockAttempt<'_> {
             // be gone, and another waiter may hold the lock. Try instead, as the same call.
             return Ok(None);
         }
-        let guard = HoldGuard::prepare_marked(
-            self.client,
-            &self.flavor.holds,
-            self.name,
-            self.keys,
-            (self.lease, self.watchdog),
-            Some(&self.owner),
-            self.seq,
-        );
+        let guard = self.hold_guard();
         // The grant took the request out of the waiting set.
         self.queued.granted();
         let guard = guard.granted_until(deadline)?.replicated().await?;
@@ -649,20 +641,26 @@ impl Attempt for LockAttempt<'_> {
 }
 
 impl LockAttempt<'_> {
-    /// One run of the acquire script; `keepalive_ms` = "0" never joins the waiting set.
-    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<LockGuard>, Error> {
-        let client = self.client;
-        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
-        // script may have taken is given back.
-        let guard = HoldGuard::prepare_marked(
-            client,
+    /// The guard of the call's one hold (its marker), armed: made before each try is sent, and
+    /// for a grant.
+    fn hold_guard(&self) -> HoldGuard {
+        HoldGuard::prepare_marked(
+            self.client,
             &self.flavor.holds,
             self.name,
             self.keys,
             (self.lease, self.watchdog),
             Some(&self.owner),
             self.seq,
-        );
+        )
+    }
+
+    /// One run of the acquire script; `keepalive_ms` = "0" never joins the waiting set.
+    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<LockGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = self.hold_guard();
         if keepalive_ms != "0" {
             self.queued.joining();
         }
