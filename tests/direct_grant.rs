@@ -192,3 +192,36 @@ async fn a_claimed_grant_outlives_its_probation_while_held() {
     assert!(ttl > GRANT_PROBATION, "renewed to its lease: {ttl:?}");
     granted.unlock().await.unwrap();
 }
+
+/// A wait that runs out leaves the line in its last try, in the same script: a release right
+/// after the call returned finds nobody to grant to, and the lock is free. (Before, the entry
+/// left in a cancel sent after the call returned: a release in between granted the lock to the
+/// call that had given up, and it stayed held until that cancel came, here held back by a
+/// paused proxy.)
+#[tokio::test]
+async fn a_wait_that_runs_out_leaves_the_line_before_it_returns() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let holder = client(&server.url()).await;
+    let gave_up = client(&proxy.url()).await;
+    let name = unique("gave-up");
+    let held = holder.lock(&name).lock().await.unwrap();
+    let refused = gave_up
+        .lock(&name)
+        .try_lock(Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    assert!(refused.is_none(), "held all along");
+    proxy.pause();
+    held.unlock().await.unwrap();
+    assert!(
+        !holder.lock(&name).is_locked().await.unwrap(),
+        "granted to a call that had given up"
+    );
+    let objects = holder
+        .inspect(Some(lockkit::protocol::keys::Kind::Lock), &name)
+        .await
+        .unwrap();
+    assert!(objects.is_empty() || objects[0].waiters.is_empty());
+    proxy.resume();
+}

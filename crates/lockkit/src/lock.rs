@@ -616,6 +616,17 @@ impl Attempt for LockAttempt<'_> {
         self.try_once(&self.keepalive_ms).await
     }
 
+    /// A try that leaves the waiting set when refused (keep-alive 0): the wait ran out, so no
+    /// release may grant the lock to this call any more.
+    async fn last_attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let outcome = self.try_once("0").await?;
+        if !matches!(outcome, Outcome::Acquired(_)) {
+            // The script took the entry out: nothing is left to leave.
+            self.queued.granted();
+        }
+        Ok(outcome)
+    }
+
     /// The lock is this call's already: the release that freed it made the call's request the
     /// holder and said so on this client's channel. The local deadline of the grant's expiry is
     /// read against the latest refused try: the server's clock then was at most what it said
