@@ -751,10 +751,7 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
         .script_load(lockkit::protocol::lock::RELEASE.source())
         .await
         .expect("SCRIPT LOAD");
-    let trivial_sha: String = raw
-        .script_load("return {1, 1}")
-        .await
-        .expect("SCRIPT LOAD");
+    let trivial_sha: String = raw.script_load("return {1, 1}").await.expect("SCRIPT LOAD");
     let sequence = AtomicU64::new(0);
     let raw_scripts = || async {
         let marker = hold_marker("bench", sequence.fetch_add(1, Ordering::Relaxed));
@@ -767,7 +764,11 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
             .await
             .expect("acquire");
         let _: Value = raw
-            .evalsha(&release_sha, keys.keys.clone(), vec![&marker, &channel, "0"])
+            .evalsha(
+                &release_sha,
+                keys.keys.clone(),
+                vec![&marker, &channel, "0"],
+            )
             .await
             .expect("release");
     };
@@ -1410,31 +1411,31 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
          columns use the floor measured just before it); overlapping holds of lockkit \
          (must be 0): {lockkit_overlaps}"
     );
-    println!(
-        "pub/sub handoff floor (publish, then one EVALSHA from the woken waiter), hot: p50 {:.1} \
-         µs, p99 {:.1} µs",
-        micros(floors.pubsub_hot.p50),
-        micros(floors.pubsub_hot.p99)
-    );
-    if let Some(idle) = floors.pubsub_idle {
+    let floor_lines = [
+        (
+            "pub/sub handoff floor (publish, then one EVALSHA from the woken waiter)",
+            floors.pubsub_hot,
+            floors.pubsub_idle,
+        ),
+        (
+            "grant floor (publish, the waiter woken by the message; no round trip after it)",
+            floors.grant_hot,
+            floors.grant_idle,
+        ),
+    ];
+    for (what, hot, idle) in floor_lines {
         println!(
-            "pub/sub handoff floor after 10 ms idle: p50 {:.1} µs, p99 {:.1} µs",
-            micros(idle.p50),
-            micros(idle.p99)
+            "{what}, hot: p50 {:.1} µs, p99 {:.1} µs",
+            micros(hot.p50),
+            micros(hot.p99)
         );
-    }
-    println!(
-        "grant floor (publish, the waiter woken by the message; no round trip after it), hot: \
-         p50 {:.1} µs, p99 {:.1} µs",
-        micros(floors.grant_hot.p50),
-        micros(floors.grant_hot.p99)
-    );
-    if let Some(idle) = floors.grant_idle {
-        println!(
-            "grant floor after 10 ms idle: p50 {:.1} µs, p99 {:.1} µs",
-            micros(idle.p50),
-            micros(idle.p99)
-        );
+        if let Some(idle) = idle {
+            println!(
+                "{what}, after 10 ms idle: p50 {:.1} µs, p99 {:.1} µs",
+                micros(idle.p50),
+                micros(idle.p99)
+            );
+        }
     }
     println!(
         "floor again after the rows: {:.1} µs (drift check; the table uses the first)",

@@ -33,7 +33,15 @@
 //! (`getrusage(RUSAGE_SELF)` user + system; the server is another process). At the end, after
 //! K ≥ 5 ticks, every guard must say `is_lost() == false` and every key must have `PTTL > 0`.
 //!
-//! Run: `cargo bench --bench scale`. Knobs: `LOCKKIT_BENCH_ONLY=waiters|watchdog` runs one
+//! **Workload 6, handoffs by direct grant at scale** (issue 20): one lock with 16 waiting workers
+//! (16 clients, the W = 16 baseline) and with 1,000 (50 clients × 20), each worker looping lock,
+//! unlock until 3,000 acquisitions were made, every one of them a handoff to a waiter; then 10,000
+//! locks held by one client with one waiter each (10 clients), all released at once. It reports
+//! the handoff rate against the W = 16 row, `PUBLISH` calls per acquisition, script calls per
+//! acquisition, the subscribers of the lock's channel and of each client's own channel for it
+//! (`PUBSUB NUMSUB`: a grant published there reaches exactly that client), and lockkit's warnings.
+//!
+//! Run: `cargo bench --bench scale`. Knobs: `LOCKKIT_BENCH_ONLY=waiters|watchdog|grants` runs one
 //! workload; `LOCKKIT_BENCH_SKIP_30S=1` skips the 30 s row (about a minute);
 //! `LOCKKIT_BENCH_PER_LOCK=<n>` sets the waiters per lock of workload 5 (default 10). Without `--bench`
 //! (`cargo test --benches`) it runs a quick smoke pass: 100 holds, 10 locks × 10 waiters.
@@ -67,6 +75,13 @@ struct Sizes {
     locks: usize,
     /// Workload 5: waiting tasks per lock.
     per_lock: usize,
+    /// Workload 6: the one-lock rows, (clients, waiting tasks per client), the W = 16 baseline
+    /// first.
+    one_lock: &'static [(usize, usize)],
+    /// Workload 6: acquisitions per one-lock row.
+    acquisitions: usize,
+    /// Workload 6: the many-locks row, (locks, clients): one waiter per lock.
+    many_locks: (usize, usize),
 }
 
 const FULL: Sizes = Sizes {
@@ -77,6 +92,9 @@ const FULL: Sizes = Sizes {
     default_timeout_row: true,
     locks: 1000,
     per_lock: 10,
+    one_lock: &[(16, 1), (50, 20)],
+    acquisitions: 3000,
+    many_locks: (10_000, 10),
 };
 
 const SMOKE: Sizes = Sizes {
@@ -87,6 +105,9 @@ const SMOKE: Sizes = Sizes {
     default_timeout_row: false,
     locks: 10,
     per_lock: 10,
+    one_lock: &[(4, 1), (5, 4)],
+    acquisitions: 40,
+    many_locks: (20, 2),
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -735,6 +756,289 @@ fn print_watchdog(outcomes: &[WatchdogOutcome]) {
 
 // ---------------------------------------------------------------------------------------------
 
+// ---------------------------------------------------------------------------------------------
+// Workload 6: handoffs by direct grant at scale (issue 20)
+// ---------------------------------------------------------------------------------------------
+
+/// What one row of workload 6 measured.
+struct GrantsOutcome {
+    label: String,
+    waiters: usize,
+    clients: usize,
+    acquisitions: usize,
+    /// From the first handoff's release to the last acquisition.
+    drain: Duration,
+    /// `PUBLISH` calls (all from scripts) per acquisition.
+    publishes: f64,
+    /// Script calls sent by clients per acquisition (acquire tries and releases).
+    scripts: f64,
+    /// The subscribers of the lock's own channel, and of each client's channel for it, while
+    /// everyone waits (one-lock rows: every client's channel has exactly its client).
+    object_subscribers: i64,
+    client_subscribers: Vec<i64>,
+    warnings: String,
+    overlaps: usize,
+}
+
+/// The subscribers of `channel` (`PUBSUB NUMSUB`).
+async fn numsub(server: &RedisServer, channel: &str) -> i64 {
+    let reply = server
+        .command(&["PUBSUB", "NUMSUB", channel])
+        .await
+        .expect("PUBSUB NUMSUB");
+    reply
+        .as_array()
+        .and_then(|items| items.get(1))
+        .and_then(lockkit_testkit::RespValue::as_int)
+        .unwrap_or(0)
+}
+
+/// Waits until the server has seen `want` more calls of `name` than in `before`.
+async fn until_calls(
+    server: &RedisServer,
+    before: &HashMap<String, (u64, u64)>,
+    name: &str,
+    want: u64,
+) {
+    let calls = |stats: &HashMap<String, (u64, u64)>| stats.get(name).map_or(0, |(c, _)| *c);
+    lockkit_suite::within(Duration::from_secs(300), "the waiters' tries", async {
+        while calls(&command_stats(server).await) < calls(before) + want {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+/// One lock, `clients` clients with `per_client` workers each, every worker looping lock, unlock
+/// (nothing held in between: the cost of the handoffs alone) until `acquisitions` were made
+/// in all. A holder keeps the lock until every worker waits, so every acquisition in the row is a
+/// handoff to a waiter.
+async fn grants_one_lock(
+    server: &RedisServer,
+    url: &str,
+    clients: usize,
+    per_client: usize,
+    acquisitions: usize,
+) -> GrantsOutcome {
+    let name = lockkit_suite::unique("bench-scale-grant");
+    let holder = lockkit_suite::client(url).await;
+    let held = holder
+        .lock(name.as_str())
+        .lock()
+        .await
+        .expect("the holder's lock");
+    let workers: Vec<lockkit::Client> =
+        join_all((0..clients).map(|_| lockkit_suite::client(url))).await;
+    let stats_before = command_stats(server).await;
+    let made = Arc::new(AtomicUsize::new(0));
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let last = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let mut tasks = Vec::with_capacity(clients * per_client);
+    for client in &workers {
+        for _ in 0..per_client {
+            let lock = client.lock(name.as_str());
+            let (made, inside, overlaps, last) = (
+                Arc::clone(&made),
+                Arc::clone(&inside),
+                Arc::clone(&overlaps),
+                Arc::clone(&last),
+            );
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let guard = lock.lock().await.expect("a worker's lock");
+                    if inside.fetch_add(1, Ordering::SeqCst) != 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let count = made.fetch_add(1, Ordering::SeqCst) + 1;
+                    if count == acquisitions {
+                        *last.lock().expect("not poisoned") = Some(Instant::now());
+                    }
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    guard.unlock().await.expect("a worker's unlock");
+                    if count >= acquisitions {
+                        return;
+                    }
+                }
+            }));
+        }
+    }
+    let waiters = clients * per_client;
+    // Every worker has tried once (and waits): at least one busy try each.
+    until_calls(server, &stats_before, "evalsha", waiters as u64).await;
+    let keys = lockkit::protocol::keys::Namespace::default()
+        .lock(&name)
+        .expect("a lock name");
+    let object_subscribers = numsub(server, &keys.channel).await;
+    let mut client_subscribers = Vec::with_capacity(clients);
+    for client in &workers {
+        client_subscribers.push(numsub(server, &keys.client_channel(client.id())).await);
+    }
+    let warnings_before = warnings();
+    let stats_waiting = command_stats(server).await;
+    let start = Instant::now();
+    held.unlock().await.expect("the holder's unlock");
+    // Workers past the count stop at their next acquisition; the rest wait for a lock that is
+    // handed on until every one of them has had it once more.
+    lockkit_suite::within(Duration::from_secs(600), "the row", async {
+        while last.lock().expect("not poisoned").is_none() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let end = last.lock().expect("not poisoned").unwrap_or(start);
+    // Every worker stops after its next acquisition: each is handed the lock once more.
+    lockkit_suite::within(
+        Duration::from_secs(600),
+        "the workers to stop",
+        join_all(tasks),
+    )
+    .await
+    .into_iter()
+    .for_each(|joined| joined.expect("a worker"));
+    let stats_done = command_stats(server).await;
+    let made = made.load(Ordering::SeqCst);
+    for client in &workers {
+        client.shutdown().await.expect("shutdown");
+    }
+    holder.shutdown().await.expect("shutdown");
+    let delta = |name: &str| {
+        let calls = |stats: &HashMap<String, (u64, u64)>| stats.get(name).map_or(0, |(c, _)| *c);
+        (calls(&stats_done) - calls(&stats_waiting)) as f64 / made as f64
+    };
+    GrantsOutcome {
+        label: format!("1 lock, {waiters} waiters"),
+        waiters,
+        clients,
+        acquisitions,
+        drain: end.saturating_duration_since(start),
+        publishes: delta("publish"),
+        scripts: delta("evalsha"),
+        object_subscribers,
+        client_subscribers,
+        warnings: warning_delta(&warnings_before, &warnings()),
+        overlaps: overlaps.load(Ordering::SeqCst),
+    }
+}
+
+/// `locks` locks held by one holder client, one waiter on each spread over `clients` clients;
+/// the holder releases them all at once, and each waiter releases the lock it gets at once.
+async fn grants_many_locks(
+    server: &RedisServer,
+    url: &str,
+    locks: usize,
+    clients: usize,
+) -> GrantsOutcome {
+    let base = lockkit_suite::unique("bench-scale-grants");
+    let names: Vec<String> = (0..locks).map(|i| format!("{base}:{i}")).collect();
+    let holder = lockkit_suite::client(url).await;
+    let held: Vec<LockGuard> = join_all(names.iter().map(|name| {
+        let lock = holder.lock(name.as_str());
+        async move { lock.lock().await.expect("the holder's lock") }
+    }))
+    .await;
+    let workers: Vec<lockkit::Client> =
+        join_all((0..clients).map(|_| lockkit_suite::client(url))).await;
+    let stats_before = command_stats(server).await;
+    let acquired: Arc<std::sync::Mutex<Vec<Instant>>> =
+        Arc::new(std::sync::Mutex::new(Vec::with_capacity(locks)));
+    let mut tasks = Vec::with_capacity(locks);
+    for (i, name) in names.iter().enumerate() {
+        let lock = workers[i % clients].lock(name.as_str());
+        let acquired = Arc::clone(&acquired);
+        tasks.push(tokio::spawn(async move {
+            let guard = lock.lock().await.expect("a waiter's lock");
+            acquired.lock().expect("not poisoned").push(Instant::now());
+            guard.unlock().await.expect("a waiter's unlock");
+        }));
+    }
+    // Each waiter's channel is new: it tries, subscribes, and tries again.
+    until_calls(server, &stats_before, "evalsha", 2 * locks as u64).await;
+    for client in &workers {
+        lockkit_suite::until_waiting(client, locks / clients).await;
+    }
+    let warnings_before = warnings();
+    let stats_waiting = command_stats(server).await;
+    let start = Instant::now();
+    join_all(held.into_iter().map(LockGuard::unlock))
+        .await
+        .into_iter()
+        .for_each(|released| released.expect("the holder's unlock"));
+    lockkit_suite::within(Duration::from_secs(600), "the drain", join_all(tasks))
+        .await
+        .into_iter()
+        .for_each(|joined| joined.expect("a waiter"));
+    let end = acquired
+        .lock()
+        .expect("not poisoned")
+        .iter()
+        .copied()
+        .max()
+        .unwrap_or(start);
+    let stats_done = command_stats(server).await;
+    let warnings = warning_delta(&warnings_before, &warnings());
+    for client in &workers {
+        client.shutdown().await.expect("shutdown");
+    }
+    holder.shutdown().await.expect("shutdown");
+    let delta = |name: &str| {
+        let calls = |stats: &HashMap<String, (u64, u64)>| stats.get(name).map_or(0, |(c, _)| *c);
+        (calls(&stats_done) - calls(&stats_waiting)) as f64 / locks as f64
+    };
+    GrantsOutcome {
+        label: format!("{locks} locks, 1 waiter each"),
+        waiters: locks,
+        clients,
+        acquisitions: locks,
+        drain: end.saturating_duration_since(start),
+        publishes: delta("publish"),
+        scripts: delta("evalsha"),
+        object_subscribers: 0,
+        client_subscribers: Vec::new(),
+        warnings,
+        overlaps: 0,
+    }
+}
+
+fn print_grants(outcomes: &[GrantsOutcome]) {
+    println!();
+    println!("workload 6: handoffs by direct grant at scale");
+    println!();
+    println!(
+        "| row | clients | acquisitions | drain ms | handoffs/s | vs first row | PUBLISH/acq | \
+         script calls/acq (incl. release) | object channel subscribers | clients' channels: \
+         subscribers each | lockkit warnings | overlaps |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|");
+    let rate = |o: &GrantsOutcome| o.acquisitions as f64 / o.drain.as_secs_f64().max(1e-9);
+    let base = outcomes.first().map_or(1.0, rate);
+    for o in outcomes {
+        let subscribers = if o.client_subscribers.is_empty() {
+            "–".to_owned()
+        } else {
+            let min = o.client_subscribers.iter().min().copied().unwrap_or(0);
+            let max = o.client_subscribers.iter().max().copied().unwrap_or(0);
+            format!("{min}..={max} (of {})", o.client_subscribers.len())
+        };
+        println!(
+            "| {} ({} waiting) | {} | {} | {:.0} | {:.0} | {:.2} | {:.3} | {:.3} | {} | {} | {} | {} |",
+            o.label,
+            o.waiters,
+            o.clients,
+            o.acquisitions,
+            o.drain.as_secs_f64() * 1e3,
+            rate(o),
+            rate(o) / base,
+            o.publishes,
+            o.scripts,
+            o.object_subscribers,
+            subscribers,
+            if o.warnings.is_empty() { "none" } else { &o.warnings },
+            o.overlaps,
+        );
+    }
+}
+
 async fn bench(server: &RedisServer, sizes: Sizes, only: Option<&str>) {
     let url = server.url();
     println!(
@@ -746,6 +1050,21 @@ async fn bench(server: &RedisServer, sizes: Sizes, only: Option<&str>) {
         let outcome = waiters(server, &url, sizes).await;
         print_waiters(&outcome);
         assert_eq!(outcome.overlaps, 0, "two holders of one lock at once");
+    }
+    if only.is_none_or(|only| only == "grants") {
+        let mut outcomes = Vec::new();
+        for &(clients, per_client) in sizes.one_lock {
+            eprintln!("  grants: 1 lock, {clients} clients x {per_client} waiters");
+            outcomes
+                .push(grants_one_lock(server, &url, clients, per_client, sizes.acquisitions).await);
+        }
+        let (locks, clients) = sizes.many_locks;
+        eprintln!("  grants: {locks} locks, {clients} clients");
+        outcomes.push(grants_many_locks(server, &url, locks, clients).await);
+        print_grants(&outcomes);
+        for o in &outcomes {
+            assert_eq!(o.overlaps, 0, "two holders of one lock at once");
+        }
     }
     if only.is_none_or(|only| only == "watchdog") {
         let mut rows: Vec<WatchdogRow> = sizes

@@ -167,6 +167,32 @@ pub async fn until_waiting(client: &lockkit::Client, waiters: usize) {
     .await;
 }
 
+/// Waits (with a hang guard) until the lock-kind object `name` of `kind` has exactly `count` live
+/// waiting entries in Redis, as [`lockkit::Client::inspect`] lists them.
+///
+/// # Panics
+/// When that does not happen within a minute, or the inspection fails.
+pub async fn until_waiters_in_redis(
+    observer: &lockkit::Client,
+    kind: lockkit::protocol::keys::Kind,
+    name: &str,
+    count: usize,
+) {
+    within(Duration::from_secs(60), "the waiting entries", async {
+        loop {
+            let objects = match observer.inspect(Some(kind), name).await {
+                Ok(objects) => objects,
+                Err(err) => panic!("inspect {name}: {err}"),
+            };
+            if objects.first().map_or(0, |object| object.waiters.len()) == count {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
 /// One `EVAL` of `script` over an object's `keys`, as a command of a pipelined exchange
 /// ([`lockkit_testkit::send_commands`]): for tests that drive the protocol's scripts directly, in
 /// a `MULTI` where no time passes between them.

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use lockkit::protocol::keys::Kind;
 use lockkit_suite::{client, redis, spawned, unique, within};
 use lockkit_testkit::FaultProxy;
 
@@ -19,7 +20,7 @@ async fn a_cancelled_waiter_leaves_no_registration_and_no_hold() {
     assert!(result.is_err(), "still waiting when cancelled");
     assert_eq!(waiter.waiting_count(), 0);
     // The request leaves the waiting set in the background.
-    until_no_waiters(&holder, &name).await;
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &name, 0).await;
     guard.unlock().await.unwrap();
     assert!(!lock.is_locked().await.unwrap(), "granted to nobody");
     assert_eq!(waiter.held_count(), 0);
@@ -42,7 +43,7 @@ async fn a_grant_to_a_cancelled_waiter_is_given_back_at_once() {
         async move { lock.lock().await }
     });
     lockkit_suite::until_waiting(&waiter, 1).await;
-    until_waiters(&holder, &name, 1).await;
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &name, 1).await;
     // Cancel the wait and release at once: the release may reach Redis before the cancel does.
     waiting.abort();
     let (unlocked, _) = tokio::join!(guard.unlock(), async { waiting.await.ok() });
@@ -64,29 +65,6 @@ async fn a_grant_to_a_cancelled_waiter_is_given_back_at_once() {
     .await;
     assert_eq!(waiter.held_count(), 0);
     got.unlock().await.unwrap();
-}
-
-/// Waits until the lock `name` has no live waiting request.
-async fn until_no_waiters(observer: &lockkit::Client, name: &str) {
-    until_waiters(observer, name, 0).await;
-}
-
-/// Waits until the lock `name` has exactly `count` live waiting requests.
-async fn until_waiters(observer: &lockkit::Client, name: &str, count: usize) {
-    within(HANG, "the waiting requests to change", async {
-        loop {
-            let objects = observer
-                .inspect(Some(lockkit::protocol::keys::Kind::Lock), name)
-                .await
-                .unwrap();
-            let waiters = objects.first().map_or(0, |object| object.waiters.len());
-            if waiters == count {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
 }
 
 /// The acquire script is on its way (held back by a paused proxy) when the future is dropped.

@@ -39,25 +39,6 @@ async fn calls(server: &RedisServer) -> (u64, u64) {
     (scripts, publishes)
 }
 
-/// Waits until the lock `name` (of `kind`) has `count` live waiting requests in Redis.
-async fn until_requests(
-    observer: &lockkit::Client,
-    kind: lockkit::protocol::keys::Kind,
-    name: &str,
-    count: usize,
-) {
-    within(HANG, "the waiting requests", async {
-        loop {
-            let objects = observer.inspect(Some(kind), name).await.unwrap();
-            if objects.first().map_or(0, |object| object.waiters.len()) == count {
-                return;
-            }
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
-}
-
 /// The release is the only script call of a handoff, and it publishes once: the waiter that was
 /// granted the lock returns holding it (a fenced lock's with a greater token) without trying.
 /// Counted on the second of two rounds: the waiter's channel is then subscribed already, so its
@@ -90,7 +71,7 @@ async fn a_granted_waiter_returns_holding_the_lock_without_a_script_call() {
                 ),
             };
             until_waiting(&waiter, 1).await;
-            until_requests(&holder, kind, &name, 1).await;
+            lockkit_suite::until_waiters_in_redis(&holder, kind, &name, 1).await;
 
             let before = calls(&server).await;
             let first_token = first.fencing_token();
@@ -139,12 +120,14 @@ async fn a_frozen_grantee_costs_the_others_its_probation_not_its_lease() {
         let lock = frozen.lock(&name);
         async move { lock.try_lock(HANG, Some(LONG_LEASE)).await }
     });
-    until_requests(&holder, lockkit::protocol::keys::Kind::Lock, &name, 1).await;
+    lockkit_suite::until_waiters_in_redis(&holder, lockkit::protocol::keys::Kind::Lock, &name, 1)
+        .await;
     let next_wait = tokio::spawn({
         let lock = next.lock(&name);
         async move { lock.try_lock(HANG, Some(LONG_LEASE)).await }
     });
-    until_requests(&holder, lockkit::protocol::keys::Kind::Lock, &name, 2).await;
+    lockkit_suite::until_waiters_in_redis(&holder, lockkit::protocol::keys::Kind::Lock, &name, 2)
+        .await;
 
     proxy.pause();
     // Granted to the frozen call, which waited longest: Redis counts its subscriber, which the
@@ -185,7 +168,8 @@ async fn a_claimed_grant_outlives_its_probation_while_held() {
         let lock = waiter.lock(&name);
         async move { lock.try_lock(HANG, Some(LONG_LEASE)).await }
     });
-    until_requests(&holder, lockkit::protocol::keys::Kind::Lock, &name, 1).await;
+    lockkit_suite::until_waiters_in_redis(&holder, lockkit::protocol::keys::Kind::Lock, &name, 1)
+        .await;
     held.unlock().await.unwrap();
     let granted = within(HANG, "the grant", wait)
         .await
@@ -207,4 +191,37 @@ async fn a_claimed_grant_outlives_its_probation_while_held() {
     let ttl = other.lock(&name).remaining_ttl().await.unwrap().unwrap();
     assert!(ttl > GRANT_PROBATION, "renewed to its lease: {ttl:?}");
     granted.unlock().await.unwrap();
+}
+
+/// A wait that runs out leaves the line in its last try, in the same script: a release right
+/// after the call returned finds nobody to grant to, and the lock is free. (Before, the entry
+/// left in a cancel sent after the call returned: a release in between granted the lock to the
+/// call that had given up, and it stayed held until that cancel came, here held back by a
+/// paused proxy.)
+#[tokio::test]
+async fn a_wait_that_runs_out_leaves_the_line_before_it_returns() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let holder = client(&server.url()).await;
+    let gave_up = client(&proxy.url()).await;
+    let name = unique("gave-up");
+    let held = holder.lock(&name).lock().await.unwrap();
+    let refused = gave_up
+        .lock(&name)
+        .try_lock(Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    assert!(refused.is_none(), "held all along");
+    proxy.pause();
+    held.unlock().await.unwrap();
+    assert!(
+        !holder.lock(&name).is_locked().await.unwrap(),
+        "granted to a call that had given up"
+    );
+    let objects = holder
+        .inspect(Some(lockkit::protocol::keys::Kind::Lock), &name)
+        .await
+        .unwrap();
+    assert!(objects.is_empty() || objects[0].waiters.is_empty());
+    proxy.resume();
 }

@@ -72,6 +72,12 @@ pub(crate) trait Attempt {
     }
     /// One try. Must be cancel-safe: dropping it mid-flight must give back whatever it took.
     fn attempt(&self) -> impl Future<Output = Result<Outcome<Self::Output>, Error>> + Send;
+    /// The last try of a wait whose deadline has passed: as [`attempt`](Attempt::attempt), but a
+    /// kind whose releases grant leaves its waiting entry in the same script when refused, so no
+    /// release grants the object to a call that is returning.
+    fn last_attempt(&self) -> impl Future<Output = Result<Outcome<Self::Output>, Error>> + Send {
+        self.attempt()
+    }
     /// Takes what a release granted this waiter (a lock's direct grant: the lock is already its
     /// own in Redis). `None`: this kind cannot use the grant as it is, and tries instead (which
     /// finds the granted hold). Must be cancel-safe as [`attempt`](Attempt::attempt) is.
@@ -281,7 +287,12 @@ where
         let retry_in = match known.take() {
             Some(retry_in) => retry_in,
             None => {
-                let outcome = bound.run(attempt.attempt()).await?;
+                let last = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+                let outcome = if last {
+                    bound.run(attempt.last_attempt()).await?
+                } else {
+                    bound.run(attempt.attempt()).await?
+                };
                 // A wake-up this try acted on is used up; one that was refused goes on to a
                 // waiter that needs less. (Dropped before here, the waiter passes a wake-up in
                 // hand on.)

@@ -616,6 +616,17 @@ impl Attempt for LockAttempt<'_> {
         self.try_once(&self.keepalive_ms).await
     }
 
+    /// A try that leaves the waiting set when refused (keep-alive 0): the wait ran out, so no
+    /// release may grant the lock to this call any more.
+    async fn last_attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let outcome = self.try_once("0").await?;
+        if !matches!(outcome, Outcome::Acquired(_)) {
+            // The script took the entry out: nothing is left to leave.
+            self.queued.granted();
+        }
+        Ok(outcome)
+    }
+
     /// The lock is this call's already: the release that freed it made the call's request the
     /// holder and said so on this client's channel. The local deadline of the grant's expiry is
     /// read against the latest refused try: the server's clock then was at most what it said
@@ -632,15 +643,7 @@ impl Attempt for LockAttempt<'_> {
             // be gone, and another waiter may hold the lock. Try instead, as the same call.
             return Ok(None);
         }
-        let guard = HoldGuard::prepare_marked(
-            self.client,
-            &self.flavor.holds,
-            self.name,
-            self.keys,
-            (self.lease, self.watchdog),
-            Some(&self.owner),
-            self.seq,
-        );
+        let guard = self.hold_guard();
         // The grant took the request out of the waiting set.
         self.queued.granted();
         let guard = guard.granted_until(deadline)?.replicated().await?;
@@ -649,20 +652,26 @@ impl Attempt for LockAttempt<'_> {
 }
 
 impl LockAttempt<'_> {
-    /// One run of the acquire script; `keepalive_ms` = "0" never joins the waiting set.
-    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<LockGuard>, Error> {
-        let client = self.client;
-        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
-        // script may have taken is given back.
-        let guard = HoldGuard::prepare_marked(
-            client,
+    /// The guard of the call's one hold (its marker), armed: made before each try is sent, and
+    /// for a grant.
+    fn hold_guard(&self) -> HoldGuard {
+        HoldGuard::prepare_marked(
+            self.client,
             &self.flavor.holds,
             self.name,
             self.keys,
             (self.lease, self.watchdog),
             Some(&self.owner),
             self.seq,
-        );
+        )
+    }
+
+    /// One run of the acquire script; `keepalive_ms` = "0" never joins the waiting set.
+    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<LockGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = self.hold_guard();
         if keepalive_ms != "0" {
             self.queued.joining();
         }

@@ -65,7 +65,9 @@ end
 
 -- Reports the lock busy for `pttl` ({0, pttl, now}); first, if the caller will wait (`keepalive`
 -- ms > 0), its request joins the waiting set, keeping an earlier place, and its deadline moves to
--- now + keepalive.
+-- now + keepalive. A caller that will not wait (keep-alive 0: a single try, or the last try of a
+-- wait that ran out) leaves it instead, in the same script, so no release can grant the lock to
+-- a call that has returned.
 local function wait_turn(waiting, timeouts, member, keepalive, pttl, now)
   keepalive = tonumber(keepalive)
   if keepalive > 0 then
@@ -76,6 +78,8 @@ local function wait_turn(waiting, timeouts, member, keepalive, pttl, now)
     redis.call('ZADD', timeouts, now + keepalive, member)
     extend(waiting, keepalive)
     extend(timeouts, keepalive)
+  elseif redis.call('EXISTS', waiting) == 1 then
+    leave_waiting(waiting, timeouts, member)
   end
   return {0, pttl, now}
 end

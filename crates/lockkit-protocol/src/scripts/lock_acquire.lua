@@ -14,7 +14,8 @@
 -- ARGV[2]  hold marker (#<client id>:<sequence>), the same for every try of one acquire call
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  keep-alive in ms: when the lock is taken, join the waiting set (or stay in it) until
---          now + keep-alive; 0 = try once, never join (`try_lock` with a zero wait)
+--          now + keep-alive; 0 = do not wait: never join, and leave it if this request is in it
+--          (`try_lock` with a zero wait, or the last try of a wait that ran out)
 -- ARGV[5]  the calling client's own channel for this lock: a grant (or a looker's reservation)
 --          is published there; optional with keep-alive 0 (the call joins nothing)
 -- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH; optional as ARGV[5]
