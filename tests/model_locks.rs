@@ -95,6 +95,10 @@ enum Op {
     },
     /// The last request again (fred re-sending it after a reconnect).
     Resend,
+    /// The last try of an earlier call whose wait ran out: its request with keep-alive 0.
+    LastTry {
+        call: usize,
+    },
     /// The subscriber starts (`on`) or stops listening on client `client`'s channel (`Lock`,
     /// `FencedLock`: a grant to a call of that client is heard, or undone).
     Listen {
@@ -168,6 +172,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(owner, lease, keepalive, look)| Op::Acquire { owner, lease, keepalive, look }),
         4 => any::<usize>().prop_map(|call| Op::Retry { call }),
         1 => Just(Op::Resend),
+        1 => any::<usize>().prop_map(|call| Op::LastTry { call }),
         2 => (0usize..2, any::<bool>()).prop_map(|(client, on)| Op::Listen { client, on }),
         3 => any::<usize>().prop_map(|hold| Op::Release { hold }),
         5 => any::<usize>().prop_map(|hold| Op::ReleaseHeld { hold }),
@@ -953,6 +958,11 @@ impl<'a> Sequence<'a> {
                 Some(self.send(req))
             }
             Op::Resend => self.last.clone().map(Call::Acquire),
+            Op::LastTry { call } if !self.calls.is_empty() => {
+                let mut req = self.calls[call % self.calls.len()].clone();
+                req.keepalive_ms = 0;
+                Some(self.send(req))
+            }
             Op::Release { hold } if !self.calls.is_empty() => Some(Call::Release(
                 self.calls[hold % self.calls.len()].marker.clone(),
             )),
@@ -1615,6 +1625,15 @@ fn handoff_scenarios(prim: Prim) {
             ],
         ),
         (
+            "a wait's refused last try leaves the line: the release grants nobody",
+            vec![
+                take(2, Lease::Long),
+                wait(0, false),
+                Op::LastTry { call: 1 },
+                Op::ReleaseHeld { hold: 0 },
+            ],
+        ),
+        (
             "a grant not yet claimed is given back by the call's cancel and handed on",
             vec![
                 take(2, Lease::Long),
@@ -1666,6 +1685,7 @@ fn contended_op() -> impl Strategy<Value = Op> {
         8 => (0usize..3, lease(), prop::option::weighted(0.9, wait), prop::bool::weighted(0.2))
             .prop_map(|(owner, lease, keepalive, look)| Op::Acquire { owner, lease, keepalive, look }),
         4 => any::<usize>().prop_map(|call| Op::Retry { call }),
+        2 => any::<usize>().prop_map(|call| Op::LastTry { call }),
         6 => any::<usize>().prop_map(|hold| Op::ReleaseHeld { hold }),
         1 => any::<usize>().prop_map(|hold| Op::Release { hold }),
         2 => any::<usize>().prop_map(|call| Op::Cancel { call }),

@@ -25,7 +25,9 @@
 //!     ([`Request::entry`]); the marker is the same for every try of the call. A busy try that
 //!     will wait joins (keeping the place of the call's first busy try) and pushes its keep-alive
 //!     deadline; its entry is dropped once that passes (*"entries past it dropped before a release
-//!     chooses whom to grant"*);
+//!     chooses whom to grant"*). *"A wait that runs out makes its last try with keep-alive 0,
+//!     which takes its request out of the line in the same script when refused"* (so does any
+//!     refused try with keep-alive 0);
 //!   - a release that frees the lock *"makes the longest-waiting one the holder in the same
 //!     script"* ([`HashLock::hand_over`]), with a hold that *"expires after `min(lease,
 //!     GRANT_PROBATION)`"* ([`PROBATION_MS`]), and *"publishes one message on that call's
@@ -135,7 +137,8 @@ pub struct Request {
     /// The lease in ms (> 0).
     pub lease_ms: u64,
     /// The waiter's keep-alive in ms; 0 = try once, never wait (and never join the waiting set or
-    /// the queue).
+    /// the queue; a refused `Lock`/`FencedLock` try with 0 takes its request out of the waiting
+    /// set: the last try of a wait that ran out).
     pub keepalive_ms: u64,
     /// The fair lock's waiter id (`<client id>:w<sequence>`, one per acquire call); ignored by
     /// the other kinds.
@@ -600,14 +603,20 @@ impl HashLock {
     }
 
     /// Answers `reply` (busy or reserved); first, if the caller will wait, its call joins the
-    /// waiting set (keeping an earlier place) and its deadline moves to now + keep-alive.
+    /// waiting set (keeping an earlier place) and its deadline moves to now + keep-alive; a
+    /// caller that will not (keep-alive 0: a single try, or the last try of a wait that ran out)
+    /// takes this form of its request out instead, so no release grants a call that returned.
     fn wait_turn(&mut self, now: Now, req: &Request, reply: Acquired) -> Acquired {
+        let entry = req.entry();
         if req.keepalive_ms > 0 {
-            let entry = req.entry();
             self.waiting.items.entry(entry.clone()).or_insert(now.us);
             self.timeouts.items.insert(entry, now.ms + req.keepalive_ms);
             self.waiting.extend(now.ms, req.keepalive_ms);
             self.timeouts.extend(now.ms, req.keepalive_ms);
+        } else if !self.waiting.items.is_empty() {
+            self.waiting.items.remove(&entry);
+            self.timeouts.items.remove(&entry);
+            self.tidy();
         }
         reply
     }
@@ -1273,6 +1282,22 @@ mod tests {
         assert_eq!(sent(&mut lock), [msg("ch o2", "g:1:0:40:140:#2", false)]);
         assert_eq!(lock.holds["#3"].expiry, 140);
         assert!(lock.waiting.items.is_empty() && lock.timeouts.items.is_empty());
+    }
+
+    #[test]
+    fn a_last_try_that_is_refused_leaves_the_waiting_set() {
+        let mut lock = HashLock::new(LockKind::Lock);
+        lock.listen("ch o2", true);
+        assert_eq!(lock.acquire(at(0), &req("o1", "#1", 1_000, 0)), granted(1));
+        let busy = Ok(Acquired::Busy { until: Some(1_000) });
+        assert_eq!(lock.acquire(at(1), &req("o2", "#2", 100, 5_000)), busy);
+        assert_eq!(lock.waiting.items.len(), 1);
+        // The wait ran out: its last try (keep-alive 0) is refused and takes the request out,
+        // so the release grants nobody a call that has returned.
+        assert_eq!(lock.acquire(at(2), &req("o2", "#2", 100, 0)), busy);
+        assert!(lock.waiting.items.is_empty() && lock.timeouts.items.is_empty());
+        assert_eq!(lock.release(at(3), "#1"), Ok(Released::Freed));
+        assert!(sent(&mut lock).is_empty() && lock.holds.is_empty());
     }
 
     #[test]
