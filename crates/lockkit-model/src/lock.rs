@@ -501,9 +501,12 @@ impl HashLock {
         }
         if let Some(latest) = latest {
             if self.count(&req.owner) > 0 {
+                // A re-entry; a request of this call in the line leaves it (a later release
+                // must not grant the lock to a call that has returned).
                 return Ok(if req.look {
                     Acquired::Available
                 } else {
+                    self.leave_waiting(req);
                     self.take(now, req)
                 });
             }

@@ -63,6 +63,9 @@ if not latest then
 elseif redis.call('HEXISTS', key, owner) == 0 then
   -- The latest live hold's own expiry, not the key's PTTL (see lock_acquire.lua).
   return wait_turn(waiting, timeouts, member, keepalive, latest - now, now)
+elseif redis.call('EXISTS', waiting) == 1 then
+  -- A re-entry: a request of this call in the line leaves it (see lock_acquire.lua).
+  leave_as_holder(waiting, timeouts, marker, lease_arg, owner, channel)
 end
 
 local token = mint(key, counter, marker)

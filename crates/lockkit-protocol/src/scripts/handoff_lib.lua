@@ -149,11 +149,14 @@ local function hand_over(key, handoff, waiting, timeouts, sharded, now, counter,
       end
     else
       local expiry = now + math.min(lease, PROBATION_MS)
-      local count = take(key, owner, marker, expiry, nil, false)
+      -- The token first: a grant whose expiry has passed by the time it is taken (a long walk
+      -- over unheard requests) deletes the key at PEXPIREAT, and the token field goes with it
+      -- (minted after, it would make a new key holding only the token, with no expiry).
       local token = 0
       if counter then
         token = mint(key, counter, marker)
       end
+      local count = take(key, owner, marker, expiry, nil, false)
       local grant = string.format('g:%d:%d:%d:%d:', count, token, now, expiry) .. marker
       if heard(channel, sharded, grant) then
         return 'granted'

@@ -85,10 +85,15 @@ if not latest then
   return {1, take(key, owner, marker, now + lease, nil, false)}
 end
 
--- Re-entry by the same owner.
+-- Re-entry by the same owner. A request of this call in the line (it waited, and its owner got
+-- the lock meanwhile through another call) leaves it: a later release must not grant the lock to
+-- a call that has returned.
 if redis.call('HEXISTS', key, owner) == 1 then
   if look then
     return {2}
+  end
+  if redis.call('EXISTS', waiting) == 1 then
+    leave_as_holder(waiting, timeouts, marker, lease_arg, owner, channel)
   end
   return {1, take(key, owner, marker, now + lease, latest, false)}
 end
