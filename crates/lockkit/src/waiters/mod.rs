@@ -127,9 +127,32 @@ impl WaiterHub {
             id: registered.id,
             signal: registered.signal,
         };
-        subscribed
-            .get_or_try_init(|| transport::subscribe(&self.inner, channel))
-            .await?;
+        if !subscribed.initialized() {
+            // The subscription runs in a task of its own, not in this registrant's future: a
+            // registrant whose task stops being polled mid-way (user code that blocks its task,
+            // `block_in_place` in one branch of a `join!` while this branch subscribes) must not
+            // hold up the other waiters of the channel, or every subscription of the hub (found
+            // by `tests/model_scopes.rs`: a waiter's registration waited on a frozen one's until
+            // its bound ran out). Each registrant awaits its own task; the first to run
+            // subscribes, the others find the cell initialised or wait for it.
+            let hub = Arc::clone(&self.inner);
+            let cell = Arc::clone(&subscribed);
+            let name = channel.to_owned();
+            let task = self.inner.runtime.spawn(async move {
+                cell.get_or_try_init(|| transport::subscribe(&hub, &name))
+                    .await
+                    .map(|_| ())
+            });
+            match task.await {
+                Ok(result) => result?,
+                Err(err) => {
+                    if err.is_panic() {
+                        tracing::error!(%channel, "the subscription task panicked");
+                    }
+                    return Err(Error::Shutdown);
+                }
+            }
+        }
         Ok(waiter)
     }
 
