@@ -224,3 +224,40 @@ async fn a_sharded_waiter_parked_across_a_reconnect_is_woken_by_the_release() {
         .await
         .unwrap();
 }
+
+/// A waiter whose task stops being polled while its channel's subscription is under way (user
+/// code blocks the task: `block_in_place` in another branch of the same `join!`) does not hold up
+/// another waiter of that channel: the other one's wait ends as a wait does, `Ok(None)` when the
+/// lock stays held, not in an error once its bound runs out. (Found by `tests/model_scopes.rs`;
+/// the subscription used to run inside the first registrant's future.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_registrant_does_not_hold_up_the_other_waiters_of_its_channel() {
+    let redis = redis().await;
+    let holder = client(&redis.url()).await;
+    let waiting = client(&redis.url()).await;
+    let name = unique("frozen-registrant");
+    let held = holder
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+        .await
+        .unwrap()
+        .expect("free");
+    let first = waiting.lock(&name);
+    let second = waiting.lock(&name);
+    let (frozen, blocked) = tokio::join!(first.try_lock(Duration::from_millis(300), None), async {
+        // The first waiter has registered: its subscription is under way, in its own future.
+        until_waiting(&waiting, 1).await;
+        // Freeze this task (and with it the first waiter's future) while a second waiter of the
+        // same channel waits on this thread.
+        tokio::task::block_in_place(|| {
+            tokio::runtime::Handle::current()
+                .block_on(second.try_lock(Duration::from_millis(100), None))
+        })
+    });
+    assert!(
+        matches!(blocked, Ok(None)),
+        "the second wait timed out as a wait does: {blocked:?}"
+    );
+    assert!(matches!(frozen, Ok(None)), "{frozen:?}");
+    held.unlock().await.unwrap();
+}
