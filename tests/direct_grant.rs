@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use lockkit::protocol::keys::Kind;
 use lockkit::protocol::lock::GRANT_PROBATION;
 use lockkit_suite::{client, spawned, unique, until_waiting, within};
 use lockkit_testkit::{FaultProxy, RedisServer};
@@ -142,16 +143,26 @@ async fn a_frozen_grantee_costs_the_others_its_probation_not_its_lease() {
 
     proxy.resume();
     // The frozen call hears of its grant now, after its probation: it must not return the lock.
-    let early = tokio::time::timeout(GRANT_PROBATION, frozen_wait).await;
-    if let Ok(outcome) = early {
-        let outcome = outcome.unwrap();
-        assert!(
-            !matches!(outcome, Ok(Some(_))),
-            "a grant heard after its probation is not the lock: {outcome:?}"
-        );
+    // It tries again as the same call and waits in line behind the next waiter; nothing it
+    // returns before that next waiter lets go can be the lock.
+    let mut frozen_wait = frozen_wait;
+    tokio::select! {
+        outcome = &mut frozen_wait => panic!(
+            "a grant heard after its probation ended the call while another holds the lock: \
+             {outcome:?}"
+        ),
+        () = lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &name, 1) => {}
     }
     assert!(!got.is_lost(), "the next waiter still holds it");
     got.unlock().await.unwrap();
+    // Now the lock is its own, by a fresh grant.
+    let mine = within(HANG, "the frozen call's turn", frozen_wait)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted once the next waiter let go");
+    assert!(!mine.is_lost(), "a live hold, not the grant that ran out");
+    mine.unlock().await.unwrap();
 }
 
 /// A claimed grant with a lease longer than the probation is confirmed while held: past the
