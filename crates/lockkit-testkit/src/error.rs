@@ -168,6 +168,10 @@ pub enum TestkitError {
         source: Box<dyn std::error::Error + Send + Sync>,
     },
 
+    /// A setting of the kit is wrong, e.g. `LOCKKIT_TEST_PROFILE` names no profile.
+    #[error("{0}")]
+    Config(String),
+
     /// The environment variable `LOCKKIT_TEST_BACKEND` names no backend this build has.
     #[error("LOCKKIT_TEST_BACKEND={value:?}: {detail}")]
     Backend {

@@ -64,6 +64,7 @@ mod cluster;
 #[cfg(feature = "testcontainers")]
 mod container;
 mod error;
+mod profile;
 mod proxy;
 mod resp;
 mod sentinel;
@@ -75,6 +76,10 @@ pub use cluster::RedisCluster;
 #[cfg_attr(docsrs, doc(cfg(feature = "testcontainers")))]
 pub use container::{RedisContainer, REDIS_IMAGE, REDIS_IMAGE_TAG};
 pub use error::TestkitError;
+pub use profile::{
+    operator_alias, Profile, MANAGED_BLOCKED_COMMANDS, MANAGED_CLIENT_SUBCOMMANDS, PROFILE_ENV,
+    SCRIPTING_COMMANDS,
+};
 pub use proxy::FaultProxy;
 pub use resp::{encode_command, send_command, send_commands, RespValue};
 pub use sentinel::{RedisSentinelGroup, SENTINEL_SERVICE_NAME};

@@ -12,7 +12,7 @@ use tokio::net::TcpSocket;
 use tokio::time::Instant;
 
 use crate::resp::{exchange, exchange_unix, COMMAND_TIMEOUT};
-use crate::{RespValue, TestCertificates, TestkitError};
+use crate::{Profile, RespValue, TestCertificates, TestkitError};
 
 /// How many fresh ports [`RedisServer::start_with`] tries.
 const PORT_ATTEMPTS: usize = 5;
@@ -46,6 +46,8 @@ pub struct ServerOptions {
     binary: Option<PathBuf>,
     startup_timeout: Duration,
     tls: Option<Box<TlsFiles>>,
+    /// `None`: the profile named by `LOCKKIT_TEST_PROFILE`, read when the server starts.
+    profile: Option<Profile>,
 }
 
 /// The files of a TLS server: what `--tls-*-file` points at.
@@ -64,6 +66,7 @@ impl Default for ServerOptions {
             binary: None,
             startup_timeout: Duration::from_secs(10),
             tls: None,
+            profile: None,
         }
     }
 }
@@ -130,6 +133,26 @@ impl ServerOptions {
         self.tls.is_some()
     }
 
+    /// Starts the server with `profile`'s restrictions (a managed service's blocked commands, or
+    /// no scripting) instead of the profile named by [`PROFILE_ENV`](crate::PROFILE_ENV).
+    ///
+    /// ```
+    /// use lockkit_testkit::{Profile, ServerOptions};
+    ///
+    /// let options = ServerOptions::new().profile(Profile::ManagedService);
+    /// assert_eq!(options.chosen_profile(), Some(Profile::ManagedService));
+    /// ```
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.profile = Some(profile);
+        self
+    }
+
+    /// The profile set with [`profile`](ServerOptions::profile), if any (`None`: the server
+    /// takes the one [`PROFILE_ENV`](crate::PROFILE_ENV) names when it starts).
+    pub fn chosen_profile(&self) -> Option<Profile> {
+        self.profile
+    }
+
     /// How long to wait for a started server to answer `PING` (default 10 s).
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
         self.startup_timeout = timeout;
@@ -192,7 +215,10 @@ impl RedisServer {
     /// the server is [killed](RedisServer::kill), so concurrent tests do not
     /// get it. Should the server still fail to bind it, a new port is tried,
     /// up to 5 times.
-    pub async fn start_with(options: ServerOptions) -> Result<RedisServer, TestkitError> {
+    pub async fn start_with(mut options: ServerOptions) -> Result<RedisServer, TestkitError> {
+        if options.profile.is_none() {
+            options.profile = Some(Profile::from_env()?);
+        }
         let binary = find_binary(&options)?;
         let dir = temp_dir()?;
         let mut attempt = 0;
@@ -264,6 +290,11 @@ impl RedisServer {
     /// The password given with `--requirepass` in the options, if any.
     pub fn password(&self) -> Option<&str> {
         self.options.password()
+    }
+
+    /// The profile the server was started with.
+    pub fn profile(&self) -> Profile {
+        self.options.profile.unwrap_or_default()
     }
 
     /// The temporary directory of the server (its `--dir` and its logs).
@@ -365,6 +396,10 @@ impl RedisServer {
     /// Sends one command over a fresh connection and returns the parsed
     /// reply; authenticates first if a password was set in the options.
     ///
+    /// On a server whose [`Profile`] renamed the command away (`CONFIG` on a managed-service
+    /// imitation), it is sent under the operator's name, so the kit keeps the access a client
+    /// under test lacks.
+    ///
     /// Error replies are returned as [`RespValue::Error`], not as `Err`.
     /// Gives up after 10 seconds (e.g. while the server is paused).
     pub async fn command(&self, args: &[&str]) -> Result<RespValue, TestkitError> {
@@ -375,7 +410,8 @@ impl RedisServer {
         if let Some(password) = self.password() {
             commands.push(vec!["AUTH", password]);
         }
-        commands.push(args.to_vec());
+        let args = self.profile().as_operator(args);
+        commands.push(args.iter().map(AsRef::as_ref).collect());
         let unix = unix_socket(self.dir.path(), self.generation, &self.options);
         let mut replies = match unix {
             Some(path) => exchange_unix(&path, self.addr(), &commands, COMMAND_TIMEOUT).await?,
@@ -619,6 +655,7 @@ fn spawn(
         .arg(dir)
         .arg("--logfile")
         .arg(&log)
+        .args(options.profile.unwrap_or_default().server_args())
         .args(&options.args)
         .stdin(Stdio::null())
         .stdout(out)

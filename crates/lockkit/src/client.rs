@@ -12,7 +12,7 @@ use crate::connect::{connect, quit_in_background, Target};
 use crate::core::ClientInner;
 pub use crate::core::PubSubMode;
 use crate::core::Settings;
-use crate::error::{redis, ConnectFailure, Error};
+use crate::error::{ConnectFailure, Error};
 use crate::exec::Exec;
 pub use crate::limits::{DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT};
 use crate::lock::Lock;
@@ -514,9 +514,16 @@ impl ClientBuilder {
         }
         // No `manage_subscriptions()`: the waiter hub re-subscribes after a reconnect itself.
 
-        let probe = resolve_pubsub(&redis_client, self.pubsub, clustered);
+        // What the server can do: scripting, WAIT when the policy needs it, sharded pub/sub.
+        let probe = crate::probe::probe(
+            &redis_client,
+            &target,
+            self.pubsub,
+            clustered,
+            replica_ack.is_some(),
+        );
         let pubsub = match tokio::time::timeout_at(deadline, probe).await {
-            Ok(Ok(pubsub)) => pubsub,
+            Ok(Ok(probed)) => probed.pubsub,
             Ok(Err(err)) => {
                 quit_in_background(&redis_client);
                 quit_in_background(&sub);
@@ -558,53 +565,6 @@ impl ClientBuilder {
             )),
         })
     }
-}
-
-/// Resolves [`PubSubMode::Auto`] (sharded on a cluster that knows `SSUBSCRIBE`) and checks that
-/// an explicit [`PubSubMode::Sharded`] is supported.
-async fn resolve_pubsub(
-    redis_client: &fred::prelude::Client,
-    mode: PubSubMode,
-    clustered: bool,
-) -> Result<PubSubMode, Error> {
-    match mode {
-        PubSubMode::Classic => Ok(PubSubMode::Classic),
-        PubSubMode::Auto if !clustered => Ok(PubSubMode::Classic),
-        PubSubMode::Auto | PubSubMode::Sharded => {
-            let supported = supports_sharded_pubsub(redis_client).await?;
-            match (mode, supported) {
-                (_, true) => Ok(PubSubMode::Sharded),
-                (PubSubMode::Sharded, false) => Err(Error::InvalidArgument(
-                    "PubSubMode::Sharded was asked for, but the server does not know SSUBSCRIBE \
-                     (sharded pub/sub needs Redis 7.0 or later); use PubSubMode::Auto or Classic"
-                        .into(),
-                )),
-                _ => {
-                    tracing::info!(
-                        "the cluster does not support sharded pub/sub; using classic pub/sub"
-                    );
-                    Ok(PubSubMode::Classic)
-                }
-            }
-        }
-    }
-}
-
-/// Asks one server whether it knows `SSUBSCRIBE` (`COMMAND INFO` answers nil for an unknown
-/// command). On a cluster the servers are assumed to run one version.
-async fn supports_sharded_pubsub(redis_client: &fred::prelude::Client) -> Result<bool, Error> {
-    use fred::interfaces::ClientLike as _;
-    use fred::types::{ClusterHash, CustomCommand, Value};
-
-    let command = CustomCommand::new_static("COMMAND", ClusterHash::Random, false);
-    let reply: Value = redis_client
-        .custom(command, vec!["INFO", "SSUBSCRIBE"])
-        .await
-        .map_err(redis("probe sharded pub/sub"))?;
-    Ok(match reply {
-        Value::Array(entries) => entries.first().is_some_and(|entry| !entry.is_null()),
-        _ => false,
-    })
 }
 
 /// Accepts the schemes lockkit supports and says whether the URL asks for TLS; rejects the rest

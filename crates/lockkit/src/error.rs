@@ -218,6 +218,14 @@ pub enum ConnectFailure {
     /// port), or answered with an error (a cluster URL for a server without cluster mode, a
     /// Sentinel group that does not know the service).
     Handshake,
+    /// The server runs no Lua scripts: it refused `EVAL` (scripting disabled or renamed away, as
+    /// some managed services do, or Valkey without its Lua module). Every lockkit primitive is a
+    /// Lua script, so no client is built. The source is the server's reply.
+    NoScripting,
+    /// The [replica acknowledgement policy](crate::ClientBuilder::replica_ack) was asked for,
+    /// but the server refuses `WAIT` (ElastiCache Serverless, some proxies). The source is the
+    /// server's reply.
+    NoWait,
     /// Anything else; the error's source says more.
     Other,
 }
@@ -245,6 +253,14 @@ impl fmt::Display for ConnectFailure {
                  host? does the server want a client certificate?)",
             ),
             ConnectFailure::Handshake => f.write_str("connected, but the Redis handshake failed"),
+            ConnectFailure::NoScripting => f.write_str(
+                "the server runs no Lua scripts (it refuses `EVAL`), and every lockkit primitive \
+                 is a Lua script",
+            ),
+            ConnectFailure::NoWait => f.write_str(
+                "the replica acknowledgement policy needs `WAIT`, which the server refuses; \
+                 build the client without replica_ack",
+            ),
             ConnectFailure::Other => f.write_str("the connection failed"),
         }
     }
@@ -387,6 +403,15 @@ pub(crate) fn redis(operation: &'static str) -> impl FnOnce(fred::error::Error) 
     move |source| Error::Redis(RedisError::new(operation, source))
 }
 
+/// Whether Redis refused a command because a key holds another type: `WRONGTYPE …` from a plain
+/// command, or from a script on Redis 7 and Valkey; Redis 6.2 wraps a script's error as
+/// `ERR Error running script (call to f_…): @user_script:69: WRONGTYPE …`.
+pub(crate) fn is_wrong_type(source: &fred::error::Error) -> bool {
+    let details = source.details();
+    details.starts_with("WRONGTYPE")
+        || (details.starts_with("ERR Error running script") && details.contains(": WRONGTYPE "))
+}
+
 /// Maps the error of a plain command on `key`: `WRONGTYPE` becomes [`Error::WrongType`], anything
 /// else [`Error::Redis`] naming `operation`.
 pub(crate) fn command_error<'a>(
@@ -395,7 +420,7 @@ pub(crate) fn command_error<'a>(
     kind: lockkit_protocol::keys::Kind,
 ) -> impl FnOnce(fred::error::Error) -> Error + 'a {
     move |source| {
-        if source.details().starts_with("WRONGTYPE") {
+        if is_wrong_type(&source) {
             Error::WrongType {
                 key: key.to_owned(),
                 kind: kind.describe(),
@@ -426,6 +451,8 @@ mod tests {
             ConnectFailure::Auth,
             ConnectFailure::Tls,
             ConnectFailure::Handshake,
+            ConnectFailure::NoScripting,
+            ConnectFailure::NoWait,
             ConnectFailure::Other,
         ];
         for reason in all {
@@ -437,6 +464,8 @@ mod tests {
                 | ConnectFailure::Auth
                 | ConnectFailure::Tls
                 | ConnectFailure::Handshake
+                | ConnectFailure::NoScripting
+                | ConnectFailure::NoWait
                 | ConnectFailure::Other => {}
             }
         }
@@ -535,6 +564,24 @@ mod tests {
             }
         }
         errors
+    }
+
+    #[test]
+    fn a_wrong_type_is_recognised_as_every_server_words_it() {
+        let plain = FredError::new(
+            ErrorKind::InvalidArgument,
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+        );
+        // Redis 6.2 wraps a script's error.
+        let script_6_2 = FredError::new(
+            ErrorKind::Unknown,
+            "ERR Error running script (call to f_18f8d9e22cc4df17b2e892ac4f9cb993a6cc23d5): \
+             @user_script:69: WRONGTYPE Operation against a key holding the wrong kind of value",
+        );
+        let other = FredError::new(ErrorKind::Unknown, "ERR unknown command 'WRONGTYPE'");
+        assert!(super::is_wrong_type(&plain));
+        assert!(super::is_wrong_type(&script_6_2));
+        assert!(!super::is_wrong_type(&other));
     }
 
     #[test]

@@ -171,7 +171,7 @@ impl Exec {
                 other => other,
             };
             result.map_err(|source| {
-                if source.details().starts_with("WRONGTYPE") {
+                if crate::error::is_wrong_type(&source) {
                     Error::WrongType {
                         key: keys
                             .first()

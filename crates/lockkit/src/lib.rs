@@ -169,6 +169,7 @@ mod multi_lock;
 mod object;
 mod owner;
 mod permit_expirable_semaphore;
+mod probe;
 mod queued;
 mod read_write_lock;
 mod replica;
