@@ -2,7 +2,7 @@
 -- request. Administrative.
 --
 -- KEYS     every key of the object: a lock's [key, handoff, waiting, timeouts], a fenced lock's
---          [key, token counter, handoff, waiting, timeouts] (the counter is kept), a spin lock's
+--          [key, token counter, handoff, waiting, timeouts] (the counter is kept, with its expiry), a spin lock's
 --          [key] (it has no waiting set: its waiters poll)
 -- ARGV[1]  the lock's channel (not used: a grant goes to the waiting client's own channel)
 -- ARGV[2]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
