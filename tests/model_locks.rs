@@ -574,7 +574,11 @@ fn hash_lock_key(view: &HashLock, role: &str) -> RawKey {
             key("hash", items, view.key_expiry().map_or(-1, as_i64))
         }
         "token" => match view.counter {
-            Some(counter) => key("string", vec![counter.to_string()], -1),
+            Some(counter) => key(
+                "string",
+                vec![counter.to_string()],
+                view.counter_expiry.map_or(-1, as_i64),
+            ),
             None => absent(),
         },
         "handoff" => match &view.handoff {

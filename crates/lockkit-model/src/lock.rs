@@ -13,8 +13,9 @@
 //!   count again"*; *"a release names the exact hold it gives back"*; *"renewal neither revives
 //!   it nor moves any other hold's expiry"*; *"a hold's own expiry is never shortened by a
 //!   re-sent acquire or a renewal"*.
-//! - Fencing: *"every acquire mints `max(counter, TIME in µs) + 1"*, the counter never expires,
-//!   *"`force_unlock` keeps the counter"*, and tokens never repeat even after the object's keys
+//! - Fencing: *"every acquire mints `max(counter, TIME in µs) + 1"*, *"every mint sets the
+//!   counter to expire once the server clock has passed the new token by the counter TTL"*
+//!   ([`HashLock::counter_expiry`], [`COUNTER_TTL_MS`]), *"`force_unlock` keeps the counter"*, and tokens never repeat even after the object's keys
 //!   are restored from an older snapshot ([`HashLock::restore`] keeps the highest token issued).
 //!   A grant *"mints its fencing token"* as an acquire does, and a grant that is undone leaves
 //!   the counter where the mint left it.
@@ -104,6 +105,11 @@ pub const HANDOFF_WINDOW_MS: u64 = 10;
 /// The probation of a grant: a hold granted to a waiter lasts at most this long (its lease, if
 /// shorter) until the waiter's client claims and confirms it.
 pub const PROBATION_MS: u64 = 5_000;
+
+/// The default TTL of a fenced lock's token counter in ms
+/// (`lockkit_protocol::fenced_lock::DEFAULT_COUNTER_TTL`): each mint sets the counter to expire
+/// at `token / 1000 + 1 + TTL` (server ms).
+pub const COUNTER_TTL_MS: u64 = 86_400_000;
 
 /// Which of the reentrant hash locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -333,8 +339,13 @@ pub struct HashLock {
     pub handoff: Option<(String, u64)>,
     /// `FairLock`: the queue of waiter ids, head first.
     pub queue: Expiring<Vec<String>>,
-    /// `FencedLock`: the token counter (never expires; `None` while never minted).
+    /// `FencedLock`: the token counter (`None` while never minted, or expired).
     pub counter: Option<u64>,
+    /// `FencedLock`: when Redis deletes the counter (server ms): `token / 1000 + 1 +
+    /// counter_ttl_ms` for the last token minted.
+    pub counter_expiry: Option<u64>,
+    /// `FencedLock`: the counter TTL the scripts are given ([`COUNTER_TTL_MS`] unless set).
+    pub counter_ttl_ms: u64,
     /// `FencedLock`: the greatest token ever minted. Not part of Redis' state, so a restore of
     /// older keys does not roll it back: every later token must exceed it.
     pub issued: u64,
@@ -354,6 +365,8 @@ impl HashLock {
             handoff: None,
             queue: Expiring::default(),
             counter: None,
+            counter_expiry: None,
+            counter_ttl_ms: COUNTER_TTL_MS,
             issued: 0,
         }
     }
@@ -420,6 +433,10 @@ impl HashLock {
         if self.handoff.as_ref().is_some_and(|(_, until)| now > *until) {
             self.handoff = None;
         }
+        if self.counter_expiry.is_some_and(|at| now > at) {
+            self.counter = None;
+            self.counter_expiry = None;
+        }
     }
 
     /// Whether the lock's key exists (a live hold, a not yet settled one, or a foreign value).
@@ -445,6 +462,7 @@ impl HashLock {
         (self.kind == LockKind::Fenced).then(|| {
             let token = self.counter.unwrap_or(0).max(now.us) + 1;
             self.counter = Some(token);
+            self.counter_expiry = Some(token / 1000 + 1 + self.counter_ttl_ms);
             self.issued = self.issued.max(token);
             token
         })
@@ -880,10 +898,12 @@ impl HashLock {
     /// part of the keys: they stay as they are.
     pub fn restore(&mut self, snapshot: &HashLock) {
         let issued = self.issued;
+        let counter_ttl_ms = self.counter_ttl_ms;
         let listening = std::mem::take(&mut self.listening);
         let messages = std::mem::take(&mut self.messages);
         *self = snapshot.clone();
         self.issued = issued.max(snapshot.issued);
+        self.counter_ttl_ms = counter_ttl_ms;
         self.listening = listening;
         self.messages = messages;
     }
@@ -1158,6 +1178,27 @@ mod tests {
         lock.restore(&snapshot);
         let t3 = token(lock.acquire(Now::from_us(7), &req("o2", "#3", 100, 0)));
         assert!(t3 > t2 && lock.issued == t3, "{t3}");
+    }
+
+    #[test]
+    fn the_counter_expires_a_ttl_after_the_clock_passed_it_and_tokens_still_grow() {
+        let mut lock = HashLock::new(LockKind::Fenced);
+        lock.counter_ttl_ms = 50;
+        let token = |r: Result<Acquired, WrongType>| match r {
+            Ok(Acquired::Granted { token, .. }) => token.unwrap_or(0),
+            other => panic!("not granted: {other:?}"),
+        };
+        // The counter ahead of the clock (a failover to a server whose clock is behind): it lives
+        // until the clock has passed it by the TTL.
+        lock.counter = Some(2_000_000);
+        let t1 = token(lock.acquire(at(10), &req("o1", "#1", 100, 0)));
+        assert_eq!((t1, lock.counter_expiry), (2_000_001, Some(2_051)));
+        assert!(lock.release(at(20), "#1").is_ok());
+        assert_eq!(lock.view(2_051).counter, Some(t1));
+        assert_eq!(lock.view(2_052).counter, None);
+        let t2 = token(lock.acquire(at(2_052), &req("o2", "#2", 100, 0)));
+        assert!(t2 > t1, "{t2} after {t1}");
+        assert_eq!(lock.counter_expiry, Some(2_052 + 1 + 50));
     }
 
     /// The messages published since the last look, as `(channel, payload, heard)`.

@@ -236,6 +236,7 @@ pub struct ClientBuilder {
     renew_batch: usize,
     pubsub: PubSubMode,
     replica_ack: (ReplicaAck, Duration),
+    token_counter_ttl: Duration,
     tls: TlsSettings,
 }
 
@@ -251,6 +252,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("renew_batch", &self.renew_batch)
             .field("pubsub", &self.pubsub)
             .field("replica_ack", &self.replica_ack)
+            .field("token_counter_ttl", &self.token_counter_ttl)
             .field("tls", &self.tls)
             .finish()
     }
@@ -267,6 +269,7 @@ impl Default for ClientBuilder {
             renew_batch: DEFAULT_RENEW_BATCH,
             pubsub: PubSubMode::Auto,
             replica_ack: (ReplicaAck::None, Duration::ZERO),
+            token_counter_ttl: lockkit_protocol::fenced_lock::DEFAULT_COUNTER_TTL,
             tls: TlsSettings::default(),
         }
     }
@@ -335,6 +338,19 @@ impl ClientBuilder {
     /// [`Client::pubsub_mode`].
     pub fn pubsub(mut self, mode: PubSubMode) -> Self {
         self.pubsub = mode;
+        self
+    }
+
+    /// How long a [`FencedLock`](crate::FencedLock)'s token counter outlives its last token
+    /// (default one day, accepted from one minute to 365 days): every acquisition (and every
+    /// grant to a waiter) sets the counter to expire once the server clock has passed the new
+    /// token by this much, so a lock left unused leaves no key behind. Tokens keep growing across
+    /// the expiry: the next one is minted from the server clock, which is then past every earlier
+    /// token. The TTL is the margin against the server clock stepping back after the counter
+    /// expired. Clients that share locks should use the same value (the latest acquisition's
+    /// sets the expiry).
+    pub fn token_counter_ttl(mut self, ttl: Duration) -> Self {
+        self.token_counter_ttl = ttl;
         self
     }
 
@@ -425,6 +441,16 @@ impl ClientBuilder {
                     "{what} {value:?} is outside (0s, {MAX_LEASE:?}]"
                 )));
             }
+        }
+        let (min_ttl, max_ttl) = (
+            lockkit_protocol::fenced_lock::MIN_COUNTER_TTL,
+            lockkit_protocol::fenced_lock::MAX_COUNTER_TTL,
+        );
+        if self.token_counter_ttl < min_ttl || self.token_counter_ttl > max_ttl {
+            return Err(Error::InvalidArgument(format!(
+                "token counter TTL {:?} is outside {min_ttl:?}..={max_ttl:?}",
+                self.token_counter_ttl
+            )));
         }
         if self.renew_batch == 0 {
             return Err(Error::InvalidArgument(
@@ -536,7 +562,8 @@ impl ClientBuilder {
             }
         };
         let sharded = pubsub == PubSubMode::Sharded;
-        let exec = Exec::new(redis_client, sharded, self.command_timeout);
+        let exec = Exec::new(redis_client, sharded, self.command_timeout)
+            .with_token_counter_ttl(self.token_counter_ttl);
         let closed = CancellationToken::new();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let watchdog = Watchdog::spawn(

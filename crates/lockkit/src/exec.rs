@@ -17,6 +17,7 @@
 
 use std::fmt;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fred::clients::WithOptions;
@@ -25,6 +26,7 @@ use fred::prelude::{Client as RedisClient, Options};
 use fred::types::{ClusterHash, CustomCommand, Value};
 use futures::future::BoxFuture;
 use futures::FutureExt;
+use lockkit_protocol::fenced_lock::DEFAULT_COUNTER_TTL;
 use lockkit_protocol::keys::Kind;
 use lockkit_protocol::script::Script;
 use lockkit_protocol::slot::key_slot;
@@ -51,6 +53,8 @@ pub(crate) struct Exec {
     sharded: bool,
     /// The client's command timeout: the default [`Deadline`] of a call.
     command_timeout: Duration,
+    /// The fenced locks' token counter TTL in ms, as their minting scripts take it in `ARGV`.
+    token_counter_ttl_ms: Arc<str>,
 }
 
 impl Exec {
@@ -67,7 +71,22 @@ impl Exec {
             redis,
             sharded,
             command_timeout,
+            token_counter_ttl_ms: DEFAULT_COUNTER_TTL.as_millis().to_string().into(),
         }
+    }
+
+    /// The same, with the fenced locks' token counter TTL `ttl` (validated by the caller; see
+    /// [`ClientBuilder::token_counter_ttl`](crate::ClientBuilder::token_counter_ttl)).
+    pub(crate) fn with_token_counter_ttl(mut self, ttl: Duration) -> Self {
+        self.token_counter_ttl_ms = ttl.as_millis().to_string().into();
+        self
+    }
+
+    /// The last `ARGV` of a script of an object of `kind` that may mint a fencing token (a
+    /// fenced lock's acquire, release, cancel and force-unlock): the token counter TTL in ms;
+    /// `None` for the other kinds, which mint nothing.
+    pub(crate) fn counter_ttl_arg(&self, kind: Kind) -> Option<&str> {
+        (kind == Kind::FencedLock).then_some(&*self.token_counter_ttl_ms)
     }
 
     /// What one try is given when a caller's own bound leaves it no time: [`ROUND_TRIP`], or

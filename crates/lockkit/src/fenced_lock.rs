@@ -50,11 +50,18 @@ static FENCED: Flavor = Flavor {
 /// # Ok(()) }
 /// ```
 ///
-/// Tokens come from a counter in Redis that never expires; every acquisition mints
+/// Tokens come from a counter in Redis; every acquisition mints
 /// `max(counter, server clock in µs) + 1`. So tokens never repeat even when the counter goes back
 /// or is lost: Redis restarted from an older RDB/AOF snapshot or without persistence, or failed
 /// over to a replica that had not seen the last increments. The assumption left: the server
 /// clock does not step back further than such a restore rolled the counter back.
+///
+/// The counter does not live forever: every acquisition (and every grant to a waiter) sets it to
+/// expire once the server clock has passed the new token by the client's
+/// [`token_counter_ttl`](crate::ClientBuilder::token_counter_ttl) (one day by default). The next
+/// token is then minted from the clock, which is past every earlier token; so the expiry only
+/// assumes that the server clock does not step back by more than that TTL after the counter
+/// expired. No hold needs the counter: each hold keeps its own token.
 #[derive(Clone, Debug)]
 pub struct FencedLock {
     lock: Lock,
@@ -146,7 +153,7 @@ impl FencedLock {
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; returns whether it was locked.
-    /// The token counter is kept, so tokens keep growing.
+    /// The token counter is kept (with its expiry), so tokens keep growing.
     ///
     /// This is an administrative operation: the holders are not asked. Their guards find out at
     /// the next renewal (watchdog mode) or check (fixed lease), report

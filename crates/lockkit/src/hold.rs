@@ -248,6 +248,9 @@ pub(crate) async fn release_marker(
     known_lost: impl Fn() -> bool,
 ) -> Result<(), Error> {
     let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
+    let mut args = vec![marker, &keys.channel, exec.publish_flag()];
+    // A fenced lock's release may grant the lock to a waiter, minting its token.
+    args.extend(exec.counter_ttl_arg(kind.kind));
     let mut ambiguous = false;
     let mut resent = 0;
     // One deadline for every attempt.
@@ -258,7 +261,7 @@ pub(crate) async fn release_marker(
                 kind.release,
                 kind.kind,
                 &key_refs,
-                &[marker, &keys.channel, exec.publish_flag()],
+                &args,
                 Resend::Never,
                 deadline,
             )

@@ -677,20 +677,23 @@ impl LockAttempt<'_> {
         }
         let sent = Instant::now();
         let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
+        let mut args: Vec<&str> = vec![
+            &self.owner,
+            &self.marker,
+            &self.lease_ms,
+            keepalive_ms,
+            &self.channel,
+            client.exec.publish_flag(),
+        ];
+        // A fenced acquire mints: the token counter's TTL.
+        args.extend(client.exec.counter_ttl_arg(self.flavor.kind));
         let reply = client
             .exec
             .ints(
                 self.flavor.acquire,
                 self.flavor.kind,
                 &keys,
-                &[
-                    &self.owner,
-                    &self.marker,
-                    &self.lease_ms,
-                    keepalive_ms,
-                    &self.channel,
-                    client.exec.publish_flag(),
-                ],
+                &args,
                 Resend::Allowed,
             )
             .await?;

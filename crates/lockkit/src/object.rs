@@ -117,16 +117,12 @@ impl Object {
     ) -> Result<bool, Error> {
         let keys = self.keys()?;
         let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
-        let reply = self
-            .inner()
-            .exec
-            .ints(
-                script,
-                self.kind,
-                &key_refs,
-                &[&keys.channel, self.inner().exec.publish_flag()],
-                Resend::Never,
-            )
+        let exec = &self.inner().exec;
+        let mut args = vec![keys.channel.as_str(), exec.publish_flag()];
+        // A fenced lock's force-unlock may grant the lock to a waiter, minting its token.
+        args.extend(exec.counter_ttl_arg(self.kind));
+        let reply = exec
+            .ints(script, self.kind, &key_refs, &args, Resend::Never)
             .await?;
         Ok(decode(&reply)?)
     }

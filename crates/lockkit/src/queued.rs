@@ -108,13 +108,16 @@ async fn leave(
     leave: &'static Leave,
     id: String,
 ) {
+    let mut args = vec![id.as_str(), &keys.channel, client.exec.publish_flag()];
+    // A fenced lock's leaving waiter may hand on a grant, minting the next waiter's token.
+    args.extend(client.exec.counter_ttl_arg(kind));
     let result = client
         .exec
         .ints(
             leave.script,
             kind,
             &(leave.keys)(&keys),
-            &[&id, &keys.channel, client.exec.publish_flag()],
+            &args,
             Resend::Allowed,
         )
         .await

@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  lock key: a HASH laid out as a plain lock's (see lock_acquire.lua, hold_lib.lua), plus
 --          one field <marker>:token per outstanding hold, holding that hold's token
--- KEYS[2]  token counter: a string integer that never expires
+-- KEYS[2]  token counter: a string integer; it expires once the server clock has passed its value
+--          by the counter TTL (ARGV[7]; see handoff_lib.lua, mint)
 -- KEYS[3]  handoff key: the waiter a release reserved the free lock for (see lock_acquire.lua)
 -- KEYS[4]  waiting key: the owners waiting, by when they first found it taken (see lock_acquire.lua)
 -- KEYS[5]  timeouts key: the waiting owners' keep-alive deadlines (see lock_acquire.lua)
@@ -14,6 +15,8 @@
 -- ARGV[5]  the calling client's own channel for this lock (a grant is published there, see
 --          lock_acquire.lua)
 -- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[7]  optional: the token counter's TTL in ms (1 ..= one year; absent or '': one day), given
+--          to it again by every mint, this acquire's or a grant's
 --
 -- Reply    {1, hold_count, token}  acquired; every acquisition, re-entries included, gets a token
 --                                  greater than every token minted before it
@@ -24,9 +27,10 @@
 --
 -- Tokens: every acquisition mints max(counter, server clock in microseconds) + 1. So a counter
 -- that went back (Redis restarted from an older snapshot, or failed over to a replica that had
--- not seen the last increments) or was lost never hands out a token again, as long as the server
--- clock has not stepped back further than the counter did and fewer than a million acquisitions
--- happen per second on average.
+-- not seen the last increments), was lost or expired never hands out a token again, as long as
+-- the server clock has not stepped back further than the counter did and fewer than a million
+-- acquisitions happen per second on average. The counter expires only once the clock has passed
+-- its value by the TTL, so its expiry needs no more than that (handoff_lib.lua, mint).
 -- Holds, leases, the waiting set, direct grant and idempotence as in lock_acquire.lua: a re-sent
 -- request whose first run took the hold, or a grant not yet claimed, returns that hold's token and
 -- counts nothing. A grant (handoff_lib.lua, hand_over) mints its token as an acquire does.
@@ -34,6 +38,10 @@ local key, counter, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS
 local owner, marker, lease_arg, keepalive = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 -- Both are optional for a call that never waits (keep-alive 0): it joins nothing.
 local channel, sharded = ARGV[5] or '', ARGV[6] or '0'
+local bad_ttl = use_counter_ttl(ARGV[7])
+if bad_ttl then
+  return bad_ttl
+end
 local lease = tonumber(lease_arg)
 local token_field = marker .. ':token'
 local member = request(marker, lease_arg, owner, channel)

@@ -104,8 +104,37 @@ local function heard(channel, sharded, message)
   return type(receivers) == 'number' and receivers > 0
 end
 
+-- The fenced lock's token counter TTL in ms when a script is given none
+-- (lockkit_protocol::fenced_lock::DEFAULT_COUNTER_TTL): one day.
+local COUNTER_TTL_MS = 86400000
+-- The longest token counter TTL accepted in ms (lockkit_protocol::fenced_lock::MAX_COUNTER_TTL).
+local MAX_COUNTER_TTL_MS = 31536000000
+-- The TTL the counter gets at each mint (see mint); a script that mints sets it first
+-- (use_counter_ttl).
+local counter_ttl_ms = COUNTER_TTL_MS
+
+-- Takes the counter TTL a minting script was given (`arg`, ms; absent or '': the default).
+-- Returns nil, or an error reply for a malformed one (the caller returns it before writing).
+local function use_counter_ttl(arg)
+  if arg == nil or arg == '' then
+    return nil
+  end
+  local ms = tonumber(arg)
+  if not ms or ms < 1 or ms > MAX_COUNTER_TTL_MS or ms ~= math.floor(ms) then
+    return redis.error_reply('ERR lockkit: token counter TTL must be a whole number of ms in 1..' ..
+      MAX_COUNTER_TTL_MS .. ', got ' .. arg)
+  end
+  counter_ttl_ms = ms
+  return nil
+end
+
 -- Mints the fencing token of the hold `marker` in `key`: max(counter, server clock in µs) + 1,
 -- kept in the field `<marker>:token`. Returns it.
+-- The counter then expires once the server clock has passed the new token by counter_ttl_ms
+-- (PEXPIREAT token in ms + 1 + TTL): every mint pushes that on, and a counter ahead of the clock
+-- lives until the clock catches up. So a token minted after the counter expired, the clock + 1,
+-- is greater than every token minted before: the counter is never needed once it is gone, as
+-- long as the server clock has not stepped back by more than the TTL since.
 local function mint(key, counter, marker)
   local time = redis.call('TIME')
   local clock = tonumber(time[1]) * 1000000 + tonumber(time[2])
@@ -113,6 +142,8 @@ local function mint(key, counter, marker)
     redis.call('SET', counter, clock)
   end
   local token = redis.call('INCR', counter)
+  redis.call('PEXPIREAT', counter,
+    string.format('%d', math.floor(token / 1000) + 1 + counter_ttl_ms))
   redis.call('HSET', key, marker .. ':token', token)
   return token
 end

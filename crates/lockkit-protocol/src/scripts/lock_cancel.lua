@@ -10,6 +10,8 @@
 -- ARGV[1]  the request that stopped waiting (`<marker> <lease> <owner> <channel>`)
 -- ARGV[2]  the lock's channel (not used)
 -- ARGV[3]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[4]  optional, with KEYS[5]: the token counter's TTL in ms, given to it again by a grant's
+--          mint (see fenced_lock_acquire.lua)
 --
 -- Reply    {1} the request was waiting, granted or reserved for, and is removed; {0} it was not
 --
@@ -19,4 +21,8 @@
 -- second run finds nothing to remove.
 local key, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member, sharded = ARGV[1], ARGV[3]
+local bad_ttl = use_counter_ttl(ARGV[4])
+if bad_ttl then
+  return bad_ttl
+end
 return cancel_request(key, handoff, waiting, timeouts, member, sharded, KEYS[5])
