@@ -2,7 +2,7 @@
 //!
 //! [`RedisCluster::start`] spawns `primaries + primaries × replicas` servers with
 //! `--cluster-enabled yes`, gives each primary an even share of the 16,384 slots
-//! (`CLUSTER ADDSLOTSRANGE`), joins them (`CLUSTER MEET`), attaches the replicas
+//! (`CLUSTER ADDSLOTS`), joins them (`CLUSTER MEET`), attaches the replicas
 //! (`CLUSTER REPLICATE`) and waits until every node reports `cluster_state:ok` and every replica
 //! is in sync. It needs no `redis-cli`: everything goes through [`RedisServer::command`].
 
@@ -111,9 +111,12 @@ impl RedisCluster {
             // Distinct epochs, as redis-cli does, so no epoch collision has to be resolved.
             let epoch = (i + 1).to_string();
             expect_ok(node, &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]).await?;
+            // `ADDSLOTS` with every slot rather than `ADDSLOTSRANGE`, which Redis 6.2 lacks.
             let (first, last) = slot_share(i, self.primaries);
-            let (first, last) = (first.to_string(), last.to_string());
-            expect_ok(node, &["CLUSTER", "ADDSLOTSRANGE", &first, &last]).await?;
+            let slots: Vec<String> = (first..=last).map(|slot| slot.to_string()).collect();
+            let mut args = vec!["CLUSTER", "ADDSLOTS"];
+            args.extend(slots.iter().map(String::as_str));
+            expect_ok(node, &args).await?;
         }
         let first = &self.nodes[0];
         for node in self.nodes.iter().skip(1) {
