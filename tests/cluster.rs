@@ -1,6 +1,7 @@
 //! Every primitive on a real Redis Cluster (3 primaries, 1 replica each, on loopback), release
 //! notifications by sharded pub/sub, a primary killed while tasks wait, and a slot moved by
-//! live resharding while locks are held and waited for.
+//! live resharding, and by atomic slot migration where the server has it (Valkey 9), while
+//! locks are held and waited for.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -43,6 +44,11 @@ async fn shard_subscribers(cluster: &RedisCluster, channel: &str) -> i64 {
         .node_for_slot(key_slot(channel))
         .await
         .expect("the slot has a primary");
+    shard_subscribers_on(cluster, node, channel).await
+}
+
+/// How many subscribers the shard channel has on node `node` (`PUBSUB SHARDNUMSUB`).
+async fn shard_subscribers_on(cluster: &RedisCluster, node: usize, channel: &str) -> i64 {
     let reply = cluster.nodes()[node]
         .command(&["PUBSUB", "SHARDNUMSUB", channel])
         .await
@@ -420,16 +426,37 @@ async fn pttl(cluster: &RedisCluster, node: usize, key: &str) -> i64 {
     reply.as_int().unwrap()
 }
 
-/// A slot moves to another primary by live resharding (`CLUSTER SETSLOT … IMPORTING/MIGRATING`,
-/// `MIGRATE` of its keys, `CLUSTER SETSLOT … NODE`) while a lock in it is held with a 60 s lease,
-/// a task on another client waits 30 s for it, and a second lock in the same slot is held in
-/// watchdog mode. The old owner drops the waiter's shard subscription; the waiter's hub notices
-/// the slot's new owner and subscribes there, so the release (published on the new owner) hands
-/// the lock over: the lease outlasts the wait, so only the message explains it. The watchdog
-/// hold is renewed on the new owner and not lost, a new acquire works, and nothing is held twice.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_slot_moved_by_resharding_loses_no_hold_and_no_wakeup() {
-    let cluster = cluster().await;
+/// How a slot moves in [`a_slot_moves_while_locks_are_held_and_waited_for`].
+#[derive(Debug, Clone, Copy)]
+enum SlotMove {
+    /// Live resharding (`CLUSTER SETSLOT … IMPORTING/MIGRATING`, `MIGRATE` of its keys,
+    /// `CLUSTER SETSLOT … NODE`): [`RedisCluster::migrate_slot`].
+    Resharding,
+    /// Atomic slot migration (`CLUSTER MIGRATESLOTS`, Valkey 9.0 and later):
+    /// [`RedisCluster::migrate_slot_atomically`].
+    Atomic,
+}
+
+impl SlotMove {
+    async fn run(self, cluster: &RedisCluster, slot: u16, to: usize) {
+        let moved = match self {
+            SlotMove::Resharding => cluster.migrate_slot(slot, to).await,
+            SlotMove::Atomic => cluster.migrate_slot_atomically(slot, to).await,
+        };
+        if let Err(err) = moved {
+            panic!("{self:?} move of slot {slot} to node {to}: {err}");
+        }
+    }
+}
+
+/// A slot moves to another primary (`how`) while a lock in it is held with a 60 s lease, a task
+/// on another client waits 30 s for it, and a second lock in the same slot is held in watchdog
+/// mode. The old owner drops the waiter's shard subscription (an unsolicited `sunsubscribe`); the
+/// waiter's hub notices the slot's new owner and subscribes there, so the release (published on
+/// the new owner) hands the lock over: the lease outlasts the wait, so only the message explains
+/// it. The watchdog hold is renewed on the new owner and not lost, a new acquire works, and
+/// nothing is held twice.
+async fn a_slot_moves_while_locks_are_held_and_waited_for(cluster: RedisCluster, how: SlotMove) {
     let url = cluster.url();
     let holder = Client::builder()
         .url(&url)
@@ -473,9 +500,7 @@ async fn a_slot_moved_by_resharding_loses_no_hold_and_no_wakeup() {
     let from = cluster.node_for_slot(slot).await.expect("slot served");
     let to = (from + 1) % cluster.primaries();
     let started = tokio::time::Instant::now();
-    within(HANG, "the slot migration", cluster.migrate_slot(slot, to))
-        .await
-        .unwrap();
+    within(HANG, "the slot migration", how.run(&cluster, slot, to)).await;
     let migrated = started.elapsed();
     assert_eq!(
         cluster.node_for_slot(slot).await,
@@ -485,6 +510,11 @@ async fn a_slot_moved_by_resharding_loses_no_hold_and_no_wakeup() {
     assert!(
         pttl(&cluster, to, &key).await > 0,
         "the held lock's key moved with its lease"
+    );
+    assert_eq!(
+        shard_subscribers_on(&cluster, from, &channel).await,
+        0,
+        "the old owner dropped the waiter's subscription (an unsolicited sunsubscribe)"
     );
 
     // The old owner dropped the waiter's subscription; the hub subscribes on the new owner.
@@ -501,8 +531,8 @@ async fn a_slot_moved_by_resharding_loses_no_hold_and_no_wakeup() {
     .await;
     // Measured and reported (docs/topologies.md), never asserted.
     eprintln!(
-        "slot migration took {migrated:?}; the waiter's shard subscription was back on the new \
-         owner {:?} later",
+        "slot migration ({how:?}) took {migrated:?}; the waiter's shard subscription was back on \
+         the new owner {:?} later",
         started.elapsed()
     );
     assert!(
@@ -560,4 +590,41 @@ async fn a_slot_moved_by_resharding_loses_no_hold_and_no_wakeup() {
     watched.unlock().await.unwrap();
     holder.shutdown().await.unwrap();
     waiting.shutdown().await.unwrap();
+}
+
+/// [`a_slot_moves_while_locks_are_held_and_waited_for`], the slot moved by live resharding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_moved_by_resharding_loses_no_hold_and_no_wakeup() {
+    a_slot_moves_while_locks_are_held_and_waited_for(cluster().await, SlotMove::Resharding).await;
+}
+
+/// [`a_slot_moves_while_locks_are_held_and_waited_for`], the slot moved by atomic slot migration
+/// (`CLUSTER MIGRATESLOTS`). A server without it (Redis, Valkey before 9.0) skips the test with
+/// a line that says so (after checking that the kit's atomic move refuses with an error that
+/// names the missing command), unless `LOCKKIT_EXPECT_MIGRATESLOTS=1` (the CI's Valkey run),
+/// which makes that a failure: the test must not pass without running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_moved_atomically_loses_no_hold_and_no_wakeup() {
+    let cluster = cluster().await;
+    let supported = cluster.supports_atomic_slot_migration().await;
+    if !supported.unwrap() {
+        let server = cluster.server_version().await.unwrap();
+        let expected = std::env::var("LOCKKIT_EXPECT_MIGRATESLOTS").is_ok_and(|v| v.trim() == "1");
+        assert!(
+            !expected,
+            "{server} has no CLUSTER MIGRATESLOTS, but LOCKKIT_EXPECT_MIGRATESLOTS=1 says the \
+             server under test has it"
+        );
+        // The kit's atomic move says so too, rather than falling back to another protocol.
+        match cluster.migrate_slot_atomically(0, 1).await {
+            Err(err) => assert!(
+                err.to_string().contains("has no CLUSTER MIGRATESLOTS"),
+                "unclear error: {err}"
+            ),
+            Ok(()) => panic!("{server} moved a slot atomically without CLUSTER MIGRATESLOTS"),
+        }
+        eprintln!("skipped: {server} has no CLUSTER MIGRATESLOTS");
+        return;
+    }
+    a_slot_moves_while_locks_are_held_and_waited_for(cluster, SlotMove::Atomic).await;
 }

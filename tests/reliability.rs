@@ -1586,6 +1586,14 @@ const CONTENDED: [Primitive; 7] = [
 const CONTENTION_CLIENTS: u64 = 3;
 const CONTENTION_PERMITS: u64 = 3;
 
+/// A release's answer in the contention run, which no error may be (none is expected, whatever
+/// runs beside the run): released, or not held (for the model to judge).
+fn answered(kind: Primitive, result: Result<bool, Error>) {
+    if let Err(err) = result {
+        panic!("{kind:?} release failed: {err}");
+    }
+}
+
 /// One worker of the contention run: random waits (some a single attempt), holds of 5-150 ms,
 /// some guards dropped instead of unlocked; every invocation and answer goes to `recording`.
 async fn contention_worker(
@@ -1631,13 +1639,16 @@ async fn contention_worker(
                             recording.dropped(&hold);
                             drop(permit);
                         } else {
-                            let _ = recording
-                                .release(&hold, async { released(permit.release().await) })
-                                .await;
+                            answered(
+                                kind,
+                                recording
+                                    .release(&hold, async { released(permit.release().await) })
+                                    .await,
+                            );
                         }
                     }
                     Ok(None) => recording.timed_out(&acquiring),
-                    Err(err) => panic!("semaphore acquire without a fault: {err}"),
+                    Err(err) => panic!("semaphore acquire failed: {err}"),
                 }
             }
             Primitive::Permits => {
@@ -1652,17 +1663,25 @@ async fn contention_worker(
                             // Released by id, as another part of the program would: the guard
                             // lets go of the permit, which lives on until the release.
                             let id = permit.into_id();
-                            let _ = recording
-                                .release(&hold, async { released(semaphore.release(&id).await) })
-                                .await;
+                            answered(
+                                kind,
+                                recording
+                                    .release(&hold, async {
+                                        released(semaphore.release(&id).await)
+                                    })
+                                    .await,
+                            );
                         } else {
-                            let _ = recording
-                                .release(&hold, async { released(permit.release().await) })
-                                .await;
+                            answered(
+                                kind,
+                                recording
+                                    .release(&hold, async { released(permit.release().await) })
+                                    .await,
+                            );
                         }
                     }
                     Ok(None) => recording.timed_out(&acquiring),
-                    Err(err) => panic!("permit acquire without a fault: {err}"),
+                    Err(err) => panic!("permit acquire failed: {err}"),
                 }
             }
             Primitive::ReadWrite => {
@@ -1679,15 +1698,18 @@ async fn contention_worker(
                     Ok(Some(guard)) => {
                         let hold = recording.granted(&acquiring, process, &[object], None);
                         tokio::time::sleep(hold_for).await;
-                        let _ = recording
-                            .release(&hold, async { released(guard.unlock().await) })
-                            .await;
+                        answered(
+                            kind,
+                            recording
+                                .release(&hold, async { released(guard.unlock().await) })
+                                .await,
+                        );
                     }
                     Ok(None) => recording.timed_out(&acquiring),
                     // Every acquire here is an owner of its own, holding nothing: the model says
                     // whether a refusal (the no-upgrade rule) was right.
                     Err(Error::Refused { .. }) => recording.refused(&acquiring),
-                    Err(err) => panic!("rw acquire without a fault: {err}"),
+                    Err(err) => panic!("rw acquire failed: {err}"),
                 }
             }
             _ => {
@@ -1707,13 +1729,16 @@ async fn contention_worker(
                             recording.dropped(&hold);
                             drop(guard);
                         } else {
-                            let _ = recording
-                                .release(&hold, async { released(guard.unlock().await) })
-                                .await;
+                            answered(
+                                kind,
+                                recording
+                                    .release(&hold, async { released(guard.unlock().await) })
+                                    .await,
+                            );
                         }
                     }
                     Ok(None) => recording.timed_out(&acquiring),
-                    Err(err) => panic!("{kind:?} acquire without a fault: {err}"),
+                    Err(err) => panic!("{kind:?} acquire failed: {err}"),
                 }
             }
         }
@@ -1742,7 +1767,10 @@ async fn latch_rounds(
                 count: 3,
             },
         );
-        let set = coordinator.try_set_count(3).await.expect("no fault");
+        let set = coordinator
+            .try_set_count(3)
+            .await
+            .unwrap_or_else(|err| panic!("latch call failed: {err}"));
         history.respond(call, LatchRet::Set(set));
         let mut tasks = Vec::new();
         for i in 0..5u64 {
@@ -1760,12 +1788,15 @@ async fn latch_rounds(
                     let ret = match latch.count_down().await {
                         Ok(count) => LatchRet::Counted { count },
                         Err(Error::Refused { .. }) => LatchRet::AlreadyZero,
-                        Err(err) => panic!("count_down without a fault: {err}"),
+                        Err(err) => panic!("count_down failed: {err}"),
                     };
                     history.respond(call, ret);
                 } else {
                     let call = history.invoke(101 + i, &object, LatchOp::Wait);
-                    let opened = latch.wait(timeout).await.expect("no fault");
+                    let opened = latch
+                        .wait(timeout)
+                        .await
+                        .unwrap_or_else(|err| panic!("latch call failed: {err}"));
                     let ret = if opened {
                         LatchRet::Opened
                     } else {
@@ -1795,19 +1826,18 @@ fn history_secs() -> u64 {
         .unwrap_or(8)
 }
 
-/// Three clients, two workers each per primitive (three for the semaphore), on one Redis with no fault: every primitive's
-/// history must be linearizable (against its reference model, through `tests/history`), and no waiter may
-/// be left unserved longer than the handoff window + 100 ms (the spin lock: twice its backoff cap
-/// + 100 ms) while the resource was free for it. This is where a lost, swallowed or misdirected
-/// wake-up, or a reservation for a waiter that is gone, shows.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn histories_under_contention_are_linearizable_and_never_stall() {
-    let server = spawned().await;
+/// The contention run on the Redis at `url`, until `end`: three clients, two workers each per
+/// primitive (three for the semaphore), and rounds of a latch. Every primitive's history is
+/// checked for linearizability (against its reference model, through `tests/history`) and for
+/// waiters left unserved longer than the handoff window + 100 ms (the spin lock: twice its
+/// backoff cap + 100 ms) while the resource was free for them. Returns `record` with the figures
+/// added, and the explanation of every violation and stall (empty when there is none). An error
+/// returned to a worker by any operation fails the run: none is expected, whatever runs beside it.
+async fn contention_run(url: &str, end: tokio::time::Instant, record: Record) -> (Record, String) {
     let mut clients = Vec::new();
     for _ in 0..CONTENTION_CLIENTS {
-        clients.push(client(&server.url()).await);
+        clients.push(client(url).await);
     }
-    let end = tokio::time::Instant::now() + Duration::from_secs(history_secs());
     let mut runs = Vec::new();
     let mut tasks = Vec::new();
     for kind in CONTENDED {
@@ -1867,7 +1897,7 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
     for task in tasks {
         within(HANG, "a contention worker", task).await.unwrap();
     }
-    let mut record = Record::new("history-contention", &name_of_test());
+    let mut record = record;
     let mut failures = String::new();
     let (mut operations, mut violations) = (0, 0);
     for (kind, recording) in &runs {
@@ -1894,10 +1924,87 @@ async fn histories_under_contention_are_linearizable_and_never_stall() {
     if figures.violations + figures.stalls > 0 {
         failures.push_str(&figures.explain);
     }
-    record
+    let record = record
         .num("operations", operations as f64)
         .num("violations", violations as f64)
-        .num("clients", CONTENTION_CLIENTS as f64)
+        .num("clients", CONTENTION_CLIENTS as f64);
+    (record, failures)
+}
+
+/// The contention run on one Redis with no fault: this is where a lost, swallowed or misdirected
+/// wake-up, or a reservation for a waiter that is gone, shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn histories_under_contention_are_linearizable_and_never_stall() {
+    let server = spawned().await;
+    let end = tokio::time::Instant::now() + Duration::from_secs(history_secs());
+    let record = Record::new("history-contention", &name_of_test());
+    let (record, failures) = contention_run(&server.url(), end, record).await;
+    record.save();
+    assert!(failures.is_empty(), "{failures}");
+}
+
+// === The script cache emptied under load ===
+
+/// How often the flush run empties the script cache.
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// Sends `SCRIPT FLUSH` to `server` every [`FLUSH_EVERY`] until `end`; returns how many it sent.
+async fn flush_scripts_until(
+    server: &lockkit_testkit::RedisServer,
+    end: tokio::time::Instant,
+) -> u64 {
+    let mut ticks = tokio::time::interval(FLUSH_EVERY);
+    let mut flushes = 0;
+    loop {
+        ticks.tick().await;
+        if tokio::time::Instant::now() >= end {
+            return flushes;
+        }
+        let reply = server.command(&["SCRIPT", "FLUSH"]).await.unwrap();
+        assert_eq!(
+            reply.as_str(),
+            Some("OK"),
+            "SCRIPT FLUSH answered {reply:?}"
+        );
+        flushes += 1;
+    }
+}
+
+/// How many `NOSCRIPT` errors `server` has answered (`INFO errorstats`).
+async fn noscript_replies(server: &lockkit_testkit::RedisServer) -> u64 {
+    let reply = server.command(&["INFO", "errorstats"]).await.unwrap();
+    let info = reply.as_str().unwrap_or_default();
+    info.lines()
+        .find_map(|line| line.strip_prefix("errorstat_NOSCRIPT:count="))
+        .map_or(0, |count| count.trim().parse().unwrap())
+}
+
+/// The contention run (every primitive, three clients, a latch) while another connection sends
+/// `SCRIPT FLUSH` every 100 ms, as a managed service's failover or a maintenance job may empty
+/// the script cache under load. Every script call that meets the empty cache gets `NOSCRIPT`
+/// and must be sent again with its source: no operation may return an error (the workers fail
+/// the run on any), no waiter may be left unserved while the resource is free for it (stalls),
+/// and every history must stay linearizable. The server's `NOSCRIPT` count shows that the
+/// flushes did hit script calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_cache_flushed_every_100ms_under_contention_costs_no_error_and_no_wakeup() {
+    let server = spawned().await;
+    let end = tokio::time::Instant::now() + Duration::from_secs(history_secs());
+    let record = Record::new("script-flush", &name_of_test());
+    let url = server.url();
+    let ((record, failures), flushes) = tokio::join!(
+        contention_run(&url, end, record),
+        flush_scripts_until(&server, end)
+    );
+    let noscript = noscript_replies(&server).await;
+    println!("SCRIPT FLUSH sent {flushes} times; the server answered NOSCRIPT {noscript} times");
+    record
+        .num("script_flushes", flushes as f64)
+        .num("noscript_replies", noscript as f64)
         .save();
     assert!(failures.is_empty(), "{failures}");
+    assert!(
+        flushes > 0 && noscript > 0,
+        "the flushes must meet script calls: {flushes} flushes, {noscript} NOSCRIPT replies"
+    );
 }

@@ -2,9 +2,13 @@
 //!
 //! [`RedisCluster::start`] spawns `primaries + primaries × replicas` servers with
 //! `--cluster-enabled yes`, gives each primary an even share of the 16,384 slots
-//! (`CLUSTER ADDSLOTSRANGE`), joins them (`CLUSTER MEET`), attaches the replicas
+//! (`CLUSTER ADDSLOTS`), joins them (`CLUSTER MEET`), attaches the replicas
 //! (`CLUSTER REPLICATE`) and waits until every node reports `cluster_state:ok` and every replica
 //! is in sync. It needs no `redis-cli`: everything goes through [`RedisServer::command`].
+//!
+//! A slot moves by the classic resharding protocol ([`RedisCluster::migrate_slot`]) or, on
+//! servers that have it (Valkey 9.0 and later), by atomic slot migration
+//! ([`RedisCluster::migrate_slot_atomically`]).
 
 use std::time::Duration;
 
@@ -111,9 +115,12 @@ impl RedisCluster {
             // Distinct epochs, as redis-cli does, so no epoch collision has to be resolved.
             let epoch = (i + 1).to_string();
             expect_ok(node, &["CLUSTER", "SET-CONFIG-EPOCH", &epoch]).await?;
+            // `ADDSLOTS` with every slot rather than `ADDSLOTSRANGE`, which Redis 6.2 lacks.
             let (first, last) = slot_share(i, self.primaries);
-            let (first, last) = (first.to_string(), last.to_string());
-            expect_ok(node, &["CLUSTER", "ADDSLOTSRANGE", &first, &last]).await?;
+            let slots: Vec<String> = (first..=last).map(|slot| slot.to_string()).collect();
+            let mut args = vec!["CLUSTER", "ADDSLOTS"];
+            args.extend(slots.iter().map(String::as_str));
+            expect_ok(node, &args).await?;
         }
         let first = &self.nodes[0];
         for node in self.nodes.iter().skip(1) {
@@ -243,29 +250,16 @@ impl RedisCluster {
     /// # Panics
     /// When `to` is out of range.
     pub async fn migrate_slot(&self, slot: u16, to: usize) -> Result<(), TestkitError> {
-        let target = &self.nodes[to];
-        let from = self
-            .node_for_slot(slot)
-            .await
-            .ok_or_else(|| cluster_error(format!("slot {slot} has no owner")))?;
-        if from == to {
+        let Some(Move {
+            from,
+            source_id,
+            target_id,
+        }) = self.plan_move(slot, to).await?
+        else {
             return Ok(());
-        }
+        };
         let source = &self.nodes[from];
-        let role = target.command(&["ROLE"]).await?;
-        if role
-            .as_array()
-            .and_then(|fields| fields.first())
-            .and_then(RespValue::as_str)
-            != Some("master")
-        {
-            return Err(cluster_error(format!(
-                "node {to} (port {}) is not a primary; slots can only move to one",
-                target.port()
-            )));
-        }
-        let source_id = expect_str(source, &["CLUSTER", "MYID"]).await?;
-        let target_id = expect_str(target, &["CLUSTER", "MYID"]).await?;
+        let target = &self.nodes[to];
         let slot_arg = slot.to_string();
         expect_ok(
             target,
@@ -325,16 +319,175 @@ impl RedisCluster {
             if i == from || i == to || !node.is_running() {
                 continue;
             }
-            let role = node.command(&["ROLE"]).await?;
-            let is_primary = role
-                .as_array()
-                .and_then(|fields| fields.first())
-                .and_then(RespValue::as_str)
-                == Some("master");
-            if is_primary {
+            if is_primary(node).await? {
                 expect_ok(node, &["CLUSTER", "SETSLOT", &slot_arg, "NODE", &target_id]).await?;
             }
         }
+        self.wait_owner(slot, to).await
+    }
+
+    /// Moves `slot` to the primary node `to` by **atomic slot migration** (Valkey 9.0 and
+    /// later): `CLUSTER MIGRATESLOTS SLOTSRANGE <slot> <slot> NODE <target>` on the current
+    /// owner, which copies the slot's keys to the target and hands the slot over in one step;
+    /// the kit polls the job (`CLUSTER GETSLOTMIGRATIONS` on the owner) until it succeeds, then
+    /// returns once every running node reports the new owner.
+    ///
+    /// Unlike [`migrate_slot`](RedisCluster::migrate_slot), clients get no `ASK` while the slot
+    /// moves: the old owner serves it until the handover, `MOVED` follows. As there, the old
+    /// owner drops its shard-channel subscriptions of the slot (each subscriber gets an
+    /// `sunsubscribe`).
+    ///
+    /// # Errors
+    /// [`TestkitError::Cluster`] when the server has no `CLUSTER MIGRATESLOTS` (Redis, Valkey
+    /// before 9.0: the message names the server and its version; see
+    /// [`supports_atomic_slot_migration`](RedisCluster::supports_atomic_slot_migration)), when
+    /// `to` is not a running primary, the slot has no owner, the job is refused, fails or is
+    /// cancelled (with the server's message), or it does not complete and the nodes do not agree
+    /// on the new owner within 30 s.
+    ///
+    /// # Panics
+    /// When `to` is out of range.
+    pub async fn migrate_slot_atomically(&self, slot: u16, to: usize) -> Result<(), TestkitError> {
+        if !self.supports_atomic_slot_migration().await? {
+            return Err(cluster_error(format!(
+                "{} has no CLUSTER MIGRATESLOTS (atomic slot migration needs Valkey 9.0 or \
+                 later); use migrate_slot",
+                self.server_version().await?
+            )));
+        }
+        let Some(Move {
+            from,
+            source_id,
+            target_id,
+        }) = self.plan_move(slot, to).await?
+        else {
+            return Ok(());
+        };
+        let source = &self.nodes[from];
+        // The jobs the owner already lists: the new one is the one not among them.
+        let earlier: Vec<String> = slot_migrations(source)
+            .await?
+            .into_iter()
+            .map(|job| job.name)
+            .collect();
+        let slot_arg = slot.to_string();
+        expect_ok(
+            source,
+            &[
+                "CLUSTER",
+                "MIGRATESLOTS",
+                "SLOTSRANGE",
+                &slot_arg,
+                &slot_arg,
+                "NODE",
+                &target_id,
+            ],
+        )
+        .await?;
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            let job = slot_migrations(source)
+                .await?
+                .into_iter()
+                .find(|job| !earlier.contains(&job.name) && job.target_node == target_id);
+            match job {
+                Some(job) if job.state == "success" => break,
+                Some(job) if job.state == "failed" || job.state == "cancelled" => {
+                    return Err(cluster_error(format!(
+                        "the atomic migration of slot {slot} from node {from} ({source_id}) to \
+                         node {to} ({target_id}) ended {}: {}",
+                        job.state, job.message
+                    )));
+                }
+                job => {
+                    if Instant::now() >= deadline {
+                        let state = job.map_or_else(|| "not listed".to_owned(), |job| job.state);
+                        return Err(cluster_error(format!(
+                            "the atomic migration of slot {slot} to node {to} did not complete \
+                             within {FORM_TIMEOUT:?} (job state: {state})"
+                        )));
+                    }
+                }
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        self.wait_owner(slot, to).await
+    }
+
+    /// Whether the nodes can move a slot atomically, i.e. know `CLUSTER MIGRATESLOTS` (Valkey
+    /// 9.0 and later), as the first running node's `COMMAND INFO` says.
+    ///
+    /// # Errors
+    /// When no node is running or the node does not answer.
+    pub async fn supports_atomic_slot_migration(&self) -> Result<bool, TestkitError> {
+        let node = self.running_node()?;
+        let reply = node
+            .command(&["COMMAND", "INFO", "CLUSTER|MIGRATESLOTS"])
+            .await?;
+        if let Some(err) = reply.as_error() {
+            return Err(cluster_error(format!(
+                "COMMAND INFO on port {} answered an error: {err}",
+                node.port()
+            )));
+        }
+        // One entry per name asked for: nil for a command the server does not know.
+        Ok(reply
+            .as_array()
+            .and_then(|entries| entries.first())
+            .is_some_and(|entry| !entry.is_nil()))
+    }
+
+    /// The server the nodes run and its version, as the first running node's `INFO server`
+    /// names them: `Valkey 9.1.2`, `Redis 7.0.15`.
+    ///
+    /// # Errors
+    /// When no node is running or the node does not answer.
+    pub async fn server_version(&self) -> Result<String, TestkitError> {
+        let node = self.running_node()?;
+        let reply = node.command(&["INFO", "server"]).await?;
+        let info = reply.as_str().unwrap_or_default();
+        Ok(match info_field(info, "valkey_version") {
+            Some(version) => format!("Valkey {version}"),
+            None => format!(
+                "Redis {}",
+                info_field(info, "redis_version").unwrap_or("(unknown version)")
+            ),
+        })
+    }
+
+    fn running_node(&self) -> Result<&RedisServer, TestkitError> {
+        self.nodes
+            .iter()
+            .find(|node| node.is_running())
+            .ok_or_else(|| cluster_error("no node is running".to_owned()))
+    }
+
+    /// The checks before a slot moves to `to`: `None` when `to` already owns it.
+    async fn plan_move(&self, slot: u16, to: usize) -> Result<Option<Move>, TestkitError> {
+        let target = &self.nodes[to];
+        let from = self
+            .node_for_slot(slot)
+            .await
+            .ok_or_else(|| cluster_error(format!("slot {slot} has no owner")))?;
+        if from == to {
+            return Ok(None);
+        }
+        if !is_primary(target).await? {
+            return Err(cluster_error(format!(
+                "node {to} (port {}) is not a primary; slots can only move to one",
+                target.port()
+            )));
+        }
+        Ok(Some(Move {
+            from,
+            source_id: expect_str(&self.nodes[from], &["CLUSTER", "MYID"]).await?,
+            target_id: expect_str(target, &["CLUSTER", "MYID"]).await?,
+        }))
+    }
+
+    /// Waits until every running node reports node `to` as the owner of `slot`.
+    async fn wait_owner(&self, slot: u16, to: usize) -> Result<(), TestkitError> {
+        let target = &self.nodes[to];
         let deadline = Instant::now() + FORM_TIMEOUT;
         loop {
             let mut agreed = true;
@@ -424,6 +577,63 @@ impl RedisCluster {
             tokio::time::sleep(POLL).await;
         }
     }
+}
+
+/// A slot move about to start: the current owner's index and node id, the target's node id.
+struct Move {
+    from: usize,
+    source_id: String,
+    target_id: String,
+}
+
+/// What the kit reads of one atomic slot migration job (`CLUSTER GETSLOTMIGRATIONS`).
+#[derive(Debug, Default)]
+struct SlotMigration {
+    name: String,
+    target_node: String,
+    /// `success`, `failed`, `cancelled`, or a state of a job under way.
+    state: String,
+    message: String,
+}
+
+/// The atomic slot migration jobs `node` lists (`CLUSTER GETSLOTMIGRATIONS`: one flat
+/// field/value array per job).
+async fn slot_migrations(node: &RedisServer) -> Result<Vec<SlotMigration>, TestkitError> {
+    let reply = node.command(&["CLUSTER", "GETSLOTMIGRATIONS"]).await?;
+    let jobs = reply.as_array().ok_or_else(|| {
+        cluster_error(format!(
+            "CLUSTER GETSLOTMIGRATIONS on port {} answered {reply:?}",
+            node.port()
+        ))
+    })?;
+    Ok(jobs
+        .iter()
+        .filter_map(RespValue::as_array)
+        .map(|fields| {
+            let mut job = SlotMigration::default();
+            for pair in fields.chunks_exact(2) {
+                let value = pair[1].as_str().unwrap_or_default().to_owned();
+                match pair[0].as_str() {
+                    Some("name") => job.name = value,
+                    Some("target_node") => job.target_node = value,
+                    Some("state") => job.state = value,
+                    Some("message") => job.message = value,
+                    _ => {}
+                }
+            }
+            job
+        })
+        .collect())
+}
+
+/// Whether `node` is a primary (`ROLE`).
+async fn is_primary(node: &RedisServer) -> Result<bool, TestkitError> {
+    let role = node.command(&["ROLE"]).await?;
+    Ok(role
+        .as_array()
+        .and_then(|fields| fields.first())
+        .and_then(RespValue::as_str)
+        == Some("master"))
 }
 
 /// What the kit needs to know of one node while waiting.
