@@ -47,6 +47,36 @@ async fn shard_subscribers(cluster: &RedisCluster, channel: &str) -> i64 {
     shard_subscribers_on(cluster, node, channel).await
 }
 
+/// How many subscribers `channel` has, as the client's pub/sub mode subscribes to it: a shard
+/// channel on the slot's owner, or a classic channel on any node (Redis 6.2, which has no
+/// sharded pub/sub: `PUBLISH` in a cluster reaches every node's subscribers).
+async fn subscribers(cluster: &RedisCluster, mode: PubSubMode, channel: &str) -> i64 {
+    if mode == PubSubMode::Sharded {
+        return shard_subscribers(cluster, channel).await;
+    }
+    let mut total = 0;
+    for node in cluster.nodes().iter().filter(|node| node.is_running()) {
+        let reply = node.command(&["PUBSUB", "NUMSUB", channel]).await.unwrap();
+        total += match reply.as_array() {
+            Some([_, count]) => count.as_int().unwrap(),
+            other => panic!("unexpected NUMSUB reply {other:?}"),
+        };
+    }
+    total
+}
+
+/// Whether the cluster's servers know `SSUBSCRIBE` (Redis 7.0 and later, Valkey).
+async fn has_sharded_pubsub(cluster: &RedisCluster) -> bool {
+    let reply = cluster.nodes()[0]
+        .command(&["COMMAND", "INFO", "SSUBSCRIBE"])
+        .await
+        .unwrap();
+    reply
+        .as_array()
+        .and_then(|entries| entries.first())
+        .is_some_and(|entry| entry.as_array().is_some())
+}
+
 /// How many subscribers the shard channel has on node `node` (`PUBSUB SHARDNUMSUB`).
 async fn shard_subscribers_on(cluster: &RedisCluster, node: usize, channel: &str) -> i64 {
     let reply = cluster.nodes()[node]
@@ -65,10 +95,15 @@ async fn every_primitive_works_on_a_cluster() {
     let url = cluster.url();
     let a = connect(&url).await;
     let b = connect(&url).await;
+    let expected = if has_sharded_pubsub(&cluster).await {
+        PubSubMode::Sharded
+    } else {
+        PubSubMode::Classic
+    };
     assert_eq!(
         a.pubsub_mode(),
-        PubSubMode::Sharded,
-        "Auto picks sharded on 7.x"
+        expected,
+        "Auto picks sharded where the servers have it (7.0+), classic on 6.2"
     );
     within(HANG, "the basic scenarios", async {
         lock_scenario(&a, &b).await;
@@ -80,9 +115,85 @@ async fn every_primitive_works_on_a_cluster() {
         semaphore_scenario(&a, &b).await;
         permit_expirable_semaphore_scenario(&a, &b).await;
         count_down_latch_scenario(&a, &b).await;
-        handoff_by_sharded_pubsub(&cluster, &a, &b).await;
+        handoff_by_release_message(&cluster, &a, &b).await;
     })
     .await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// Classic pub/sub on a cluster (what `PubSubMode::Auto` picks on Redis 6.2, and what a user may
+/// ask for anywhere): `PUBLISH` reaches the subscribers of every node through the cluster bus,
+/// but its reply counts only those of the node that ran it. A grant published on the lock's node
+/// to a waiter subscribed elsewhere must still count as heard, not be undone while the message
+/// tells the waiter it holds the lock (it then held nothing: `unlock` answered `NotHeld`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_primitive_works_on_a_cluster_with_classic_pubsub() {
+    let cluster = cluster().await;
+    let url = cluster.url();
+    let classic = || async {
+        Client::builder()
+            .url(&url)
+            .pubsub(PubSubMode::Classic)
+            .build()
+            .await
+            .unwrap()
+    };
+    let (a, b) = (classic().await, classic().await);
+    assert_eq!(a.pubsub_mode(), PubSubMode::Classic);
+    within(HANG, "the basic scenarios", async {
+        lock_scenario(&a, &b).await;
+        fenced_lock_scenario(&a, &b).await;
+        fair_lock_scenario(&a, &b).await;
+        read_write_lock_scenario(&a, &b).await;
+        spin_lock_scenario(&a, &b).await;
+        multi_lock_scenario(&a, &b).await;
+        semaphore_scenario(&a, &b).await;
+        permit_expirable_semaphore_scenario(&a, &b).await;
+        count_down_latch_scenario(&a, &b).await;
+        // Several handoffs, so that some grants are published on a node other than the one the
+        // waiter's subscription is on.
+        for _ in 0..6 {
+            handoff_by_release_message(&cluster, &a, &b).await;
+        }
+    })
+    .await;
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+}
+
+/// A release is sent at most once; the first command to a slot that moved is redirected
+/// (`MOVED`), which fred may not follow for such a command ("Too many failed write attempts").
+/// The release did not run, so it is sent again: `unlock` succeeds and the lock is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_release_right_after_its_slot_moved_succeeds() {
+    let cluster = cluster().await;
+    let url = cluster.url();
+    let (a, b) = (connect(&url).await, connect(&url).await);
+    let name = unique("cluster-moved-release");
+    let key = Namespace::default().lock(&name).unwrap().key;
+    let slot = key_slot(&key);
+    // A fixed lease: no renewal touches the slot before the release does.
+    let held = a
+        .lock(&name)
+        .try_lock(Duration::ZERO, Some(LONG_LEASE))
+        .await;
+    let held = held.unwrap().expect("a free lock is taken");
+    let from = cluster.node_for_slot(slot).await.expect("slot served");
+    let to = (from + 1) % cluster.primaries();
+    within(HANG, "the slot migration", cluster.migrate_slot(slot, to))
+        .await
+        .unwrap();
+    within(HANG, "the release", held.unlock())
+        .await
+        .expect("the release follows the slot to its new owner");
+    let again = b.lock(&name).try_lock(Duration::ZERO, None).await;
+    again
+        .unwrap()
+        .expect("the lock is free on the new owner")
+        .unlock()
+        .await
+        .unwrap();
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
 }
@@ -263,8 +374,9 @@ async fn count_down_latch_scenario(a: &Client, b: &Client) {
 
 /// The holder's lease (60 s) outlasts the waiter's patience (30 s): the waiter can only get the
 /// lock through the release message, which travels by `SPUBLISH` to the shard channel the
-/// waiter holds with `SSUBSCRIBE` on the node that owns the lock's slot.
-async fn handoff_by_sharded_pubsub(cluster: &RedisCluster, a: &Client, b: &Client) {
+/// waiter holds with `SSUBSCRIBE` on the node that owns the lock's slot (on Redis 6.2, by
+/// `PUBLISH`, which a cluster delivers to the subscribers of every node).
+async fn handoff_by_release_message(cluster: &RedisCluster, a: &Client, b: &Client) {
     let name = unique("cluster-handoff");
     let held = a
         .lock(&name)
@@ -279,9 +391,9 @@ async fn handoff_by_sharded_pubsub(cluster: &RedisCluster, a: &Client, b: &Clien
     // A lock's waiter listens on its client's own channel for the lock.
     let channel = keys(Kind::Lock, &name).client_channel(b.id());
     assert_eq!(
-        shard_subscribers(cluster, &channel).await,
+        subscribers(cluster, b.pubsub_mode(), &channel).await,
         1,
-        "the waiter holds a shard subscription on the slot's node"
+        "the waiter holds a subscription (a shard subscription on the slot's node)"
     );
     held.unlock().await.unwrap();
     let got = waiter.await.unwrap().unwrap();
@@ -495,7 +607,19 @@ async fn a_slot_moves_while_locks_are_held_and_waited_for(cluster: RedisCluster,
     until_waiting(&waiting, 1).await;
     // A lock's waiter listens on its client's own channel for the lock.
     let channel = keys(Kind::Lock, &name).client_channel(waiting.id());
-    assert_eq!(shard_subscribers(&cluster, &channel).await, 1);
+    let mode = waiting.pubsub_mode();
+    if mode == PubSubMode::Sharded {
+        assert_eq!(subscribers(&cluster, mode, &channel).await, 1);
+    } else {
+        // Classic pub/sub (Redis 6.2): in 1 of 4 runs the count read on every node was still 0
+        // right after the waiter was counted (see the closing note of issue 21); wait for it.
+        within(HANG, "the waiter's classic subscription", async {
+            while subscribers(&cluster, mode, &channel).await != 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
 
     let from = cluster.node_for_slot(slot).await.expect("slot served");
     let to = (from + 1) % cluster.primaries();
@@ -511,11 +635,13 @@ async fn a_slot_moves_while_locks_are_held_and_waited_for(cluster: RedisCluster,
         pttl(&cluster, to, &key).await > 0,
         "the held lock's key moved with its lease"
     );
-    assert_eq!(
-        shard_subscribers_on(&cluster, from, &channel).await,
-        0,
-        "the old owner dropped the waiter's subscription (an unsolicited sunsubscribe)"
-    );
+    if mode == PubSubMode::Sharded {
+        assert_eq!(
+            shard_subscribers_on(&cluster, from, &channel).await,
+            0,
+            "the old owner dropped the waiter's subscription (an unsolicited sunsubscribe)"
+        );
+    }
 
     // The old owner dropped the waiter's subscription; the hub subscribes on the new owner.
     let started = tokio::time::Instant::now();
@@ -523,7 +649,7 @@ async fn a_slot_moves_while_locks_are_held_and_waited_for(cluster: RedisCluster,
         HANG,
         "the waiter's hub to subscribe on the new owner",
         async {
-            while shard_subscribers(&cluster, &channel).await != 1 {
+            while subscribers(&cluster, mode, &channel).await != 1 {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         },

@@ -562,7 +562,7 @@ impl ClientBuilder {
             }
         };
         let sharded = pubsub == PubSubMode::Sharded;
-        let exec = Exec::new(redis_client, sharded, self.command_timeout)
+        let exec = Exec::new(redis_client, sharded, clustered, self.command_timeout)
             .with_token_counter_ttl(self.token_counter_ttl);
         let closed = CancellationToken::new();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();

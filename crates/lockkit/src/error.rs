@@ -334,8 +334,10 @@ impl RedisError {
             && self.source.details().starts_with(UNROUTABLE)
     }
 
-    /// Whether the failure leaves the outcome unknown: the connection broke or the command timed
-    /// out, so the command may or may not have run.
+    /// Whether the failure leaves the outcome unknown: the connection broke, the command timed
+    /// out, or a command sent at most once would have had to be sent again (a cluster node
+    /// redirected it with `MOVED`, or the connection was re-established), so the command may or
+    /// may not have run.
     ///
     /// ```no_run
     /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -357,9 +359,15 @@ impl RedisError {
         matches!(
             self.source.kind(),
             ErrorKind::IO | ErrorKind::Timeout | ErrorKind::Canceled
-        )
+        ) || (*self.source.kind() == ErrorKind::Unknown
+            && self.source.details().starts_with(RESEND_REFUSED))
     }
 }
+
+/// The start of fred's message for a command that was written once and that it may not write
+/// again (`max_attempts` used up): after a `MOVED` redirect (the command did not run) or a
+/// reconnect (it may have run). Either way the outcome is unknown to the caller.
+const RESEND_REFUSED: &str = "Too many failed write attempts";
 
 /// The start of fred's message for a command it had no connection to route to
 /// (`fred::router::commands::write_command`).

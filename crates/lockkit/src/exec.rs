@@ -51,6 +51,9 @@ pub(crate) struct Exec {
     sending_once: WithOptions<RedisClient>,
     /// Whether release announcements go out by `SPUBLISH` (sharded pub/sub).
     sharded: bool,
+    /// Whether the server is a cluster: there, a classic `PUBLISH` reaches the subscribers of
+    /// every node, but its reply counts only those of the node that ran it.
+    clustered: bool,
     /// The client's command timeout: the default [`Deadline`] of a call.
     command_timeout: Duration,
     /// The fenced locks' token counter TTL in ms, as their minting scripts take it in `ARGV`.
@@ -59,8 +62,14 @@ pub(crate) struct Exec {
 
 impl Exec {
     /// `sharded`: whether scripts announce releases with `SPUBLISH` rather than `PUBLISH`;
+    /// `clustered`: whether the server is a cluster;
     /// `command_timeout`: the longest a call may take unless its caller gives a deadline.
-    pub(crate) fn new(redis: RedisClient, sharded: bool, command_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        redis: RedisClient,
+        sharded: bool,
+        clustered: bool,
+        command_timeout: Duration,
+    ) -> Self {
         let once = Options {
             max_attempts: Some(1),
             ..Options::default()
@@ -70,6 +79,7 @@ impl Exec {
             sending_once: redis.with_options(&once),
             redis,
             sharded,
+            clustered,
             command_timeout,
             token_counter_ttl_ms: DEFAULT_COUNTER_TTL.as_millis().to_string().into(),
         }
@@ -101,12 +111,13 @@ impl Exec {
     }
 
     /// The sharded flag every announcing script takes in `ARGV`: `"1"` for `SPUBLISH`, `"0"` for
-    /// `PUBLISH`.
+    /// `PUBLISH`, `"2"` for `PUBLISH` on a cluster, whose receiver count is that of one node
+    /// only (a grant's "nobody heard it" must not be read from it).
     pub(crate) fn publish_flag(&self) -> &'static str {
-        if self.sharded {
-            "1"
-        } else {
-            "0"
+        match (self.sharded, self.clustered) {
+            (true, _) => "1",
+            (false, true) => "2",
+            (false, false) => "0",
         }
     }
 

@@ -14,7 +14,7 @@
 --          it) until now + keep-alive; 0 = try once, never queue
 -- ARGV[6]  the lock's channel: the next waiter is named on its own client's channel,
 --          `<channel>:<client id>` (fair_lib.lua)
--- ARGV[7]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[7]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1, hold_count}  acquired; hold_count is the owner's count after this hold
 --          {0, wait_ms}     not acquired; nothing changes for this waiter without a message for

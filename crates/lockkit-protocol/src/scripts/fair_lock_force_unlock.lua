@@ -3,7 +3,7 @@
 --
 -- KEYS[1]  lock key, KEYS[2] queue key, KEYS[3] timeouts key (see fair_lock_acquire.lua)
 -- ARGV[1]  the lock's channel (the next waiter is named on its client's, see fair_lib.lua)
--- ARGV[2]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[2]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1} the lock existed and was deleted; `w:<next waiter>` was published on that
 --              waiter's client's channel (fair_lib.lua; nothing when nobody is queued)

@@ -14,7 +14,7 @@
 --          lock_acquire.lua)
 -- ARGV[5]  the calling client's own channel for this lock (a grant is published there, see
 --          lock_acquire.lua)
--- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[6]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 -- ARGV[7]  optional: the token counter's TTL in ms (1 ..= one year; absent or '': one day), given
 --          to it again by every mint, this acquire's or a grant's
 --

@@ -7,7 +7,7 @@
 -- KEYS[5]  timeouts key (see lock_release.lua)
 -- ARGV[1]  hold marker of the hold to give back
 -- ARGV[2]  the lock's channel (not used, see lock_release.lua)
--- ARGV[3]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[3]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 -- ARGV[4]  optional: the token counter's TTL in ms, given to it again by a grant's mint (see
 --          fenced_lock_acquire.lua)
 --

@@ -94,12 +94,18 @@ end
 
 -- Publishes `message` on `channel` (SPUBLISH when `sharded` = '1'); whether a subscriber got it
 -- (pcall: a failed publish must not undo the script's other work; it counts as unheard).
+-- `sharded` = '2' is classic PUBLISH on a cluster: the cluster bus carries the message to the
+-- subscribers of every node, but PUBLISH counts only this node's, so the count says nothing and
+-- every publish counts as heard (a grant nobody takes then lasts its probation).
 local function heard(channel, sharded, message)
   local receivers
   if sharded == '1' then
     receivers = redis.pcall('SPUBLISH', channel, message)
   else
     receivers = redis.pcall('PUBLISH', channel, message)
+  end
+  if sharded == '2' then
+    return type(receivers) == 'number'
   end
   return type(receivers) == 'number' and receivers > 0
 end

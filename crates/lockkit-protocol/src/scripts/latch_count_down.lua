@@ -5,7 +5,7 @@
 -- ARGV[1]  request marker (#<client id>:<sequence>), unique per request
 -- ARGV[2]  how long requests are remembered, in ms (the window)
 -- ARGV[3]  channel on which reaching zero is announced ('all')
--- ARGV[4]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[4]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1, count}  counted down; count = the new count (0: the latch opened, the key was
 --                      deleted and every waiter woken). For a re-sent request whose first run

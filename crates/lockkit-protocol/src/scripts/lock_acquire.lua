@@ -18,7 +18,7 @@
 --          (`try_lock` with a zero wait, or the last try of a wait that ran out)
 -- ARGV[5]  the calling client's own channel for this lock: a grant (or a looker's reservation)
 --          is published there; optional with keep-alive 0 (the call joins nothing)
--- ARGV[6]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH; optional as ARGV[5]
+-- ARGV[6]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster; optional as ARGV[5]
 -- ARGV[7]  optional; 1 = only look (a multi-lock waiting for all its members at once): where the
 --          lock would be taken, reply {2} and take nothing (a reservation for this owner stays
 --          until its window ends); where it is busy, join or stay in the waiting set as usual

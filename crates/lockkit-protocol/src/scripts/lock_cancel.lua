@@ -9,7 +9,7 @@
 -- KEYS[5]  optional: the fenced lock's token counter (a grant to the next request mints a token)
 -- ARGV[1]  the request that stopped waiting (`<marker> <lease> <owner> <channel>`)
 -- ARGV[2]  the lock's channel (not used)
--- ARGV[3]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[3]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 -- ARGV[4]  optional, with KEYS[5]: the token counter's TTL in ms, given to it again by a grant's
 --          mint (see fenced_lock_acquire.lua)
 --

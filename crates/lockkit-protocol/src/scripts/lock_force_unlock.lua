@@ -5,7 +5,7 @@
 --          [key, token counter, handoff, waiting, timeouts] (the counter is kept, with its expiry), a spin lock's
 --          [key] (it has no waiting set: its waiters poll)
 -- ARGV[1]  the lock's channel (not used: a grant goes to the waiting client's own channel)
--- ARGV[2]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[2]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 -- ARGV[3]  optional, for a fenced lock: the token counter's TTL in ms, given to it again by a
 --          grant's mint (see fenced_lock_acquire.lua)
 --

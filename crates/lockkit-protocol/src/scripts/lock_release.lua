@@ -6,7 +6,7 @@
 -- KEYS[4]  timeouts key (see lock_acquire.lua)
 -- ARGV[1]  hold marker of the hold to give back
 -- ARGV[2]  the lock's channel (not used: a grant goes to the waiting client's own channel)
--- ARGV[3]  1 to publish with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[3]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1, 0}           released; the lock is free, or was handed over to a waiting request
 --          {2, hold_count}  released; the same owner still holds hold_count holds

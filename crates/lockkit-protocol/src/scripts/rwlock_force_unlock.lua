@@ -4,7 +4,7 @@
 -- KEYS[1]  lock key (see rwlock_acquire.lua)
 -- KEYS[2]  expiries (see rwlock_acquire.lua)
 -- ARGV[1]  channel on which the release is announced
--- ARGV[2]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[2]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1} the lock was held and was deleted; {0} it was free (holds that had run out do not
 --          count)

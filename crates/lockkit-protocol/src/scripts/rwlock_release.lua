@@ -4,7 +4,7 @@
 -- KEYS[2]  expiries (see rwlock_acquire.lua)
 -- ARGV[1]  hold marker of the hold to give back
 -- ARGV[2]  channel on which the release is announced
--- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[3]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1, 0}           released; the owner holds the lock no more (other readers may)
 --          {2, hold_count}  released; the same owner still holds hold_count holds (read + write)

@@ -6,7 +6,7 @@
 -- ARGV[2]  permits to take, k > 0
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  channel on which permits that came back are announced
--- ARGV[5]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[5]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 -- ARGV[6]  the handle's configured total, '' when it has none: when the total is absent (never
 --          set, or lost with the data: an empty restart, FLUSHALL, eviction, a failover to a
 --          lagging replica), it is set to this first, atomically, and every waiter is told

@@ -5,7 +5,7 @@
 -- ARGV[1]  delta: permits to add, negative to remove
 -- ARGV[2]  the largest total accepted
 -- ARGV[3]  channel on which permits that came back are announced
--- ARGV[4]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[4]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 -- ARGV[5]  the handle's configured total, '' when it has none: an absent total (never set, or
 --          lost with the data) starts from it instead of from 0
 --

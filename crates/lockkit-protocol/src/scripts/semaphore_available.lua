@@ -3,7 +3,7 @@
 -- KEYS[1]  main HASH (see semaphore_lib.lua)
 -- KEYS[2]  leases ZSET
 -- ARGV[1]  channel on which permits that came back are announced
--- ARGV[2]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[2]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1, available, total}  the permits free now and the total
 --          {0, 0, 0}              the permits were never set

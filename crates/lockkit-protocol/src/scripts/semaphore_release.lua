@@ -4,7 +4,7 @@
 -- KEYS[2]  leases ZSET
 -- ARGV[1]  hold marker of the hold to give back (for a permit-expirable semaphore: the permit id)
 -- ARGV[2]  channel on which the permits that came back are announced ('n:<k>')
--- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[3]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1, 0}  released and announced
 --          {0, 0}  the hold was not there: its lease ran out, it was released already (by this

@@ -4,7 +4,7 @@
 -- KEYS[2]  leases ZSET
 -- ARGV[1]  the total number of permits (>= 0)
 -- ARGV[2]  channel on which the new total is announced ('all')
--- ARGV[3]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[3]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1} set; {0} the permits were set already (nothing changed)
 --

@@ -6,7 +6,7 @@
 -- ARGV[1]  hold marker (the permit id)
 -- ARGV[2]  new lease in milliseconds, counted from now (> 0)
 -- ARGV[3]  channel on which permits that came back are announced
--- ARGV[4]  1 to announce with SPUBLISH (sharded pub/sub), 0 with PUBLISH
+-- ARGV[4]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1} updated; {0} the hold was not there (lease ended, released, or never existed)
 local main, leases = KEYS[1], KEYS[2]
