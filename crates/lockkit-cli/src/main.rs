@@ -165,14 +165,21 @@ impl From<Error> for Failure {
             Error::InvalidArgument(_) => USAGE,
             _ => REDIS,
         };
-        Failure::new(code, chain(&err))
+        let mut message = chain(&err);
+        if matches!(err, Error::Connect { .. }) {
+            // The library's hint speaks of "the URL this program gave lockkit": say where this
+            // program takes it from.
+            message.push_str("; the URL comes from --url, else REDIS_URL");
+        }
+        Failure::new(code, message)
     }
 }
 
-/// `err` and its sources on one line, joined by `: `. lockkit's errors leave their source's text
-/// out of their own, so each cause shows once: a refused connection is the one line
-/// `cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)`,
-/// a failed command `redis error during <operation>: <Redis' reply>`.
+/// `err` and its sources on one line, joined by `: `. lockkit's errors carry their cause in
+/// their own text and leave it out of `source()`, so each cause shows once: a refused
+/// connection is the one line `cannot connect to 127.0.0.1:6379: connection refused (is Redis
+/// running at that address? ...)`, a failed command `redis error during <operation>: <Redis'
+/// reply>`.
 fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut line = err.to_string();
     let mut source = err.source();

@@ -302,7 +302,8 @@ async fn a_refused_connection_prints_one_readable_line() {
         String::from_utf8_lossy(&output.stderr),
         format!(
             "lockkit: cannot connect to 127.0.0.1:{port}: connection refused \
-             (is Redis running? set REDIS_URL)\n"
+             (is Redis running at that address? it is the one in the URL this program gave \
+             lockkit); the URL comes from --url, else REDIS_URL\n"
         )
     );
     assert!(output.stdout.is_empty(), "{output:?}");
