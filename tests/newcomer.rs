@@ -88,3 +88,25 @@ async fn an_outage_s_error_carries_its_cause_on_its_top_line() {
     assert!(operation.starts_with("redis error during acquire of `outage:"), "{shown}");
     assert!(cause.starts_with("no answer from Redis within 1.0s"), "{shown}");
 }
+
+/// A fixed lease that runs out is reported lost with a message of its own: fixed leases are
+/// never renewed, so "could not be renewed" would send the reader looking at the watchdog.
+#[tokio::test]
+async fn a_fixed_lease_that_ran_out_is_not_said_to_be_unrenewed() {
+    let warnings = lockkit_suite::Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    let server = spawned().await;
+    let client = lockkit_suite::client(&server.url()).await;
+    let guard = client
+        .lock(unique("fixed-lease"))
+        .lock_with_lease(Duration::from_millis(100))
+        .await
+        .unwrap();
+    within(HANG, "the fixed lease to run out", guard.lost()).await;
+    let seen = warnings.take();
+    let lost: Vec<&String> = seen.iter().filter(|event| event.contains("lease lost")).collect();
+    assert_eq!(lost.len(), 1, "{seen:?}");
+    assert!(lost[0].contains("its fixed lease ran out"), "{seen:?}");
+    assert!(!lost[0].contains("renewed before"), "{seen:?}");
+    assert!(!lost[0].contains("could not be renewed"), "{seen:?}");
+}

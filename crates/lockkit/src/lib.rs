@@ -185,6 +185,7 @@ pub use client::{
     Client, ClientBuilder, PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
 pub use count_down_latch::CountDownLatch;
+pub use limits::MIN_LEASE;
 pub use error::{ConnectFailure, Error, RedisError};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
