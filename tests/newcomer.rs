@@ -3,8 +3,10 @@
 
 use std::time::Duration;
 
-use lockkit::{Client, ConnectFailure, Error};
-use lockkit_suite::{spawned, unique, within};
+use lockkit::protocol::keys::Kind;
+use lockkit::{Client, ConnectFailure, Error, Inspection};
+use lockkit_suite::{spawned, unique, until_waiting, within};
+use lockkit_testkit::{RedisServer, ServerOptions};
 
 /// Bound on any step that must not hang.
 const HANG: Duration = Duration::from_secs(30);
@@ -109,4 +111,149 @@ async fn a_fixed_lease_that_ran_out_is_not_said_to_be_unrenewed() {
     assert!(lost[0].contains("its fixed lease ran out"), "{seen:?}");
     assert!(!lost[0].contains("renewed before"), "{seen:?}");
     assert!(!lost[0].contains("could not be renewed"), "{seen:?}");
+}
+
+/// Polls `client.inspect` of `kind` `name` until `done` holds of the inspection, and returns it.
+async fn inspected_until(
+    client: &Client,
+    kind: Kind,
+    name: &str,
+    what: &str,
+    done: impl Fn(&Inspection) -> bool,
+) -> Inspection {
+    within(HANG, what, async {
+        loop {
+            let found = client.inspect(Some(kind), name).await.unwrap();
+            if let Some(object) = found.into_iter().next().filter(|object| done(object)) {
+                return object;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+}
+
+/// `inspect` used to show no waiters for a semaphore with 28 waiting tasks. Every kind now says
+/// what can be known: a lock lists its waiters; a semaphore, a read-write lock and a latch,
+/// whose waiters Redis does not keep, say so and count the clients waiting on their channel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_tells_of_the_waiters_of_every_kind() {
+    let server = spawned().await;
+    let url = server.url();
+    let observer = lockkit_suite::client(&url).await;
+    let pods = [
+        lockkit_suite::client(&url).await,
+        lockkit_suite::client(&url).await,
+    ];
+
+    // A semaphore whose one permit is held, and 28 tasks waiting in two clients.
+    let name = unique("gpus");
+    let semaphore = observer.semaphore(&name);
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let held = semaphore.acquire(1).await.unwrap();
+    let mut waiting = Vec::new();
+    for pod in &pods {
+        for _ in 0..14 {
+            let semaphore = pod.semaphore(&name);
+            waiting.push(tokio::spawn(async move {
+                let permit = semaphore.acquire(1).await?;
+                permit.release().await
+            }));
+        }
+        until_waiting(pod, 14).await;
+    }
+    let gpus = inspected_until(&observer, Kind::Semaphore, &name, "two waiting clients", |o| {
+        o.waiting_clients == Some(2)
+    })
+    .await;
+    assert!(!gpus.waiters_listed, "{gpus:?}");
+    assert!(gpus.waiters.is_empty(), "{gpus:?}");
+    held.release().await.unwrap();
+    for task in waiting {
+        within(HANG, "the waiting tasks", task).await.unwrap().unwrap();
+    }
+
+    // A read-write lock held for writing, a reader waiting in another client.
+    let name = unique("config");
+    let writer = observer.read_write_lock(&name).write_lock().await.unwrap();
+    let rw = pods[0].read_write_lock(&name);
+    let reader = tokio::spawn(async move { rw.read_lock().await?.unlock().await });
+    let config = inspected_until(&observer, Kind::ReadWriteLock, &name, "a waiting reader", |o| {
+        o.waiting_clients == Some(1)
+    })
+    .await;
+    assert!(!config.waiters_listed, "{config:?}");
+    writer.unlock().await.unwrap();
+    within(HANG, "the reader", reader).await.unwrap().unwrap();
+
+    // A latch at 1, awaited in another client.
+    let name = unique("boot");
+    let latch = observer.count_down_latch(&name);
+    assert!(latch.try_set_count(1).await.unwrap());
+    let awaited = pods[1].count_down_latch(&name);
+    let awaiting = tokio::spawn(async move { awaited.wait(HANG).await });
+    let boot = inspected_until(&observer, Kind::CountDownLatch, &name, "a waiting task", |o| {
+        o.waiting_clients == Some(1)
+    })
+    .await;
+    assert!(!boot.waiters_listed, "{boot:?}");
+    latch.count_down().await.unwrap();
+    assert!(within(HANG, "the latch", awaiting).await.unwrap().unwrap());
+
+    // A lock lists its waiters, one entry per waiting call.
+    let name = unique("order");
+    let guard = observer.lock(&name).lock().await.unwrap();
+    let lock = pods[0].lock(&name);
+    let queued = tokio::spawn(async move { lock.lock().await?.unlock().await });
+    let order = inspected_until(&observer, Kind::Lock, &name, "a listed waiter", |o| {
+        o.waiters.len() == 1
+    })
+    .await;
+    assert!(order.waiters_listed, "{order:?}");
+    assert_eq!(order.waiting_clients, None, "{order:?}");
+    guard.unlock().await.unwrap();
+    within(HANG, "the queued lock", queued).await.unwrap().unwrap();
+}
+
+/// A semaphore on a server whose `maxmemory-policy` may evict its keys, where `CONFIG` is
+/// renamed away (as managed services block it): the policy is read from `INFO memory`, and the
+/// risk is still flagged. Where `INFO` is refused too, the inspection says that it could not read
+/// the policy, naming both commands.
+#[tokio::test]
+async fn inspect_reads_the_eviction_policy_without_config_or_says_it_cannot() {
+    let options = ServerOptions::new().args([
+        "--rename-command",
+        "CONFIG",
+        "",
+        "--maxmemory-policy",
+        "allkeys-lru",
+    ]);
+    let server = RedisServer::start_with(options).await.unwrap();
+    let client = lockkit_suite::client(&server.url()).await;
+    let name = unique("exports");
+    assert!(client.semaphore(&name).try_set_permits(2).await.unwrap());
+    let found = client.inspect(Some(Kind::Semaphore), &name).await.unwrap();
+    let warnings = &found[0].warnings;
+    assert!(
+        warnings.iter().any(|w| w.starts_with("maxmemory-policy is allkeys-lru")),
+        "{warnings:?}"
+    );
+
+    // Neither CONFIG nor INFO: the default user may run neither.
+    let server = spawned().await;
+    server
+        .command(&["ACL", "SETUSER", "default", "-config", "-info"])
+        .await
+        .unwrap();
+    let client = lockkit_suite::client(&server.url()).await;
+    assert!(client.semaphore(&name).try_set_permits(2).await.unwrap());
+    let found = client.inspect(Some(Kind::Semaphore), &name).await.unwrap();
+    let unread: Vec<&String> = found[0]
+        .warnings
+        .iter()
+        .filter(|w| w.starts_with("could not read the server's maxmemory-policy"))
+        .collect();
+    assert_eq!(unread.len(), 1, "{:?}", found[0].warnings);
+    assert!(unread[0].contains("CONFIG GET maxmemory-policy failed (NOPERM"), "{unread:?}");
+    assert!(unread[0].contains("INFO memory failed (NOPERM"), "{unread:?}");
 }

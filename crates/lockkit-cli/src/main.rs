@@ -329,20 +329,14 @@ async fn force_unlock(
             format!("a {} cannot be force-unlocked", kind.describe()),
         ));
     }
-    let held: Vec<Kind> = client
-        .inspect(kind, name)
-        .await?
-        .into_iter()
+    let found = client.inspect(kind, name).await?;
+    let held: Vec<Kind> = found
+        .iter()
         .filter(|object| UNLOCKABLE.contains(&object.kind) && !object.holders.is_empty())
         .map(|object| object.kind)
         .collect();
     let kind = match held.as_slice() {
-        [] => {
-            return Err(Failure::new(
-                NOT_FOUND,
-                format!("no lock named {name:?} is held"),
-            ))
-        }
+        [] => return Err(nothing_to_unlock(&found, name)),
         [kind] => *kind,
         several => {
             let kinds: Vec<&str> = several.iter().map(|kind| kind.segment()).collect();
@@ -380,6 +374,40 @@ async fn force_unlock(
         ));
     }
     Ok(())
+}
+
+/// Why `force-unlock` has nothing to do, given the objects called `name` (`found`): the locks of
+/// that name are free; or what is there is no lock (a semaphore, a latch, ...), which
+/// force-unlock is not for; or nothing is called so.
+fn nothing_to_unlock(found: &[Inspection], name: &str) -> Failure {
+    let locks: Vec<&str> = found
+        .iter()
+        .filter(|object| UNLOCKABLE.contains(&object.kind))
+        .map(|object| object.kind.describe())
+        .collect();
+    let others: Vec<&str> = found
+        .iter()
+        .filter(|object| !UNLOCKABLE.contains(&object.kind))
+        .map(|object| object.kind.describe())
+        .collect();
+    if !locks.is_empty() {
+        return Failure::new(
+            NOT_FOUND,
+            format!("the {} {name:?} is not held", locks.join(" and the ")),
+        );
+    }
+    if !others.is_empty() {
+        let unlockable: Vec<&str> = UNLOCKABLE.iter().map(|kind| kind.segment()).collect();
+        return Failure::new(
+            USAGE,
+            format!(
+                "{name:?} is a {}, not a lock: force-unlock is for locks ({})",
+                others.join(" and a "),
+                unlockable.join(", ")
+            ),
+        );
+    }
+    Failure::new(NOT_FOUND, format!("nothing is named {name:?}: no lock to unlock"))
 }
 
 /// Asks for the name on a terminal; refuses without one.
@@ -559,6 +587,9 @@ fn summary(object: &Inspection) -> String {
     if !object.waiters.is_empty() {
         line.push_str(&format!(", {} waiting", object.waiters.len()));
     }
+    if let Some(clients) = object.waiting_clients.filter(|clients| *clients > 0) {
+        line.push_str(&format!(", {clients} client(s) waiting"));
+    }
     if let Some(token) = object.fencing_token {
         line.push_str(&format!(", token {token}"));
     }
@@ -569,6 +600,26 @@ fn summary(object: &Inspection) -> String {
         line.push_str(&format!("; warning: {warning}"));
     }
     line
+}
+
+/// What can be said of the waiters of a kind whose waiters Redis does not keep.
+fn unlisted_waiters(object: &Inspection) -> String {
+    let kind = object.kind.describe();
+    match (object.kind, object.waiting_clients) {
+        (Kind::OnceMark, _) => "none (once_per never waits)".into(),
+        (Kind::SpinLock, _) => {
+            format!("not kept in Redis for a {kind} (its waiters poll): cannot be listed")
+        }
+        (_, Some(0)) => "none (no client is subscribed to its channel)".into(),
+        (_, Some(clients)) => format!(
+            "not kept in Redis for a {kind}: {clients} client(s) subscribed to its channel, \
+             each with one or more tasks waiting (or watching)"
+        ),
+        (_, None) => format!(
+            "not kept in Redis for a {kind}, and its channel's subscribers could not be \
+             counted: cannot be listed"
+        ),
+    }
 }
 
 /// An inspection as a small table.
@@ -619,7 +670,9 @@ fn table(object: &Inspection) -> String {
             );
         }
     }
-    if object.waiters.is_empty() {
+    if !object.waiters_listed {
+        row("waiters", unlisted_waiters(object));
+    } else if object.waiters.is_empty() {
         row("waiters", "none".into());
     } else {
         for (index, waiter) in object.waiters.iter().enumerate() {
