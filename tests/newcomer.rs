@@ -257,3 +257,64 @@ async fn inspect_reads_the_eviction_policy_without_config_or_says_it_cannot() {
     assert!(unread[0].contains("CONFIG GET maxmemory-policy failed (NOPERM"), "{unread:?}");
     assert!(unread[0].contains("INFO memory failed (NOPERM"), "{unread:?}");
 }
+
+/// The warnings that fred writes through the `log` crate (lockkit's own go through `tracing`).
+#[derive(Clone, Default)]
+struct LogWarnings(std::sync::Arc<std::sync::Mutex<Vec<String>>>);
+
+impl log::Log for LogWarnings {
+    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
+        metadata.level() <= log::Level::Warn
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        if self.enabled(record.metadata()) {
+            let line = format!("{}: {}", record.target(), record.args());
+            self.0.lock().unwrap_or_else(|err| err.into_inner()).push(line);
+        }
+    }
+    fn flush(&self) {}
+}
+
+/// A failed connect leaves nothing to log: with a subscriber installed (as the quick start
+/// does, which also shows `log` records), the only word of a refused connection is the error
+/// itself, not fred's warning about closing a connection that had already stopped.
+#[tokio::test]
+async fn a_refused_connect_logs_no_warning_beside_its_error() {
+    let warnings = lockkit_suite::Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    // The logger is global; no other test of this binary sets one.
+    let logged = LogWarnings::default();
+    log::set_boxed_logger(Box::new(logged.clone())).unwrap();
+    log::set_max_level(log::LevelFilter::Warn);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap()
+        .port();
+    let url = format!("redis://127.0.0.1:{port}");
+    let result = within(HANG, "a refused connect", Client::connect(url)).await;
+    assert!(
+        matches!(
+            result,
+            Err(Error::Connect {
+                reason: ConnectFailure::Refused,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+    // This runtime has one thread: yielding once runs every task the connect spawned that is
+    // ready, as a background close of its connections would be.
+    tokio::task::yield_now().await;
+    assert_eq!(warnings.take(), Vec::<String>::new());
+    // Only fred's close-after-stop warning: under `cargo test`, other tests of this binary share
+    // the logger (and their outages make fred warn about reconnects).
+    let closed_twice: Vec<String> = logged
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|line| line.contains("already stopped"))
+        .cloned()
+        .collect();
+    assert_eq!(closed_twice, Vec::<String>::new());
+}

@@ -509,6 +509,9 @@ impl ClientBuilder {
             connect(&redis_client, &target, deadline),
             connect(&sub, &target, deadline)
         );
+        // A connection whose `init` failed is stopped already (quitting it only logs a warning
+        // from fred); one that timed out was closed by `connect`.
+        let running = (command.is_ok(), subscriber.is_ok());
         let connected = match command.and(subscriber) {
             Ok(()) => {
                 let config = fred::interfaces::ClientLike::client_config(&redis_client);
@@ -517,8 +520,12 @@ impl ClientBuilder {
             Err(err) => Err(err),
         };
         if let Err(err) = connected {
-            quit_in_background(&redis_client);
-            quit_in_background(&sub);
+            if running.0 {
+                quit_in_background(&redis_client);
+            }
+            if running.1 {
+                quit_in_background(&sub);
+            }
             return Err(err);
         }
         // No `manage_subscriptions()`: the waiter hub re-subscribes after a reconnect itself.

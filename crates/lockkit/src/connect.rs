@@ -188,9 +188,12 @@ async fn probe_one(host: &str, port: u16) -> Probe {
 }
 
 /// Connects a fred client, giving up at `deadline` (the target's, shared by every connection of
-/// one client). A client that did not connect is closed in the background by the caller
-/// ([`quit_in_background`]).
-pub(crate) async fn connect<C: ClientLike>(
+/// one client). A client that failed is not left running: fred stops one whose `init` failed,
+/// and one that ran out of time is closed here in the background ([`quit_in_background`]).
+/// Closing a stopped client again would only make fred log a warning ("Attempted to quit
+/// client that was already stopped"), which a program with a subscriber would show next to
+/// the error: the caller closes only the clients that connected.
+pub(crate) async fn connect<C: ClientLike + Clone + 'static>(
     client: &C,
     target: &Target,
     deadline: Instant,
@@ -198,7 +201,10 @@ pub(crate) async fn connect<C: ClientLike>(
     match tokio::time::timeout_at(deadline, client.init()).await {
         Ok(Ok(_task)) => Ok(()),
         Ok(Err(err)) => Err(target.failed(err).await),
-        Err(_elapsed) => Err(target.timed_out()),
+        Err(_elapsed) => {
+            quit_in_background(client);
+            Err(target.timed_out())
+        }
     }
 }
 
@@ -223,15 +229,16 @@ pub(crate) async fn refuse_ignored_password(
     let Ok(probe) = fred::types::Builder::from_config(bare).build() else {
         return Ok(());
     };
-    let let_in = matches!(
-        tokio::time::timeout_at(deadline, async {
-            probe.init().await?;
-            probe.ping::<String>(None).await
-        })
-        .await,
-        Ok(Ok(_))
-    );
-    quit_in_background(&probe);
+    let tried = tokio::time::timeout_at(deadline, async {
+        probe.init().await?;
+        probe.ping::<String>(None).await
+    })
+    .await;
+    let let_in = matches!(tried, Ok(Ok(_)));
+    // An `init` that failed stopped the probe already.
+    if tried.is_err() || probe.is_connected() {
+        quit_in_background(&probe);
+    }
     if let_in {
         return Err(target.error(
             ConnectFailure::Auth,
