@@ -322,10 +322,17 @@ pub(crate) fn fred_reason(err: &fred::error::Error) -> String {
     let details = err.details().trim().trim_end_matches('.');
     // fred keeps an I/O error as the `Debug` text of `std::io::Error`:
     // `Os { code: 111, kind: ConnectionRefused, message: "Connection refused" }`.
+    // `Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }` (a TLS refusal).
     let io_message = details
         .split_once("message: \"")
         .and_then(|(_, rest)| rest.split_once('"'))
-        .map(|(message, _)| message);
+        .map(|(message, _)| message)
+        .or_else(|| {
+            details
+                .strip_prefix("Custom {")
+                .and_then(|rest| rest.split_once("error: "))
+                .map(|(_, error)| error.trim_end_matches('}').trim())
+        });
     match io_message {
         Some(message) => message.to_owned(),
         None if details.is_empty() => format!("{:?}", err.kind()),
@@ -723,6 +730,14 @@ mod tests {
         assert_eq!(
             broken.to_string(),
             "redis error during semaphore_acquire: Connection refused"
+        );
+        let tls = FredError::new(
+            ErrorKind::IO,
+            "Custom { kind: InvalidData, error: InvalidCertificate(UnknownIssuer) }",
+        );
+        assert_eq!(
+            super::fred_reason(&tls),
+            "InvalidCertificate(UnknownIssuer)"
         );
     }
 
