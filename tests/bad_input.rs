@@ -952,7 +952,10 @@ async fn a_lease_or_window_below_the_floor_is_refused_naming_the_floor() {
     let client = client(&redis.url()).await;
     let lock = client.lock(unique("nanosecond"));
     let why = invalid(lock.lock_with_lease(Duration::from_nanos(1)).await);
-    assert!(why.starts_with("lease 1ns is shorter than the minimum of 1ms"), "{why}");
+    assert!(
+        why.starts_with("lease 1ns is shorter than the minimum of 1ms"),
+        "{why}"
+    );
     assert!(!lock.is_locked().await.unwrap(), "nothing was taken");
     let slots = client.permit_expirable_semaphore(unique("nanosecond-permit"));
     slots.try_set_permits(1).await.unwrap();
@@ -966,7 +969,10 @@ async fn a_lease_or_window_below_the_floor_is_refused_naming_the_floor() {
         let why = invalid(outcome);
         assert!(why.starts_with("once_per window "), "{window:?}: {why}");
         assert!(why.contains("minimum of 1ms"), "{window:?}: {why}");
-        assert!(!why.contains("lease"), "{window:?}: the window is no lease: {why}");
+        assert!(
+            !why.contains("lease"),
+            "{window:?}: the window is no lease: {why}"
+        );
     }
 }
 
@@ -989,7 +995,10 @@ async fn releasing_a_gone_permit_by_id_speaks_of_no_guard() {
         Err(err @ Error::NotHeld { .. }) => {
             let shown = err.to_string();
             assert!(!shown.contains("guard"), "{shown}");
-            assert!(shown.starts_with(&format!("the hold of `{name}` is gone")), "{shown}");
+            assert!(
+                shown.starts_with(&format!("the hold of `{name}` is gone")),
+                "{shown}"
+            );
         }
         other => panic!("expected NotHeld, got {other:?}"),
     }

@@ -44,7 +44,12 @@ async fn a_password_for_a_server_without_one_is_refused() {
     let server = spawned().await;
     assert!(server.password().is_none());
     let url = format!("redis://:wrongpass@{}", server.addr());
-    let result = within(HANG, "connect with a needless password", Client::connect(url)).await;
+    let result = within(
+        HANG,
+        "connect with a needless password",
+        Client::connect(url),
+    )
+    .await;
     let err = match result {
         Err(err) => err,
         Ok(client) => panic!("connected with a password the server does not have: {client:?}"),
@@ -61,7 +66,10 @@ async fn a_password_for_a_server_without_one_is_refused() {
         "{err:?}"
     );
     assert!(shown.contains("the server asks for none"), "{shown}");
-    assert!(!shown.contains("wrongpass"), "no password in errors: {shown}");
+    assert!(
+        !shown.contains("wrongpass"),
+        "no password in errors: {shown}"
+    );
 }
 
 /// During an outage the error's top line says why (the connection refused or broken, or no
@@ -87,8 +95,14 @@ async fn an_outage_s_error_carries_its_cause_on_its_top_line() {
     let (operation, cause) = shown
         .split_once(": ")
         .unwrap_or_else(|| panic!("no cause: {shown}"));
-    assert!(operation.starts_with("redis error during acquire of `outage:"), "{shown}");
-    assert!(cause.starts_with("no answer from Redis within 1.0s"), "{shown}");
+    assert!(
+        operation.starts_with("redis error during acquire of `outage:"),
+        "{shown}"
+    );
+    assert!(
+        cause.starts_with("no answer from Redis within 1.0s"),
+        "{shown}"
+    );
 }
 
 /// A fixed lease that runs out is reported lost with a message of its own: fixed leases are
@@ -106,7 +120,10 @@ async fn a_fixed_lease_that_ran_out_is_not_said_to_be_unrenewed() {
         .unwrap();
     within(HANG, "the fixed lease to run out", guard.lost()).await;
     let seen = warnings.take();
-    let lost: Vec<&String> = seen.iter().filter(|event| event.contains("lease lost")).collect();
+    let lost: Vec<&String> = seen
+        .iter()
+        .filter(|event| event.contains("lease lost"))
+        .collect();
     assert_eq!(lost.len(), 1, "{seen:?}");
     assert!(lost[0].contains("its fixed lease ran out"), "{seen:?}");
     assert!(!lost[0].contains("renewed before"), "{seen:?}");
@@ -162,15 +179,22 @@ async fn inspect_tells_of_the_waiters_of_every_kind() {
         }
         until_waiting(pod, 14).await;
     }
-    let gpus = inspected_until(&observer, Kind::Semaphore, &name, "two waiting clients", |o| {
-        o.waiting_clients == Some(2)
-    })
+    let gpus = inspected_until(
+        &observer,
+        Kind::Semaphore,
+        &name,
+        "two waiting clients",
+        |o| o.waiting_clients == Some(2),
+    )
     .await;
     assert!(!gpus.waiters_listed, "{gpus:?}");
     assert!(gpus.waiters.is_empty(), "{gpus:?}");
     held.release().await.unwrap();
     for task in waiting {
-        within(HANG, "the waiting tasks", task).await.unwrap().unwrap();
+        within(HANG, "the waiting tasks", task)
+            .await
+            .unwrap()
+            .unwrap();
     }
 
     // A read-write lock held for writing, a reader waiting in another client.
@@ -178,9 +202,13 @@ async fn inspect_tells_of_the_waiters_of_every_kind() {
     let writer = observer.read_write_lock(&name).write_lock().await.unwrap();
     let rw = pods[0].read_write_lock(&name);
     let reader = tokio::spawn(async move { rw.read_lock().await?.unlock().await });
-    let config = inspected_until(&observer, Kind::ReadWriteLock, &name, "a waiting reader", |o| {
-        o.waiting_clients == Some(1)
-    })
+    let config = inspected_until(
+        &observer,
+        Kind::ReadWriteLock,
+        &name,
+        "a waiting reader",
+        |o| o.waiting_clients == Some(1),
+    )
     .await;
     assert!(!config.waiters_listed, "{config:?}");
     writer.unlock().await.unwrap();
@@ -192,9 +220,13 @@ async fn inspect_tells_of_the_waiters_of_every_kind() {
     assert!(latch.try_set_count(1).await.unwrap());
     let awaited = pods[1].count_down_latch(&name);
     let awaiting = tokio::spawn(async move { awaited.wait(HANG).await });
-    let boot = inspected_until(&observer, Kind::CountDownLatch, &name, "a waiting task", |o| {
-        o.waiting_clients == Some(1)
-    })
+    let boot = inspected_until(
+        &observer,
+        Kind::CountDownLatch,
+        &name,
+        "a waiting task",
+        |o| o.waiting_clients == Some(1),
+    )
     .await;
     assert!(!boot.waiters_listed, "{boot:?}");
     latch.count_down().await.unwrap();
@@ -212,7 +244,10 @@ async fn inspect_tells_of_the_waiters_of_every_kind() {
     assert!(order.waiters_listed, "{order:?}");
     assert_eq!(order.waiting_clients, None, "{order:?}");
     guard.unlock().await.unwrap();
-    within(HANG, "the queued lock", queued).await.unwrap().unwrap();
+    within(HANG, "the queued lock", queued)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// A semaphore on a server whose `maxmemory-policy` may evict its keys, where `CONFIG` is
@@ -235,7 +270,9 @@ async fn inspect_reads_the_eviction_policy_without_config_or_says_it_cannot() {
     let found = client.inspect(Some(Kind::Semaphore), &name).await.unwrap();
     let warnings = &found[0].warnings;
     assert!(
-        warnings.iter().any(|w| w.starts_with("maxmemory-policy is allkeys-lru")),
+        warnings
+            .iter()
+            .any(|w| w.starts_with("maxmemory-policy is allkeys-lru")),
         "{warnings:?}"
     );
 
@@ -254,8 +291,14 @@ async fn inspect_reads_the_eviction_policy_without_config_or_says_it_cannot() {
         .filter(|w| w.starts_with("could not read the server's maxmemory-policy"))
         .collect();
     assert_eq!(unread.len(), 1, "{:?}", found[0].warnings);
-    assert!(unread[0].contains("CONFIG GET maxmemory-policy failed (NOPERM"), "{unread:?}");
-    assert!(unread[0].contains("INFO memory failed (NOPERM"), "{unread:?}");
+    assert!(
+        unread[0].contains("CONFIG GET maxmemory-policy failed (NOPERM"),
+        "{unread:?}"
+    );
+    assert!(
+        unread[0].contains("INFO memory failed (NOPERM"),
+        "{unread:?}"
+    );
 }
 
 /// The warnings that fred writes through the `log` crate (lockkit's own go through `tracing`).
@@ -269,7 +312,10 @@ impl log::Log for LogWarnings {
     fn log(&self, record: &log::Record<'_>) {
         if self.enabled(record.metadata()) {
             let line = format!("{}: {}", record.target(), record.args());
-            self.0.lock().unwrap_or_else(|err| err.into_inner()).push(line);
+            self.0
+                .lock()
+                .unwrap_or_else(|err| err.into_inner())
+                .push(line);
         }
     }
     fn flush(&self) {}

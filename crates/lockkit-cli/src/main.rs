@@ -407,7 +407,10 @@ fn nothing_to_unlock(found: &[Inspection], name: &str) -> Failure {
             ),
         );
     }
-    Failure::new(NOT_FOUND, format!("nothing is named {name:?}: no lock to unlock"))
+    Failure::new(
+        NOT_FOUND,
+        format!("nothing is named {name:?}: no lock to unlock"),
+    )
 }
 
 /// Asks for the name on a terminal; refuses without one.

@@ -266,7 +266,8 @@ async fn inspect_of_a_semaphore_with_waiting_tasks_does_not_say_none() {
             semaphore.acquire(1).await?.release().await
         }));
     }
-    let expected = "waiters        not kept in Redis for a semaphore: 1 client(s) subscribed to its \
+    let expected =
+        "waiters        not kept in Redis for a semaphore: 1 client(s) subscribed to its \
                     channel, each with one or more tasks waiting (or watching)\n";
     let text = within("the waiting client to show", async {
         loop {

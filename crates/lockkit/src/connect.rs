@@ -219,7 +219,10 @@ pub(crate) async fn refuse_ignored_password(
     target: &Target,
     deadline: Instant,
 ) -> Result<(), Error> {
-    let default_user = config.username.as_deref().is_none_or(|user| user == "default");
+    let default_user = config
+        .username
+        .as_deref()
+        .is_none_or(|user| user == "default");
     if config.password.is_none() || !default_user {
         return Ok(());
     }

@@ -1,10 +1,12 @@
 //! The one error type of lockkit.
 //!
-//! Every error keeps to one rule (the Rust API guidelines' C-GOOD-ERR): its `Display` says what
-//! went wrong at its own level, and the underlying error, if any, is returned by
-//! [`source`](std::error::Error::source) and never repeated in the text. Reporters that walk the
-//! chain (`anyhow`, `eyre`, the `lockkit` command) show each cause once; a plain `{err}` shows a
-//! complete sentence.
+//! Every error's top line carries what a user can act on: `{err}` alone is a complete sentence
+//! with the cause in the server's or the system's words (`cannot connect to 127.0.0.1:6379: the
+//! Redis handshake failed: ERR DB index is out of range`, `redis error during acquire of
+//! `gpus`: no answer from Redis within 1.0s ...`). And it keeps to the Rust API guidelines' rule
+//! for chains (C-GOOD-ERR): what is in the text is not returned again by
+//! [`source`](std::error::Error::source), so reporters that walk the chain (`anyhow`, `eyre`, the
+//! `lockkit` command) show each cause once.
 
 use std::fmt;
 use std::time::Duration;

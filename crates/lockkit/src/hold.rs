@@ -326,7 +326,11 @@ mod tests {
     /// lost at once).
     #[test]
     fn a_lease_below_the_floor_is_refused_naming_it() {
-        for short in [Duration::ZERO, Duration::from_nanos(1), Duration::from_micros(999)] {
+        for short in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_micros(999),
+        ] {
             match validate_lease(short) {
                 Err(Error::InvalidArgument(why)) => {
                     assert!(why.starts_with("lease "), "{why}");

@@ -587,7 +587,8 @@ async fn semaphore_warnings(
 /// by an ACL, as on many managed services) from `INFO memory`, which those services allow. When
 /// neither answers, says why, naming both commands.
 async fn maxmemory_policy(redis: &RedisClient, key: &str) -> Result<String, String> {
-    let on_node = |command| CustomCommand::new_static(command, ClusterHash::Custom(key_slot(key)), false);
+    let on_node =
+        |command| CustomCommand::new_static(command, ClusterHash::Custom(key_slot(key)), false);
     let config: Result<HashMap<String, String>, _> = redis
         .custom(on_node("CONFIG"), vec!["GET", "maxmemory-policy"])
         .await;

@@ -185,12 +185,12 @@ pub use client::{
     Client, ClientBuilder, PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
 pub use count_down_latch::CountDownLatch;
-pub use limits::MIN_LEASE;
 pub use error::{ConnectFailure, Error, RedisError};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
 pub use inspect::{Holder, Inspection, ListedObject};
 pub use jobs::JobOutcome;
+pub use limits::MIN_LEASE;
 pub use lock::{Lock, LockGuard};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use permit_expirable_semaphore::{ExpirablePermit, PermitExpirableSemaphore};
