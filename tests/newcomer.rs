@@ -364,3 +364,33 @@ async fn a_refused_connect_logs_no_warning_beside_its_error() {
         .collect();
     assert_eq!(closed_twice, Vec::<String>::new());
 }
+
+/// On a cluster (sharded pub/sub), the waiting clients of a semaphore are counted on the shard
+/// that owns its channel's slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_counts_a_semaphore_s_waiting_clients_on_a_cluster() {
+    let cluster = lockkit_testkit::RedisCluster::start(3, 0)
+        .await
+        .unwrap_or_else(|err| panic!("cannot start a redis cluster: {err}"));
+    let url = cluster.url();
+    let observer = Client::connect(&url).await.unwrap();
+    assert_eq!(observer.pubsub_mode(), lockkit::PubSubMode::Sharded);
+    let pod = Client::connect(&url).await.unwrap();
+    let name = unique("cluster-gpus");
+    let semaphore = observer.semaphore(&name);
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let held = semaphore.acquire(1).await.unwrap();
+    let waiting = pod.semaphore(&name);
+    let waiter = tokio::spawn(async move { waiting.acquire(1).await?.release().await });
+    until_waiting(&pod, 1).await;
+    inspected_until(
+        &observer,
+        Kind::Semaphore,
+        &name,
+        "one waiting client",
+        |o| o.waiting_clients == Some(1),
+    )
+    .await;
+    held.release().await.unwrap();
+    within(HANG, "the waiter", waiter).await.unwrap().unwrap();
+}
