@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
-use lockkit::{Client, Error, MAX_LEASE};
+use lockkit::{Client, Error, MAX_LEASE, MIN_LEASE};
 use lockkit_suite::{client, lock_key, raw, redis, unique};
 
 fn invalid<T: std::fmt::Debug>(result: Result<T, Error>) -> String {
@@ -460,6 +460,9 @@ async fn every_primitive_rejects_zero_and_overflowing_leases_before_taking_anyth
     let client = client(&redis.url()).await;
     let bad_leases = [
         Duration::ZERO,
+        // Below the 1 ms floor (`MIN_LEASE`): gone before the call returned.
+        Duration::from_nanos(1),
+        MIN_LEASE - Duration::from_nanos(1),
         MAX_LEASE + Duration::from_millis(1),
         Duration::from_secs(u64::MAX),
         Duration::MAX,
@@ -950,4 +953,64 @@ async fn an_unreachable_server_fails_connects_waits_and_unlocks_clearly_and_hold
     })
     .await;
     again.unlock().await.unwrap();
+}
+
+/// A lease under the floor is refused with a message that names the floor, for the leases of
+/// locks, permits and `once_per` windows alike; the window's message names the window.
+#[tokio::test]
+async fn a_lease_or_window_below_the_floor_is_refused_naming_the_floor() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let lock = client.lock(unique("nanosecond"));
+    let why = invalid(lock.lock_with_lease(Duration::from_nanos(1)).await);
+    assert!(
+        why.starts_with("lease 1ns is shorter than the minimum of 1ms"),
+        "{why}"
+    );
+    assert!(!lock.is_locked().await.unwrap(), "nothing was taken");
+    let slots = client.permit_expirable_semaphore(unique("nanosecond-permit"));
+    slots.try_set_permits(1).await.unwrap();
+    let why = invalid(slots.acquire(Duration::from_nanos(1)).await);
+    assert!(why.contains("minimum of 1ms"), "{why}");
+    for window in [Duration::ZERO, Duration::from_nanos(1)] {
+        let name = unique("zero-window");
+        let outcome = client
+            .once_per(name, window, || async { panic!("must not run") })
+            .await;
+        let why = invalid(outcome);
+        assert!(why.starts_with("once_per window "), "{window:?}: {why}");
+        assert!(why.contains("minimum of 1ms"), "{window:?}: {why}");
+        assert!(
+            !why.contains("lease"),
+            "{window:?}: the window is no lease: {why}"
+        );
+    }
+}
+
+/// Releasing a permit by its id when it is gone says the hold is gone, without speaking of a
+/// guard (there is none on that path).
+#[tokio::test]
+async fn releasing_a_gone_permit_by_id_speaks_of_no_guard() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("released-twice");
+    let slots = client.permit_expirable_semaphore(&name);
+    slots.try_set_permits(1).await.unwrap();
+    let id = slots
+        .acquire(Duration::from_secs(30))
+        .await
+        .unwrap()
+        .into_id();
+    slots.release(&id).await.unwrap();
+    match slots.release(&id).await {
+        Err(err @ Error::NotHeld { .. }) => {
+            let shown = err.to_string();
+            assert!(!shown.contains("guard"), "{shown}");
+            assert!(
+                shown.starts_with(&format!("the hold of `{name}` is gone")),
+                "{shown}"
+            );
+        }
+        other => panic!("expected NotHeld, got {other:?}"),
+    }
 }

@@ -165,14 +165,21 @@ impl From<Error> for Failure {
             Error::InvalidArgument(_) => USAGE,
             _ => REDIS,
         };
-        Failure::new(code, chain(&err))
+        let mut message = chain(&err);
+        if matches!(err, Error::Connect { .. }) {
+            // The library's hint speaks of "the URL this program gave lockkit": say where this
+            // program takes it from.
+            message.push_str("; the URL comes from --url, else REDIS_URL");
+        }
+        Failure::new(code, message)
     }
 }
 
-/// `err` and its sources on one line, joined by `: `. lockkit's errors leave their source's text
-/// out of their own, so each cause shows once: a refused connection is the one line
-/// `cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)`,
-/// a failed command `redis error during <operation>: <Redis' reply>`.
+/// `err` and its sources on one line, joined by `: `. lockkit's errors carry their cause in
+/// their own text and leave it out of `source()`, so each cause shows once: a refused
+/// connection is the one line `cannot connect to 127.0.0.1:6379: connection refused (is Redis
+/// running at that address? ...)`, a failed command `redis error during <operation>: <Redis'
+/// reply>`.
 fn chain(err: &(dyn std::error::Error + 'static)) -> String {
     let mut line = err.to_string();
     let mut source = err.source();
@@ -322,20 +329,14 @@ async fn force_unlock(
             format!("a {} cannot be force-unlocked", kind.describe()),
         ));
     }
-    let held: Vec<Kind> = client
-        .inspect(kind, name)
-        .await?
-        .into_iter()
+    let found = client.inspect(kind, name).await?;
+    let held: Vec<Kind> = found
+        .iter()
         .filter(|object| UNLOCKABLE.contains(&object.kind) && !object.holders.is_empty())
         .map(|object| object.kind)
         .collect();
     let kind = match held.as_slice() {
-        [] => {
-            return Err(Failure::new(
-                NOT_FOUND,
-                format!("no lock named {name:?} is held"),
-            ))
-        }
+        [] => return Err(nothing_to_unlock(&found, name)),
         [kind] => *kind,
         several => {
             let kinds: Vec<&str> = several.iter().map(|kind| kind.segment()).collect();
@@ -373,6 +374,43 @@ async fn force_unlock(
         ));
     }
     Ok(())
+}
+
+/// Why `force-unlock` has nothing to do, given the objects called `name` (`found`): the locks of
+/// that name are free; or what is there is no lock (a semaphore, a latch, ...), which
+/// force-unlock is not for; or nothing is called so.
+fn nothing_to_unlock(found: &[Inspection], name: &str) -> Failure {
+    let locks: Vec<&str> = found
+        .iter()
+        .filter(|object| UNLOCKABLE.contains(&object.kind))
+        .map(|object| object.kind.describe())
+        .collect();
+    let others: Vec<&str> = found
+        .iter()
+        .filter(|object| !UNLOCKABLE.contains(&object.kind))
+        .map(|object| object.kind.describe())
+        .collect();
+    if !locks.is_empty() {
+        return Failure::new(
+            NOT_FOUND,
+            format!("the {} {name:?} is not held", locks.join(" and the ")),
+        );
+    }
+    if !others.is_empty() {
+        let unlockable: Vec<&str> = UNLOCKABLE.iter().map(|kind| kind.segment()).collect();
+        return Failure::new(
+            USAGE,
+            format!(
+                "{name:?} is a {}, not a lock: force-unlock is for locks ({})",
+                others.join(" and a "),
+                unlockable.join(", ")
+            ),
+        );
+    }
+    Failure::new(
+        NOT_FOUND,
+        format!("nothing is named {name:?}: no lock to unlock"),
+    )
 }
 
 /// Asks for the name on a terminal; refuses without one.
@@ -552,6 +590,9 @@ fn summary(object: &Inspection) -> String {
     if !object.waiters.is_empty() {
         line.push_str(&format!(", {} waiting", object.waiters.len()));
     }
+    if let Some(clients) = object.waiting_clients.filter(|clients| *clients > 0) {
+        line.push_str(&format!(", {clients} client(s) waiting"));
+    }
     if let Some(token) = object.fencing_token {
         line.push_str(&format!(", token {token}"));
     }
@@ -562,6 +603,26 @@ fn summary(object: &Inspection) -> String {
         line.push_str(&format!("; warning: {warning}"));
     }
     line
+}
+
+/// What can be said of the waiters of a kind whose waiters Redis does not keep.
+fn unlisted_waiters(object: &Inspection) -> String {
+    let kind = object.kind.describe();
+    match (object.kind, object.waiting_clients) {
+        (Kind::OnceMark, _) => "none (once_per never waits)".into(),
+        (Kind::SpinLock, _) => {
+            format!("not kept in Redis for a {kind} (its waiters poll): cannot be listed")
+        }
+        (_, Some(0)) => "none (no client is subscribed to its channel)".into(),
+        (_, Some(clients)) => format!(
+            "not kept in Redis for a {kind}: {clients} client(s) subscribed to its channel, \
+             each with one or more tasks waiting (or watching)"
+        ),
+        (_, None) => format!(
+            "not kept in Redis for a {kind}, and its channel's subscribers could not be \
+             counted: cannot be listed"
+        ),
+    }
 }
 
 /// An inspection as a small table.
@@ -612,7 +673,9 @@ fn table(object: &Inspection) -> String {
             );
         }
     }
-    if object.waiters.is_empty() {
+    if !object.waiters_listed {
+        row("waiters", unlisted_waiters(object));
+    } else if object.waiters.is_empty() {
         row("waiters", "none".into());
     } else {
         for (index, waiter) in object.waiters.iter().enumerate() {

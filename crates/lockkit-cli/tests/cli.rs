@@ -224,6 +224,74 @@ async fn force_unlock_needs_confirmation_and_the_holder_loses_the_lock() {
     assert_eq!(code(&free), Some(1), "{free:?}");
 }
 
+/// `force-unlock` of a name that is no lock says what is there, rather than "no lock is held".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn force_unlock_of_a_semaphore_says_it_is_no_lock() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let semaphore = client.semaphore("pool");
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let _permit = semaphore.acquire(1).await.unwrap();
+    let output = lockkit(&url, &["force-unlock", "--yes", "pool"]).await;
+    assert_eq!(code(&output), Some(2), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stderr),
+        "lockkit: \"pool\" is a semaphore, not a lock: force-unlock is for locks (lock, fenced, \
+         fair, rwlock, spin)\n"
+    );
+    let missing = lockkit(&url, &["force-unlock", "--yes", "nobody"]).await;
+    assert_eq!(code(&missing), Some(1), "{missing:?}");
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("nothing is named \"nobody\""),
+        "{missing:?}"
+    );
+}
+
+/// `inspect` of a semaphore with waiting tasks says that Redis does not keep its waiters and how
+/// many clients wait, instead of `waiters none`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_of_a_semaphore_with_waiting_tasks_does_not_say_none() {
+    let redis = server().await;
+    let url = redis.url();
+    let holder = client(&url).await;
+    let semaphore = holder.semaphore("gpus");
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let permit = semaphore.acquire(1).await.unwrap();
+    let pod = client(&url).await;
+    let mut waiting = Vec::new();
+    for _ in 0..28 {
+        let semaphore = pod.semaphore("gpus");
+        waiting.push(tokio::spawn(async move {
+            semaphore.acquire(1).await?.release().await
+        }));
+    }
+    let expected =
+        "waiters        not kept in Redis for a semaphore: 1 client(s) subscribed to its \
+                    channel, each with one or more tasks waiting (or watching)\n";
+    let text = within("the waiting client to show", async {
+        loop {
+            let output = lockkit(&url, &["inspect", "--kind", "semaphore", "gpus"]).await;
+            assert_eq!(code(&output), Some(0), "{output:?}");
+            let text = String::from_utf8_lossy(&output.stdout).into_owned();
+            // What it printed before: a bare "none".
+            assert!(!text.contains("waiters        none\n"), "{text}");
+            if text.contains(expected) {
+                break text;
+            }
+        }
+    })
+    .await;
+    assert!(pod.waiting_count() > 0, "{text}");
+    let output = lockkit(&url, &["--json", "inspect", "--kind", "semaphore", "gpus"]).await;
+    let gpus = object(&json(&output), "semaphore").clone();
+    assert_eq!(gpus["waiters_listed"], false, "{gpus}");
+    permit.release().await.unwrap();
+    for task in waiting {
+        within("the waiting tasks", task).await.unwrap().unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exit_codes_for_missing_objects_bad_usage_and_unreachable_redis() {
     let redis = server().await;
@@ -302,7 +370,8 @@ async fn a_refused_connection_prints_one_readable_line() {
         String::from_utf8_lossy(&output.stderr),
         format!(
             "lockkit: cannot connect to 127.0.0.1:{port}: connection refused \
-             (is Redis running? set REDIS_URL)\n"
+             (is Redis running at that address? it is the one in the URL this program gave \
+             lockkit); the URL comes from --url, else REDIS_URL\n"
         )
     );
     assert!(output.stdout.is_empty(), "{output:?}");

@@ -8,7 +8,7 @@ use fred::types::Builder;
 use lockkit_protocol::keys::{Namespace, DEFAULT_PREFIX};
 use tokio_util::sync::CancellationToken;
 
-use crate::connect::{connect, quit_in_background, Target};
+use crate::connect::{connect, quit_in_background, refuse_ignored_password, Target};
 use crate::core::ClientInner;
 pub use crate::core::PubSubMode;
 use crate::core::Settings;
@@ -77,8 +77,10 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a malformed URL, [`Error::Connect`] when the server cannot be
-    /// reached or refuses the credentials, for instance
-    /// `cannot connect to 127.0.0.1:6379: connection refused (is Redis running? set REDIS_URL)`.
+    /// reached or refuses the credentials (or the URL gives a password that the server would
+    /// ignore), for instance `cannot connect to 127.0.0.1:6379: connection refused (is Redis
+    /// running at that address? it is the one in the URL this program gave lockkit)`. lockkit
+    /// reads no environment variable: where the URL comes from is the program's choice.
     pub async fn connect(url: impl Into<String>) -> Result<Client, Error> {
         Self::builder().url(url).build().await
     }
@@ -533,9 +535,23 @@ impl ClientBuilder {
             connect(&redis_client, &target, deadline),
             connect(&sub, &target, deadline)
         );
-        if let Err(err) = command.and(subscriber) {
-            quit_in_background(&redis_client);
-            quit_in_background(&sub);
+        // A connection whose `init` failed is stopped already (quitting it only logs a warning
+        // from fred); one that timed out was closed by `connect`.
+        let running = (command.is_ok(), subscriber.is_ok());
+        let connected = match command.and(subscriber) {
+            Ok(()) => {
+                let config = fred::interfaces::ClientLike::client_config(&redis_client);
+                refuse_ignored_password(&config, &target, deadline).await
+            }
+            Err(err) => Err(err),
+        };
+        if let Err(err) = connected {
+            if running.0 {
+                quit_in_background(&redis_client);
+            }
+            if running.1 {
+                quit_in_background(&sub);
+            }
             return Err(err);
         }
         // No `manage_subscriptions()`: the waiter hub re-subscribes after a reconnect itself.

@@ -90,12 +90,12 @@ impl Target {
     pub(crate) fn error(
         &self,
         reason: ConnectFailure,
-        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+        cause: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Error {
         Error::Connect {
             addr: self.addr(),
             reason,
-            source,
+            cause,
         }
     }
 
@@ -118,14 +118,17 @@ impl Target {
             ErrorKind::Config | ErrorKind::Protocol | ErrorKind::Sentinel | ErrorKind::Cluster => {
                 ConnectFailure::Handshake
             }
+            // Redis answered the handshake with an error (`SELECT 99`: `ERR DB index is out of
+            // range`).
+            _ if is_error_reply(err.details()) => ConnectFailure::Handshake,
             _ => ConnectFailure::Other,
         };
-        let source: Option<Box<dyn std::error::Error + Send + Sync>> = match reason {
+        let cause: Option<Box<dyn std::error::Error + Send + Sync>> = match reason {
             // The reason says it all; fred's text would only repeat it.
             ConnectFailure::TimedOut(_) => None,
             _ => Some(Box::new(err)),
         };
-        self.error(reason, source)
+        self.error(reason, cause)
     }
 
     /// Tries a TCP connection to each address in turn.
@@ -144,6 +147,14 @@ impl Target {
         }
         first_failure.unwrap_or(Probe::Inconclusive)
     }
+}
+
+/// Whether `details` is a Redis error reply: its first word is an upper-case error code (`ERR`,
+/// `NOPERM`, `LOADING`, ...).
+fn is_error_reply(details: &str) -> bool {
+    details.split(' ').next().is_some_and(|code| {
+        code.len() >= 2 && code.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+    })
 }
 
 /// What a TCP probe of the server found.
@@ -177,9 +188,12 @@ async fn probe_one(host: &str, port: u16) -> Probe {
 }
 
 /// Connects a fred client, giving up at `deadline` (the target's, shared by every connection of
-/// one client). A client that did not connect is closed in the background by the caller
-/// ([`quit_in_background`]).
-pub(crate) async fn connect<C: ClientLike>(
+/// one client). A client that failed is not left running: fred stops one whose `init` failed,
+/// and one that ran out of time is closed here in the background ([`quit_in_background`]).
+/// Closing a stopped client again would only make fred log a warning ("Attempted to quit
+/// client that was already stopped"), which a program with a subscriber would show next to
+/// the error: the caller closes only the clients that connected.
+pub(crate) async fn connect<C: ClientLike + Clone + 'static>(
     client: &C,
     target: &Target,
     deadline: Instant,
@@ -187,8 +201,57 @@ pub(crate) async fn connect<C: ClientLike>(
     match tokio::time::timeout_at(deadline, client.init()).await {
         Ok(Ok(_task)) => Ok(()),
         Ok(Err(err)) => Err(target.failed(err).await),
-        Err(_elapsed) => Err(target.timed_out()),
+        Err(_elapsed) => {
+            quit_in_background(client);
+            Err(target.timed_out())
+        }
     }
+}
+
+/// Refuses a URL whose password the server would ignore: Redis answers `AUTH <password>` on a
+/// server without a password with an error that fred drops (it logs it at most), so a
+/// misconfigured URL would connect without a word. When the URL gives a password for the
+/// default user, a second connection without it is tried: if the server lets that one in, it
+/// has no password and [`Error::Connect`] with [`ConnectFailure::Auth`] says so. A server that
+/// asks for the password (`NOAUTH`), or a probe that fails in any other way, lets the client be.
+pub(crate) async fn refuse_ignored_password(
+    config: &Config,
+    target: &Target,
+    deadline: Instant,
+) -> Result<(), Error> {
+    let default_user = config
+        .username
+        .as_deref()
+        .is_none_or(|user| user == "default");
+    if config.password.is_none() || !default_user {
+        return Ok(());
+    }
+    let mut bare = config.clone();
+    bare.password = None;
+    bare.username = None;
+    let Ok(probe) = fred::types::Builder::from_config(bare).build() else {
+        return Ok(());
+    };
+    let tried = tokio::time::timeout_at(deadline, async {
+        probe.init().await?;
+        probe.ping::<String>(None).await
+    })
+    .await;
+    let let_in = matches!(tried, Ok(Ok(_)));
+    // An `init` that failed stopped the probe already.
+    if tried.is_err() || probe.is_connected() {
+        quit_in_background(&probe);
+    }
+    if let_in {
+        return Err(target.error(
+            ConnectFailure::Auth,
+            Some(Box::new(fred::error::Error::new(
+                ErrorKind::Auth,
+                "the URL gives a password, but the server asks for none (it would ignore it)",
+            ))),
+        ));
+    }
+    Ok(())
 }
 
 /// Closes a fred client without waiting: its `QUIT` waits up to the command timeout for an

@@ -166,8 +166,8 @@ impl FairLock {
     /// As [`lock`](FairLock::lock).
     ///
     /// # Errors
-    /// As [`lock`](FairLock::lock); [`Error::InvalidArgument`] for a lease of zero or over
-    /// [`MAX_LEASE`].
+    /// As [`lock`](FairLock::lock); [`Error::InvalidArgument`] for a lease shorter than
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
         self.lock_inner(Some(lease)).await
     }

@@ -16,20 +16,39 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use crate::exec::{Exec, Resend};
-use crate::limits::MAX_LEASE;
+use crate::limits::{MAX_LEASE, MIN_LEASE};
 
-/// Checks a fixed lease: positive and at most [`MAX_LEASE`]; sub-millisecond leases round up to
-/// one millisecond.
+/// Checks a fixed lease: at least [`MIN_LEASE`] and at most [`MAX_LEASE`]; a lease that is not
+/// a whole number of milliseconds is rounded up.
 pub(crate) fn validate_lease(lease: Duration) -> Result<Duration, Error> {
-    if lease.is_zero() {
-        return Err(Error::InvalidArgument("lease must be positive".into()));
+    validate_duration("lease", lease)
+}
+
+/// Checks a duration used as a lease (`what`: how the message names it, `lease`, `once_per
+/// window`): at least [`MIN_LEASE`] and at most [`MAX_LEASE`].
+pub(crate) fn validate_duration(what: &str, lease: Duration) -> Result<Duration, Error> {
+    if lease < MIN_LEASE {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {lease:?} is shorter than the minimum of {MIN_LEASE:?} (the granularity of \
+             Redis' PEXPIRE): it would be gone at once"
+        )));
     }
     if lease > MAX_LEASE {
         return Err(Error::InvalidArgument(format!(
-            "lease {lease:?} is longer than the maximum of {MAX_LEASE:?}"
+            "{what} {lease:?} is longer than the maximum of {MAX_LEASE:?}"
         )));
     }
-    Ok(lease.max(Duration::from_millis(1)))
+    Ok(lease)
+}
+
+/// Why a hold whose lease ran out by the local clock is lost, for the lease-lost warning: a
+/// watchdog-mode hold was not renewed in time; a fixed lease is never renewed, it just ended.
+pub(crate) fn ran_out(watchdog: bool) -> &'static str {
+    if watchdog {
+        "the lease ran out before it could be renewed"
+    } else {
+        "its fixed lease ran out (fixed leases are never renewed; the critical section outlived it)"
+    }
 }
 
 /// Round-up milliseconds of a validated lease.
@@ -143,7 +162,7 @@ impl Hold {
             return true;
         }
         if self.granted.load(Ordering::Acquire) && Instant::now() >= self.expires_at() {
-            self.mark_lost("the lease ran out before it could be renewed");
+            self.mark_lost(ran_out(self.watchdog));
             return true;
         }
         false
@@ -187,7 +206,7 @@ impl Hold {
                     () = hold.lost.cancelled() => return,
                     () = tokio::time::sleep_until(deadline) => {
                         if Instant::now() >= hold.expires_at() {
-                            hold.mark_lost("the lease ran out before it could be renewed");
+                            hold.mark_lost(ran_out(hold.watchdog));
                             return;
                         }
                     }
@@ -302,11 +321,35 @@ mod tests {
         assert!(validate_lease(Duration::ZERO).is_err());
         assert!(validate_lease(Duration::MAX).is_err());
         assert!(validate_lease(MAX_LEASE + Duration::from_secs(1)).is_err());
-        assert_eq!(
-            validate_lease(Duration::from_micros(10)).ok(),
-            Some(Duration::from_millis(1))
-        );
+        assert_eq!(validate_lease(MIN_LEASE).ok(), Some(MIN_LEASE));
         assert_eq!(lease_millis(Duration::from_micros(1500)), 2);
+    }
+
+    /// A lease below the floor is refused, naming the floor (it used to be rounded up to 1 ms and
+    /// lost at once).
+    #[test]
+    fn a_lease_below_the_floor_is_refused_naming_it() {
+        for short in [
+            Duration::ZERO,
+            Duration::from_nanos(1),
+            Duration::from_micros(999),
+        ] {
+            match validate_lease(short) {
+                Err(Error::InvalidArgument(why)) => {
+                    assert!(why.starts_with("lease "), "{why}");
+                    assert!(why.contains("minimum of 1ms"), "{why}");
+                }
+                other => panic!("{short:?}: {other:?}"),
+            }
+        }
+    }
+
+    /// The lease-lost warning of a fixed lease does not speak of renewal.
+    #[test]
+    fn a_fixed_lease_that_ran_out_is_not_said_to_be_unrenewed() {
+        assert!(ran_out(true).contains("renewed"));
+        assert!(ran_out(false).starts_with("its fixed lease ran out"));
+        assert!(!ran_out(false).contains("could not be renewed"));
     }
 
     /// The longest lease accepted is the documented 365 days (`MAX_LEASE`), not a day less.

@@ -65,8 +65,25 @@ pub struct Inspection {
     /// The owners waiting for the object: a fair lock's queue in grant order, a lock's or fenced
     /// lock's waiting set, longest waiting first; only waiters whose keep-alive has not run out
     /// (a waiter that gave up leaves at once, one whose client died once its keep-alive passed).
-    /// Empty for the other kinds.
+    /// Empty for the other kinds, whose waiters Redis does not keep: see
+    /// [`waiters_listed`](Inspection::waiters_listed) and
+    /// [`waiting_clients`](Inspection::waiting_clients).
     pub waiters: Vec<String>,
+    /// Whether [`waiters`](Inspection::waiters) lists this kind's waiters: `true` for a lock,
+    /// fenced lock and fair lock, whose waiters are kept in Redis. A semaphore's, permit-expirable
+    /// semaphore's, read-write lock's and count-down latch's waiters wait in their own clients
+    /// for a message on the object's channel, and a spin lock's poll: Redis has no list of them,
+    /// and `waiters` is empty however many there are.
+    pub waiters_listed: bool,
+    /// For a semaphore, permit-expirable semaphore, read-write lock or count-down latch: how
+    /// many clients are subscribed to the object's channel (`PUBSUB NUMSUB`, or
+    /// `PUBSUB SHARDNUMSUB` with sharded pub/sub), that is clients with one or more tasks
+    /// waiting for it now, or until a moment ago (a client keeps an idle subscription for
+    /// about two seconds), or watching it (`lockkit watch`). Tasks are not counted: one
+    /// client may have many waiting. `None` for the other kinds, and where it cannot be
+    /// counted (classic pub/sub on a cluster, whose subscribers may be on any node; a server
+    /// that refused the command).
+    pub waiting_clients: Option<u64>,
     /// A fenced lock's fencing counter: the last token minted.
     pub fencing_token: Option<u64>,
     /// A read-write lock's mode: `"read"` or `"write"`.
@@ -83,8 +100,10 @@ pub struct Inspection {
     pub evictions: Option<u64>,
     /// Problems noticed while reading the object, in words for people (the CLI prints them).
     /// For a semaphore: the server's `maxmemory-policy` may evict one of its keys (an
-    /// `allkeys-*` policy); one of its keys is missing now (an eviction the next script will
-    /// repair); it was repaired after an eviction before. Empty when nothing was noticed.
+    /// `allkeys-*` policy), or the policy could not be read (neither `CONFIG GET` nor
+    /// `INFO memory` answered, as on services that block them; the line names both and why);
+    /// one of its keys is missing now (an eviction the next script will repair); it was
+    /// repaired after an eviction before. Empty when nothing was noticed.
     pub warnings: Vec<String>,
 }
 
@@ -167,10 +186,11 @@ impl Client {
             Ok::<bool, Error>(count > 0)
         }))
         .await?;
+        let sharded = self.inner.settings.pubsub == crate::client::PubSubMode::Sharded;
         let mut inspections = Vec::new();
         for ((kind, keys), found) in objects.iter().zip(found) {
             if found {
-                inspections.push(read(redis, *kind, name, keys).await?);
+                inspections.push(read(redis, *kind, name, keys, sharded).await?);
             }
         }
         tracing::debug!(name, found = inspections.len(), "inspected");
@@ -319,12 +339,41 @@ fn lock_holders(fields: &HashMap<String, String>, now: u64) -> Vec<Holder> {
     holders
 }
 
-/// Reads one object known to exist.
+/// How many clients are subscribed to `channel` (sharded: by `SSUBSCRIBE`), asked of the node of
+/// the channel's slot; `None` when that cannot tell (classic pub/sub on a cluster: subscribers may
+/// be on any node) or the server refused.
+async fn subscribed_clients(redis: &RedisClient, channel: &str, sharded: bool) -> Option<u64> {
+    if redis.is_clustered() && !sharded {
+        return None;
+    }
+    let subcommand = if sharded { "SHARDNUMSUB" } else { "NUMSUB" };
+    let reply: Result<Vec<fred::types::Value>, _> = redis
+        .custom(
+            CustomCommand::new_static("PUBSUB", ClusterHash::Custom(key_slot(channel)), false),
+            vec![subcommand, channel],
+        )
+        .await;
+    match reply {
+        // `[channel, count]`.
+        Ok(reply) => reply.get(1).and_then(fred::types::Value::as_u64),
+        Err(err) => {
+            tracing::debug!(
+                channel,
+                "inspect: cannot count the subscribers: {}",
+                crate::error::Chain(&err)
+            );
+            None
+        }
+    }
+}
+
+/// Reads one object known to exist (`sharded`: the client's pub/sub mode is sharded).
 async fn read(
     redis: &RedisClient,
     kind: Kind,
     name: &str,
     keys: &ObjectKeys,
+    sharded: bool,
 ) -> Result<Inspection, Error> {
     let key = keys.key.as_str();
     // Every kind read below has the auxiliary keys asked for (`Kind::aux_suffixes`).
@@ -341,6 +390,8 @@ async fn read(
         ttl,
         holders: Vec::new(),
         waiters: Vec::new(),
+        waiters_listed: matches!(kind, Kind::Lock | Kind::FencedLock | Kind::FairLock),
+        waiting_clients: None,
         fencing_token: None,
         mode: None,
         permits: None,
@@ -473,6 +524,16 @@ async fn read(
         // A kind this version cannot read in detail: its TTL only.
         _ => {}
     }
+    // The kinds whose waiters wait for a message on the object's channel, kept by no key.
+    if matches!(
+        kind,
+        Kind::Semaphore
+            | Kind::PermitExpirableSemaphore
+            | Kind::ReadWriteLock
+            | Kind::CountDownLatch
+    ) {
+        inspection.waiting_clients = subscribed_clients(redis, &keys.channel, sharded).await;
+    }
     Ok(inspection)
 }
 
@@ -485,54 +546,82 @@ async fn semaphore_warnings(
     ends: &[(String, f64)],
 ) -> Vec<String> {
     let mut warnings = Vec::new();
-    if let Some(policy) = maxmemory_policy(redis, key)
-        .await
-        .filter(|policy| policy.starts_with("allkeys-"))
-    {
-        warnings.push(format!(
-            "maxmemory-policy is {policy}: Redis may evict one of this {}'s two keys (neither              expires) and lose permits; use noeviction or a volatile-* policy              (docs/topologies.md)",
+    match maxmemory_policy(redis, key).await {
+        Ok(policy) if policy.starts_with("allkeys-") => warnings.push(format!(
+            "maxmemory-policy is {policy}: Redis may evict one of this {}'s two keys (neither \
+             expires) and lose permits; use noeviction or a volatile-* policy \
+             (docs/topologies.md)",
             kind.describe()
-        ));
+        )),
+        Ok(_) => {}
+        Err(why) => warnings.push(format!(
+            "could not read the server's maxmemory-policy, so whether it may evict this {}'s \
+             keys is unknown: {why}",
+            kind.describe()
+        )),
     }
     let used = inspection.used_permits.unwrap_or(0);
     if inspection.permits.is_some() && used > 0 && ends.is_empty() {
         warnings.push(format!(
-            "{used} permits are counted as used but the leases key is missing (evicted?): the              next operation on it drops those holds and gives their permits back"
+            "{used} permits are counted as used but the leases key is missing (evicted?): the \
+             next operation on it drops those holds and gives their permits back"
         ));
     }
     if inspection.permits.is_none() && !ends.is_empty() {
         warnings.push(
-            "holds are leased but the total is missing (main key evicted?): the next operation              on it drops those holds; the total must be set again"
+            "holds are leased but the total is missing (main key evicted?): the next operation \
+             on it drops those holds; the total must be set again"
                 .to_owned(),
         );
     }
     if let Some(evictions) = inspection.evictions {
         warnings.push(format!(
-            "one of its keys was found evicted {evictions} time(s); the holds left without it              were dropped"
+            "one of its keys was found evicted {evictions} time(s); the holds left without it \
+             were dropped"
         ));
     }
     warnings
 }
 
-/// The `maxmemory-policy` of `key`'s node; `None` when it cannot be read (`CONFIG` renamed or
-/// refused by an ACL, as on many managed services).
-async fn maxmemory_policy(redis: &RedisClient, key: &str) -> Option<String> {
-    let reply: Result<HashMap<String, String>, _> = redis
-        .custom(
-            CustomCommand::new_static("CONFIG", ClusterHash::Custom(key_slot(key)), false),
-            vec!["GET", "maxmemory-policy"],
-        )
+/// The `maxmemory-policy` of `key`'s node: by `CONFIG GET`, else (`CONFIG` renamed or refused
+/// by an ACL, as on many managed services) from `INFO memory`, which those services allow. When
+/// neither answers, says why, naming both commands.
+async fn maxmemory_policy(redis: &RedisClient, key: &str) -> Result<String, String> {
+    let on_node =
+        |command| CustomCommand::new_static(command, ClusterHash::Custom(key_slot(key)), false);
+    let config: Result<HashMap<String, String>, _> = redis
+        .custom(on_node("CONFIG"), vec!["GET", "maxmemory-policy"])
         .await;
-    match reply {
-        Ok(mut config) => config.remove("maxmemory-policy"),
-        Err(err) => {
-            tracing::debug!(
-                "inspect: cannot read maxmemory-policy: {}",
-                crate::error::Chain(&err)
-            );
-            None
-        }
-    }
+    let config_failed = match config {
+        Ok(mut config) => match config.remove("maxmemory-policy") {
+            Some(policy) => return Ok(policy),
+            None => "CONFIG GET maxmemory-policy answered without it".to_owned(),
+        },
+        Err(err) => format!(
+            "CONFIG GET maxmemory-policy failed ({})",
+            crate::error::fred_reason(&err)
+        ),
+    };
+    let info: Result<String, _> = redis.custom(on_node("INFO"), vec!["memory"]).await;
+    let info_failed = match info {
+        Ok(info) => match info_field(&info, "maxmemory_policy") {
+            Some(policy) => {
+                tracing::debug!("inspect: {config_failed}; read maxmemory_policy from INFO memory");
+                return Ok(policy.to_owned());
+            }
+            None => "INFO memory has no maxmemory_policy".to_owned(),
+        },
+        Err(err) => format!("INFO memory failed ({})", crate::error::fred_reason(&err)),
+    };
+    Err(format!("{config_failed}, and {info_failed}"))
+}
+
+/// The value of `field` in an `INFO` reply (`field:value` lines).
+fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
+    info.lines()
+        .filter_map(|line| line.trim_end_matches('\r').split_once(':'))
+        .find(|(name, _)| *name == field)
+        .map(|(_, value)| value.trim())
 }
 
 /// `text` with the glob characters of Redis' `MATCH` escaped.
@@ -622,7 +711,14 @@ mod serde_fields {
 
 #[cfg(test)]
 mod tests {
-    use super::glob_match;
+    use super::{glob_match, info_field};
+
+    #[test]
+    fn info_fields() {
+        let info = "# Memory\r\nused_memory:1024\r\nmaxmemory_policy:allkeys-lru\r\n";
+        assert_eq!(info_field(info, "maxmemory_policy"), Some("allkeys-lru"));
+        assert_eq!(info_field(info, "maxmemory"), None);
+    }
 
     #[test]
     fn globs() {

@@ -135,8 +135,8 @@ impl Client {
     /// needed. The window is measured by Redis, not by the instances' clocks.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for an invalid name, or a window of zero or longer than
-    /// [`MAX_LEASE`](crate::MAX_LEASE) (a sub-millisecond window counts as one millisecond);
+    /// [`Error::InvalidArgument`] for an invalid name, or a window shorter than
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or longer than [`MAX_LEASE`](crate::MAX_LEASE);
     /// [`Error::WrongType`] when the key holds something else; [`Error::Redis`] when Redis fails
     /// (the job did not run; the mark may or may not have been set); [`Error::Shutdown`] after
     /// [`Client::shutdown`].
@@ -209,13 +209,10 @@ impl Client {
     }
 }
 
-/// Checks a once-per window as a lease is checked: positive and at most
-/// [`MAX_LEASE`](crate::MAX_LEASE).
+/// Checks a once-per window as a lease is checked: at least [`MIN_LEASE`](crate::MIN_LEASE) and
+/// at most [`MAX_LEASE`](crate::MAX_LEASE); the message names the window.
 fn validate_window(window: Duration) -> Result<Duration, Error> {
-    crate::hold::validate_lease(window).map_err(|err| match err {
-        Error::InvalidArgument(why) => Error::InvalidArgument(format!("once_per window: {why}")),
-        other => other,
-    })
+    crate::hold::validate_duration("once_per window", window)
 }
 
 #[cfg(test)]
@@ -226,8 +223,9 @@ mod tests {
     fn windows_are_validated() {
         assert!(validate_window(Duration::ZERO).is_err());
         assert!(validate_window(Duration::MAX).is_err());
+        assert!(validate_window(Duration::from_micros(10)).is_err());
         assert_eq!(
-            validate_window(Duration::from_micros(10)).ok(),
+            validate_window(Duration::from_millis(1)).ok(),
             Some(Duration::from_millis(1))
         );
     }

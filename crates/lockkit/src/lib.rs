@@ -191,6 +191,7 @@ pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;
 pub use inspect::{Holder, Inspection, ListedObject};
 pub use jobs::JobOutcome;
+pub use limits::MIN_LEASE;
 pub use lock::{Lock, LockGuard};
 pub use multi_lock::{MultiLock, MultiLockGuard};
 pub use permit_expirable_semaphore::{ExpirablePermit, PermitExpirableSemaphore};

@@ -217,8 +217,8 @@ impl Lock {
     /// As [`lock`](Lock::lock).
     ///
     /// # Errors
-    /// As [`lock`](Lock::lock); [`Error::InvalidArgument`] for a lease of zero or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    /// As [`lock`](Lock::lock); [`Error::InvalidArgument`] for a lease shorter than
+    /// [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
         self.lock_inner(Some(lease)).await
     }

@@ -160,8 +160,8 @@ impl PermitExpirableSemaphore {
     /// script may already have taken is given back in the background).
     ///
     /// # Errors
-    /// - [`Error::InvalidArgument`] for a lease of zero or over [`MAX_LEASE`](crate::MAX_LEASE),
-    ///   or an invalid name;
+    /// - [`Error::InvalidArgument`] for a lease shorter than [`MIN_LEASE`](crate::MIN_LEASE)
+    ///   (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE), or an invalid name;
     /// - [`Error::Refused`] at once when the semaphore has no permits in total, or its permits
     ///   were never set and no total is [configured](Self::with_permits); also, at once, when
     ///   the total is lowered to zero while waiting;
@@ -263,8 +263,8 @@ impl PermitExpirableSemaphore {
     /// Cancel-safe: re-sending the update is harmless.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a lease of zero or over [`MAX_LEASE`](crate::MAX_LEASE), or
-    /// a string that is no permit id; [`Error::Redis`] when Redis fails.
+    /// [`Error::InvalidArgument`] for a lease shorter than [`MIN_LEASE`](crate::MIN_LEASE) (1 ms)
+    /// or over [`MAX_LEASE`](crate::MAX_LEASE), or a string that is no permit id; [`Error::Redis`] when Redis fails.
     pub async fn update_lease(&self, id: &str, lease: Duration) -> Result<bool, Error> {
         check_id(id)?;
         let lease = validate_lease(lease)?;

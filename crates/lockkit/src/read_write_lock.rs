@@ -124,8 +124,8 @@ impl ReadWriteLock {
     /// As [`read_lock`](ReadWriteLock::read_lock).
     ///
     /// # Errors
-    /// As [`read_lock`](ReadWriteLock::read_lock); [`Error::InvalidArgument`] for a lease of zero
-    /// or over [`MAX_LEASE`](crate::MAX_LEASE).
+    /// As [`read_lock`](ReadWriteLock::read_lock); [`Error::InvalidArgument`] for a lease shorter
+    /// than [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn read_lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
         self.wait_for(Mode::Read, Some(lease)).await
     }
@@ -187,8 +187,8 @@ impl ReadWriteLock {
     /// As [`read_lock`](ReadWriteLock::read_lock).
     ///
     /// # Errors
-    /// As [`write_lock`](ReadWriteLock::write_lock); [`Error::InvalidArgument`] for a lease of
-    /// zero or over [`MAX_LEASE`](crate::MAX_LEASE).
+    /// As [`write_lock`](ReadWriteLock::write_lock); [`Error::InvalidArgument`] for a lease
+    /// shorter than [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn write_lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
         self.wait_for(Mode::Write, Some(lease)).await
     }

@@ -227,8 +227,8 @@ impl Semaphore {
     /// As [`acquire`](Semaphore::acquire).
     ///
     /// # Errors
-    /// As [`acquire`](Semaphore::acquire); [`Error::InvalidArgument`] for a lease of zero or over
-    /// [`MAX_LEASE`](crate::MAX_LEASE).
+    /// As [`acquire`](Semaphore::acquire); [`Error::InvalidArgument`] for a lease shorter
+    /// than [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn acquire_with_lease(
         &self,
         permits: u64,

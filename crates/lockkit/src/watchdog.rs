@@ -333,7 +333,7 @@ async fn renew_round(
     for hold in holds {
         if hold.is_lost() {
             if now >= hold.expires_at() {
-                hold.mark_lost("the lease ran out before it could be renewed");
+                hold.mark_lost(crate::hold::ran_out(hold.watchdog));
             }
             continue;
         }
