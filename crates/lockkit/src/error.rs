@@ -360,7 +360,7 @@ pub(crate) fn fred_reason(err: &fred::error::Error) -> String {
 
 /// A Redis failure after the client connected, with what lockkit was doing when it happened.
 ///
-/// Shown as `redis error during <operation>[ of `<object>`]: <reason>`, the reason in Redis' or
+/// Shown as ``redis error during <operation>[ of `<object>`]: <reason>``, the reason in Redis' or
 /// the system's own words (`ERR DB index is out of range`, `Connection refused`, `no answer
 /// from Redis within 1.0s (the wait was 1s)`), so the line alone says what went wrong. The
 /// reason being in the message, [`source`](std::error::Error::source) is `None`: reporters that
