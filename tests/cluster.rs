@@ -10,7 +10,7 @@ use std::time::Duration;
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::protocol::slot::key_slot;
 use lockkit::{Client, Error, PubSubMode};
-use lockkit_suite::{unique, until_waiting, within};
+use lockkit_suite::{unique, until_waiters_in_redis, until_waiting, within};
 use lockkit_testkit::{RedisCluster, RespValue};
 
 /// Hang guard of one scenario: never a performance bound.
@@ -387,7 +387,10 @@ async fn handoff_by_release_message(cluster: &RedisCluster, a: &Client, b: &Clie
         let lock = b.lock(&name);
         tokio::spawn(async move { lock.try_lock(WAIT, Some(LONG_LEASE)).await })
     };
-    until_waiting(b, 1).await;
+    // The waiter's request is in the line only once its try ran, and it tries only once its
+    // subscription is confirmed: from then on the subscription must be there (a count read
+    // right after it registered locally could run ahead of its SUBSCRIBE).
+    until_waiters_in_redis(a, Kind::Lock, &name, 1).await;
     // A lock's waiter listens on its client's own channel for the lock.
     let channel = keys(Kind::Lock, &name).client_channel(b.id());
     assert_eq!(
@@ -604,22 +607,12 @@ async fn a_slot_moves_while_locks_are_held_and_waited_for(cluster: RedisCluster,
         let lock = waiting.lock(&name);
         tokio::spawn(async move { lock.try_lock(WAIT, Some(LONG_LEASE)).await })
     };
-    until_waiting(&waiting, 1).await;
+    // In the line only after a try, which comes after the confirmed subscription.
+    until_waiters_in_redis(&holder, Kind::Lock, &name, 1).await;
     // A lock's waiter listens on its client's own channel for the lock.
     let channel = keys(Kind::Lock, &name).client_channel(waiting.id());
     let mode = waiting.pubsub_mode();
-    if mode == PubSubMode::Sharded {
-        assert_eq!(subscribers(&cluster, mode, &channel).await, 1);
-    } else {
-        // Classic pub/sub (Redis 6.2): in 1 of 4 runs the count read on every node was still 0
-        // right after the waiter was counted (see the closing note of issue 21); wait for it.
-        within(HANG, "the waiter's classic subscription", async {
-            while subscribers(&cluster, mode, &channel).await != 1 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-        })
-        .await;
-    }
+    assert_eq!(subscribers(&cluster, mode, &channel).await, 1);
 
     let from = cluster.node_for_slot(slot).await.expect("slot served");
     let to = (from + 1) % cluster.primaries();

@@ -42,6 +42,8 @@ async fn an_inspection_of_a_held_lock_serializes_as_the_cli_prints_it() {
             "ttl_ms",
             "used_permits",
             "waiters",
+            "waiters_listed",
+            "waiting_clients",
             "warnings",
         ],
         "{value}"
@@ -56,6 +58,9 @@ async fn an_inspection_of_a_held_lock_serializes_as_the_cli_prints_it() {
         assert_eq!(value[absent], Value::Null, "{absent} of a lock: {value}");
     }
     assert_eq!(value["waiters"], json!([]));
+    // A lock's waiting set is read from Redis: listed, and no subscriber count is needed.
+    assert_eq!(value["waiters_listed"], json!(true));
+    assert_eq!(value["waiting_clients"], Value::Null);
     assert_eq!(value["warnings"], json!([]));
 
     let holders = value["holders"].as_array().unwrap();

@@ -35,7 +35,7 @@ use std::time::Duration;
 
 use fred::clients::SubscriberClient;
 use fred::interfaces::{ClientLike, EventInterface, PubsubInterface};
-use fred::types::Value;
+use fred::types::{ClusterHash, CustomCommand, Value};
 use lockkit_protocol::slot::key_slot;
 use lockkit_protocol::wake::Wake;
 use tokio::sync::broadcast::error::RecvError;
@@ -56,6 +56,11 @@ pub(super) const SUBSCRIPTION_LINGER: Duration = Duration::from_secs(2);
 /// pub/sub confirms it with a `PING` on the subscriber connection (fred's `subscribe` returns
 /// before Redis has registered it); sharded pub/sub needs nothing more (`SSUBSCRIBE` returns once
 /// Redis has replied). Serialised with unsubscribes and resubscriptions.
+///
+/// On a cluster, fred sends a classic `SUBSCRIBE` to the node that owns the slot of the
+/// subscriber client's id, so the confirming `PING` goes there too: a `PING` routed to any other
+/// node confirmed nothing, and the waiter could try the lock before its subscription existed
+/// (and miss the grant of a release in between).
 pub(super) async fn subscribe(hub: &HubInner, channel: &str) -> Result<(), Error> {
     let _serial = hub.subscribe_lock.lock().await;
     // SUBSCRIBE is idempotent: one that could not even be routed (no connection at that instant)
@@ -74,11 +79,20 @@ pub(super) async fn subscribe(hub: &HubInner, channel: &str) -> Result<(), Error
             .subscribe(channel)
             .await
             .map_err(redis("subscribe"))?;
-        // Confirms that Redis has processed the SUBSCRIBE sent before it.
-        hub.sub
-            .ping::<Value>(None)
-            .await
-            .map_err(redis("subscribe"))?;
+        // Confirms that Redis has processed the SUBSCRIBE sent before it, on the same node.
+        if hub.sub.is_clustered() {
+            let slot = key_slot(hub.sub.id());
+            let ping = CustomCommand::new_static("PING", ClusterHash::Custom(slot), false);
+            hub.sub
+                .custom::<Value, Vec<Value>>(ping, Vec::new())
+                .await
+                .map_err(redis("subscribe"))?;
+        } else {
+            hub.sub
+                .ping::<Value>(None)
+                .await
+                .map_err(redis("subscribe"))?;
+        }
         Ok::<(), Error>(())
     })
     .await
