@@ -106,15 +106,7 @@ async fn every_primitive_works_on_a_cluster() {
         "Auto picks sharded where the servers have it (7.0+), classic on 6.2"
     );
     within(HANG, "the basic scenarios", async {
-        lock_scenario(&a, &b).await;
-        fenced_lock_scenario(&a, &b).await;
-        fair_lock_scenario(&a, &b).await;
-        read_write_lock_scenario(&a, &b).await;
-        spin_lock_scenario(&a, &b).await;
-        multi_lock_scenario(&a, &b).await;
-        semaphore_scenario(&a, &b).await;
-        permit_expirable_semaphore_scenario(&a, &b).await;
-        count_down_latch_scenario(&a, &b).await;
+        every_scenario(&a, &b).await;
         handoff_by_release_message(&cluster, &a, &b).await;
     })
     .await;
@@ -142,15 +134,7 @@ async fn every_primitive_works_on_a_cluster_with_classic_pubsub() {
     let (a, b) = (classic().await, classic().await);
     assert_eq!(a.pubsub_mode(), PubSubMode::Classic);
     within(HANG, "the basic scenarios", async {
-        lock_scenario(&a, &b).await;
-        fenced_lock_scenario(&a, &b).await;
-        fair_lock_scenario(&a, &b).await;
-        read_write_lock_scenario(&a, &b).await;
-        spin_lock_scenario(&a, &b).await;
-        multi_lock_scenario(&a, &b).await;
-        semaphore_scenario(&a, &b).await;
-        permit_expirable_semaphore_scenario(&a, &b).await;
-        count_down_latch_scenario(&a, &b).await;
+        every_scenario(&a, &b).await;
         // Several handoffs, so that some grants are published on a node other than the one the
         // waiter's subscription is on.
         for _ in 0..6 {
@@ -196,6 +180,19 @@ async fn a_release_right_after_its_slot_moved_succeeds() {
         .unwrap();
     a.shutdown().await.unwrap();
     b.shutdown().await.unwrap();
+}
+
+/// The basic scenario of every primitive, between clients `a` and `b`.
+async fn every_scenario(a: &Client, b: &Client) {
+    lock_scenario(a, b).await;
+    fenced_lock_scenario(a, b).await;
+    fair_lock_scenario(a, b).await;
+    read_write_lock_scenario(a, b).await;
+    spin_lock_scenario(a, b).await;
+    multi_lock_scenario(a, b).await;
+    semaphore_scenario(a, b).await;
+    permit_expirable_semaphore_scenario(a, b).await;
+    count_down_latch_scenario(a, b).await;
 }
 
 async fn lock_scenario(a: &Client, b: &Client) {
