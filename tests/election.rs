@@ -303,6 +303,20 @@ async fn a_dropped_campaign_leaves_no_candidacy_and_no_leadership() {
 }
 
 #[tokio::test]
+async fn an_observer_ends_with_shutdown_when_the_client_shuts_down() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let mut observer = client.election(unique("election-shutdown")).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    client.shutdown().await.unwrap();
+    assert!(matches!(
+        within(HANG, "the observer", observer.next()).await,
+        Some(Err(Error::Shutdown))
+    ));
+    assert!(observer.next().await.is_none(), "the stream ends");
+}
+
+#[tokio::test]
 async fn bad_input_is_a_clear_error() {
     let redis = redis().await;
     let client = client(&redis.url()).await;

@@ -346,7 +346,8 @@ impl Election {
     /// # Errors
     /// The body's error, or a campaign's error converted with `E: From<Error>`
     /// ([`Error::Redis`] when Redis fails, [`Error::Shutdown`], [`Error::InvalidArgument`]):
-    /// `lead` does not retry a campaign that failed. A resignation that fails after the body
+    /// `lead` does not retry a campaign that failed (but campaigns again when leadership was
+    /// lost before its announcement, [`Error::NotHeld`] from a campaign). A resignation that fails after the body
     /// returned is logged (the leadership then runs out its lease), and the body's result is
     /// returned.
     ///
@@ -373,7 +374,12 @@ impl Election {
     {
         let value = value.into();
         loop {
-            let leadership = self.campaign(value.clone()).await?;
+            let leadership = match self.campaign(value.clone()).await {
+                Ok(leadership) => leadership,
+                // Lost between its grant and its announcement: campaign again.
+                Err(Error::NotHeld { .. }) => continue,
+                Err(err) => return Err(err.into()),
+            };
             let lost = leadership.lost();
             let run = body(leadership.handle());
             tokio::select! {
