@@ -413,6 +413,15 @@ fn leader_key(keys: &ObjectKeys) -> &str {
 }
 
 /// A leader: its term (fencing token) and the value it announced.
+///
+/// ```no_run
+/// # async fn demo(election: lockkit::Election) -> Result<(), lockkit::Error> {
+/// match election.leader().await? {
+///     Some(lockkit::Leader { term, value }) => println!("{value} leads in term {term}"),
+///     None => println!("nobody leads"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Leader {
@@ -432,6 +441,20 @@ impl From<Record> for Leader {
 }
 
 /// One change of an election's leadership, as [`Election::observe`] yields it.
+///
+/// ```no_run
+/// # async fn demo(election: lockkit::Election) -> Result<(), lockkit::Error> {
+/// use futures::StreamExt;
+/// use lockkit::LeaderChange;
+///
+/// let mut changes = election.observe();
+/// while let Some(change) = changes.next().await {
+///     if let LeaderChange::Resynced(_) = change? {
+///         eprintln!("changes may have been missed (reconnected)");
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaderChange {
@@ -535,6 +558,20 @@ impl Shared {
 ///
 /// Dropping it resigns in the background (the next candidate leads at once); prefer
 /// [`resign`](Leadership::resign), which reports the outcome.
+///
+/// It has no `scope` (unlike [`LockGuard::scope`]): a campaign inside it would re-enter the
+/// hold and mint a second term for the same leader.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// # async fn run_scheduler(_term: u64) {}
+/// let leadership = client.election("scheduler").campaign("pod-a").await?;
+/// tokio::select! {
+///     () = run_scheduler(leadership.term()) => leadership.resign().await?,
+///     () = leadership.lost() => eprintln!("no longer the leader"),
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "leadership is resigned as soon as the guard is dropped"]
 pub struct Leadership {
     shared: Arc<Shared>,
@@ -559,6 +596,14 @@ impl Leadership {
     /// leader's (never repeated, also after Redis was restored from an older snapshot). Write it
     /// with every change to shared storage and have the storage refuse a smaller one: a deposed
     /// leader that was paused past its lease is then stopped.
+    ///
+    /// ```no_run
+    /// # async fn demo(leadership: lockkit::Leadership) {
+    /// let fence = leadership.term();
+    /// // UPDATE jobs SET state = 'done', last_term = :fence WHERE id = 7 AND last_term <= :fence
+    /// # let _ = fence;
+    /// # }
+    /// ```
     pub fn term(&self) -> u64 {
         self.shared.term
     }
@@ -728,6 +773,15 @@ impl LeadershipHandle {
 
 /// The stream of an election's leadership changes, from [`Election::observe`]: a
 /// [`futures::Stream`] of `Result<LeaderChange, Error>`.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use futures::StreamExt;
+/// let mut observer: lockkit::Observer = client.election("scheduler").observe();
+/// let first = observer.next().await; // Some(Ok(LeaderChange::Current(..)))
+/// # let _ = first;
+/// # Ok(()) }
+/// ```
 #[must_use = "streams do nothing unless polled"]
 pub struct Observer {
     stream: Pin<Box<dyn Stream<Item = Result<LeaderChange, Error>> + Send>>,
