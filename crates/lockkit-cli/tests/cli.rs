@@ -831,3 +831,39 @@ async fn watch_of_an_election_says_when_changes_may_have_been_missed() {
     assert!(status.success());
     leadership.resign().await.unwrap();
 }
+
+/// On a cluster (sharded pub/sub where the servers have it), `watch` of an election hears its
+/// election and `inspect` finds its leader on the election's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_and_inspect_of_an_election_on_a_cluster() {
+    let cluster = lockkit_testkit::RedisCluster::start(3, 0)
+        .await
+        .expect("a redis cluster starts");
+    let url = cluster.url();
+    let client = client(&url).await;
+    let mut watch = Command::new(BIN)
+        .args([
+            "--url", &url, "--json", "watch", "--kind", "election", "shard", "--count", "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = next_json(&mut lines).await;
+    assert_eq!(first["change"], "current", "{first}");
+    let leadership = client.election("shard").campaign("pod-a").await.unwrap();
+    let elected = next_json(&mut lines).await;
+    assert_eq!(
+        elected["leader"],
+        serde_json::json!({"term": leadership.term(), "value": "pod-a"}),
+        "{elected}"
+    );
+    let status = within("watch to stop", watch.wait()).await.unwrap();
+    assert!(status.success());
+
+    let found = json(&lockkit(&url, &["--json", "inspect", "shard"]).await);
+    assert_eq!(object(&found, "election")["leader"]["value"], "pod-a");
+    leadership.resign().await.unwrap();
+}
