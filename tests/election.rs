@@ -261,6 +261,13 @@ async fn lost_fires_when_the_leaders_lease_runs_out_and_another_candidate_leads(
         Some(leader(next.term(), "b"))
     );
     proxy.resume();
+    // The deposed leader, reachable again, cannot announce over the new one.
+    let stale = leadership.proclaim("stale").await;
+    assert!(matches!(stale, Err(Error::NotHeld { .. })), "{stale:?}");
+    assert_eq!(
+        other.election(&name).leader().await.unwrap(),
+        Some(leader(next.term(), "b"))
+    );
     next.resign().await.unwrap();
 }
 
