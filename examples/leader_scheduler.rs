@@ -95,8 +95,10 @@ fn parse_args() -> Result<Mode, String> {
             }
             _ => (arg.clone(), None),
         };
-        if matches!(flag.as_str(), "-h" | "--help") {
-            return Err(String::new());
+        match flag.as_str() {
+            "-h" | "--help" => return Err(String::new()),
+            "--url" | "--lease-ms" | "--pod" | "--election" | "--store" => {}
+            _ => return Err(format!("unknown argument {arg:?}")),
         }
         let value = inline
             .or_else(|| args.next())
@@ -110,8 +112,7 @@ fn parse_args() -> Result<Mode, String> {
             // The pods' own arguments, given by the parent.
             "--pod" => pod = Some(value),
             "--election" => election = Some(value),
-            "--store" => store = Some(value),
-            _ => return Err(format!("unknown argument {arg:?}")),
+            _ => store = Some(value),
         }
     }
     match (pod, election, store) {
