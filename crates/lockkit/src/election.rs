@@ -335,8 +335,8 @@ impl Election {
     /// the body returns, resigns and returns its result.
     ///
     /// This is client-go's leader-election loop without the callbacks: the body is
-    /// `OnStartedLeading`, its end (returned or dropped) `OnStoppedLeading`; [`observe`]
-    /// (Election::observe) gives `OnNewLeader`.
+    /// `OnStartedLeading`, its end (returned or dropped) `OnStoppedLeading`;
+    /// [`observe`](Election::observe) gives `OnNewLeader`.
     ///
     /// The body gets a [`LeadershipHandle`] (term, value, [`lost`](LeadershipHandle::lost)). The
     /// body's future is polled before the lost signal, so a body that `select!`s on
