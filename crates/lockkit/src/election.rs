@@ -320,7 +320,7 @@ impl Election {
         let state = ObserveState {
             election: self.clone(),
             listener: None,
-            sync: Some(Sync::Initial),
+            sync: Some(Reading::Initial),
             last: None,
             retry: None,
             done: false,
@@ -743,7 +743,7 @@ impl Stream for Observer {
 
 /// Why an observer reads the leader.
 #[derive(Debug, Clone, Copy)]
-enum Sync {
+enum Reading {
     /// Its first item.
     Initial,
     /// Messages may have been missed.
@@ -762,7 +762,7 @@ struct ObserveState {
     election: Election,
     listener: Option<Listener>,
     /// A read of the leader is due.
-    sync: Option<Sync>,
+    sync: Option<Reading>,
     last: Option<Position>,
     /// Wait this long before the next try (after an error).
     retry: Option<Duration>,
@@ -797,8 +797,8 @@ impl ObserveState {
                         });
                         let leader = record.map(Leader::from);
                         let change = match sync {
-                            Sync::Initial => LeaderChange::Current(leader),
-                            Sync::Resync => LeaderChange::Resynced(leader),
+                            Reading::Initial => LeaderChange::Current(leader),
+                            Reading::Resync => LeaderChange::Resynced(leader),
                         };
                         return Some((Ok(change), self));
                     }
@@ -815,7 +815,7 @@ impl ObserveState {
                 }
             }
             let Some(listener) = self.listener.as_mut() else {
-                self.sync = Some(Sync::Resync);
+                self.sync = Some(Reading::Resync);
                 continue;
             };
             tokio::select! {
@@ -824,7 +824,7 @@ impl ObserveState {
                 reconnect = listener.reconnects.recv() => match reconnect {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         tracing::debug!(election = %self.election.name(), "subscriber connection re-established; reading the leader again");
-                        self.sync = Some(Sync::Resync);
+                        self.sync = Some(Reading::Resync);
                     }
                     Err(RecvError::Closed) => {
                         self.done = true;
@@ -843,7 +843,7 @@ impl ObserveState {
                     }
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(election = %self.election.name(), missed, "the observer fell behind; reading the leader again");
-                        self.sync = Some(Sync::Resync);
+                        self.sync = Some(Reading::Resync);
                     }
                     Err(RecvError::Closed) => {
                         self.done = true;
