@@ -14,8 +14,9 @@ use clap::builder::PossibleValue;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, PubsubInterface};
+use futures::StreamExt;
 use lockkit::protocol::keys::{Kind, Namespace};
-use lockkit::{Client, Error, Inspection, PubSubMode};
+use lockkit::{Client, Error, Inspection, Leader, LeaderChange, PubSubMode};
 use serde_json::{json, Value};
 
 /// Exit code: the object does not exist (or the lock to force-unlock is free).
@@ -61,7 +62,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Show an object: kind, holders and hold counts, TTL, queued waiters, fencing counter
+    /// Show an object: kind, holders and hold counts, TTL, queued waiters, fencing counter; an
+    /// election's leader, term, lease and candidates
     Inspect {
         /// The object's name
         name: String,
@@ -74,7 +76,12 @@ enum Command {
         /// Glob over object names [default: every object]
         pattern: Option<String>,
     },
-    /// Print an object's state, then every change of its holders or waiters
+    /// Print an object's state, then every change of its holders or waiters; an election's
+    /// leader, then every change of leader (elected, new value, resigned)
+    ///
+    /// An election (`--kind election`, or the only object of that name) is followed through its
+    /// change channel: one line per change, in order; after a reconnection a line says that
+    /// changes may have been missed, with the leader then.
     Watch {
         /// The object's name
         name: String,
@@ -281,17 +288,50 @@ async fn inspect(
     name: &str,
 ) -> Result<(), Failure> {
     let found = client.inspect(kind, name).await?;
+    // An election's leader, from its leader record (the inspection has its hold, the lock
+    // side of the election).
+    let mut leaders = Vec::with_capacity(found.len());
+    for object in &found {
+        leaders.push(if object.kind == Kind::Election {
+            client.election(name).leader().await?
+        } else {
+            None
+        });
+    }
     if cli.json {
-        println!("{}", serde_json::to_value(&found).map_err(json_error)?);
+        let mut objects = serde_json::to_value(&found).map_err(json_error)?;
+        for (object, (inspection, leader)) in objects
+            .as_array_mut()
+            .into_iter()
+            .flatten()
+            .zip(found.iter().zip(&leaders))
+        {
+            if let (Kind::Election, Some(map)) = (inspection.kind, object.as_object_mut()) {
+                map.insert("leader".into(), leader_json(leader.as_ref()));
+            }
+        }
+        println!("{objects}");
     } else {
-        for object in &found {
-            print!("{}", table(object));
+        for (object, leader) in found.iter().zip(&leaders) {
+            if object.kind == Kind::Election {
+                print!("{}", election_table(object, leader.as_ref()));
+            } else {
+                print!("{}", table(object));
+            }
         }
     }
     if found.is_empty() {
         return Err(Failure::new(NOT_FOUND, format!("no object named {name:?}")));
     }
     Ok(())
+}
+
+/// An election's leader as JSON: `{"term": .., "value": ..}`, `null` for none.
+fn leader_json(leader: Option<&Leader>) -> Value {
+    leader.map_or(
+        Value::Null,
+        |leader| json!({"term": leader.term, "value": leader.value}),
+    )
 }
 
 async fn list(client: &Client, cli: &Cli, pattern: Option<&str>) -> Result<(), Failure> {
@@ -385,10 +425,10 @@ fn nothing_to_unlock(found: &[Inspection], name: &str) -> Failure {
         .filter(|object| UNLOCKABLE.contains(&object.kind))
         .map(|object| object.kind.describe())
         .collect();
-    let others: Vec<&str> = found
+    let others: Vec<String> = found
         .iter()
         .filter(|object| !UNLOCKABLE.contains(&object.kind))
-        .map(|object| object.kind.describe())
+        .map(|object| with_article(object.kind.describe()))
         .collect();
     if !locks.is_empty() {
         return Failure::new(
@@ -401,8 +441,8 @@ fn nothing_to_unlock(found: &[Inspection], name: &str) -> Failure {
         return Failure::new(
             USAGE,
             format!(
-                "{name:?} is a {}, not a lock: force-unlock is for locks ({})",
-                others.join(" and a "),
+                "{name:?} is {}, not a lock: force-unlock is for locks ({})",
+                others.join(" and "),
                 unlockable.join(", ")
             ),
         );
@@ -411,6 +451,16 @@ fn nothing_to_unlock(found: &[Inspection], name: &str) -> Failure {
         NOT_FOUND,
         format!("nothing is named {name:?}: no lock to unlock"),
     )
+}
+
+/// `what` with its indefinite article: "a semaphore", "an election".
+fn with_article(what: &str) -> String {
+    let article = if what.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {what}")
 }
 
 /// Asks for the name on a terminal; refuses without one.
@@ -443,6 +493,17 @@ async fn watch(
     name: &str,
     count: Option<u64>,
 ) -> Result<(), Failure> {
+    let election = match kind {
+        Some(kind) => kind == Kind::Election,
+        // The only object of that name is an election.
+        None => {
+            let found = client.inspect(None, name).await?;
+            !found.is_empty() && found.iter().all(|object| object.kind == Kind::Election)
+        }
+    };
+    if election {
+        return watch_election(client, cli, name, count).await;
+    }
     // Release messages trigger a re-read at once; a tick every second catches the rest
     // (acquisitions publish nothing, leases run out silently).
     let mut messages = match subscribe(client, url, kind, name, &cli.prefix).await {
@@ -497,6 +558,102 @@ async fn watch(
         let _ = subscriber.quit().await;
     }
     Ok(())
+}
+
+/// `watch` of an election: its leader now, then one line per change, from
+/// [`Election::observe`](lockkit::Election::observe).
+async fn watch_election(
+    client: &Client,
+    cli: &Cli,
+    name: &str,
+    count: Option<u64>,
+) -> Result<(), Failure> {
+    let mut changes = client.election(name).observe();
+    let started = Instant::now();
+    let mut changes_seen = 0;
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::pin!(interrupted);
+    loop {
+        let change = tokio::select! {
+            _ = &mut interrupted => break,
+            change = changes.next() => change,
+        };
+        let change = match change {
+            Some(Ok(change)) => change,
+            // The client shut down (it does not while watching), or the stream ended.
+            Some(Err(Error::Shutdown)) | None => break,
+            Some(Err(err)) => return Err(err.into()),
+        };
+        let elapsed = started.elapsed().as_secs_f64();
+        if cli.json {
+            let mut line = change_json(&change);
+            if let Some(map) = line.as_object_mut() {
+                map.insert("elapsed_s".into(), json!(elapsed));
+            }
+            println!("{line}");
+        } else {
+            println!(
+                "[+{elapsed:.3}s] election {name:?}: {}",
+                change_text(&change)
+            );
+        }
+        let _ = std::io::stdout().flush();
+        // The first line (`Current`) is the state when watching began, not a change.
+        if !matches!(change, LeaderChange::Current(_)) {
+            changes_seen += 1;
+            if count.is_some_and(|count| changes_seen >= count) {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A leader change as JSON, for `watch --json`: `{"change": "current" | "resynced" | "elected" |
+/// "proclaimed", "leader": {"term", "value"} | null}` or `{"change": "resigned", "term": ..}`.
+fn change_json(change: &LeaderChange) -> Value {
+    match change {
+        LeaderChange::Current(leader) => {
+            json!({"change": "current", "leader": leader_json(leader.as_ref())})
+        }
+        LeaderChange::Resynced(leader) => json!({
+            "change": "resynced",
+            "missed_changes": "possible: reconnected; this is the leader now",
+            "leader": leader_json(leader.as_ref()),
+        }),
+        LeaderChange::Elected(leader) => {
+            json!({"change": "elected", "leader": leader_json(Some(leader))})
+        }
+        LeaderChange::Proclaimed(leader) => {
+            json!({"change": "proclaimed", "leader": leader_json(Some(leader))})
+        }
+        LeaderChange::Resigned { term } => json!({"change": "resigned", "term": term}),
+        other => json!({"change": format!("{other:?}")}),
+    }
+}
+
+/// A leader change in words, for `watch`.
+fn change_text(change: &LeaderChange) -> String {
+    let leader = |leader: &Option<Leader>| match leader {
+        Some(leader) => format!("leader {:?}, term {}", leader.value, leader.term),
+        None => "no leader".to_owned(),
+    };
+    match change {
+        LeaderChange::Current(now) => leader(now),
+        LeaderChange::Resynced(now) => format!(
+            "reconnected, changes may have been missed; now: {}",
+            leader(now)
+        ),
+        LeaderChange::Elected(new) => {
+            format!("{:?} elected, term {}", new.value, new.term)
+        }
+        LeaderChange::Proclaimed(new) => format!(
+            "the leader of term {} now announces {:?}",
+            new.term, new.value
+        ),
+        LeaderChange::Resigned { term } => format!("the leader of term {term} resigned"),
+        other => format!("{other:?}"),
+    }
 }
 
 type Subscription = (
@@ -687,6 +844,43 @@ fn table(object: &Inspection) -> String {
     }
     if let Some(evictions) = object.evictions {
         row("evictions", evictions.to_string());
+    }
+    for (index, warning) in object.warnings.iter().enumerate() {
+        row(if index == 0 { "warnings" } else { "" }, warning.clone());
+    }
+    out
+}
+
+/// An election as a small table: its leader (from the leader record), term, lease and candidates
+/// (the hold and waiting set of its fenced-lock side).
+fn election_table(object: &Inspection, leader: Option<&Leader>) -> String {
+    let mut out = format!("election {:?}  (key {})\n", object.name, object.key);
+    let mut row = |label: &str, value: String| out.push_str(&format!("  {label:<14} {value}\n"));
+    match leader {
+        Some(leader) => {
+            row("leader", format!("{:?}", leader.value));
+            row("term", leader.term.to_string());
+        }
+        None if object.holders.is_empty() => row("leader", "none".into()),
+        // Granted, not announced yet (or its announcement belongs to an ended term).
+        None => row("leader", "none announced".into()),
+    }
+    if let Some(token) = object.fencing_token {
+        row("last term", token.to_string());
+    }
+    for holder in &object.holders {
+        row("held by", holder.owner.clone());
+        row("lease", human(holder.lease));
+    }
+    if object.waiters.is_empty() {
+        row("candidates", "none".into());
+    } else {
+        for (index, candidate) in object.waiters.iter().enumerate() {
+            row(
+                if index == 0 { "candidates" } else { "" },
+                format!("{}. {candidate}", index + 1),
+            );
+        }
     }
     for (index, warning) in object.warnings.iter().enumerate() {
         row(if index == 0 { "warnings" } else { "" }, warning.clone());

@@ -611,3 +611,259 @@ async fn inspect_flags_a_semaphore_at_risk_of_eviction_and_its_repairs() {
         "{text}"
     );
 }
+
+/// An election held by one client with two candidates queued: `inspect` shows its leader (the
+/// value it announced), term, lease and candidates in FIFO order, as JSON and as a table, and
+/// `list` lists it as an `election`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_and_list_show_an_election_with_its_leader_term_lease_and_candidates() {
+    let redis = server().await;
+    let url = redis.url();
+    let leader = client(&url).await;
+    let second = client(&url).await;
+    let third = client(&url).await;
+    let leadership = leader
+        .election("scheduler")
+        .campaign("pod-a")
+        .await
+        .unwrap();
+    let mut candidates = Vec::new();
+    for (candidate, value) in [(&second, "pod-b"), (&third, "pod-c")] {
+        let election = candidate.election("scheduler");
+        candidates.push(tokio::spawn(async move {
+            let leadership = election.campaign(value).await?;
+            leadership.resign().await
+        }));
+        // In this order: the second's request is in the waiting set before the third's.
+        within("the candidate to queue", async {
+            while candidate.waiting_count() < 1 {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    }
+
+    let found = json(&lockkit(&url, &["--json", "inspect", "scheduler"]).await);
+    let election = object(&found, "election");
+    assert_eq!(
+        election["key"], "lockkit:election:{scheduler}",
+        "{election}"
+    );
+    assert_eq!(election["leader"]["value"], "pod-a", "{election}");
+    assert_eq!(election["leader"]["term"], leadership.term(), "{election}");
+    assert_eq!(election["fencing_token"], leadership.term(), "{election}");
+    let holder = election["holders"][0]["owner"].as_str().unwrap();
+    assert!(holder.starts_with(leader.id()), "{election}");
+    assert!(
+        election["holders"][0]["lease_ms"].as_u64().unwrap() > 0,
+        "{election}"
+    );
+    let waiting: Vec<&str> = election["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|waiter| waiter.as_str().unwrap())
+        .collect();
+    assert_eq!(waiting.len(), 2, "{election}");
+    assert!(waiting[0].starts_with(second.id()), "{election}");
+    assert!(waiting[1].starts_with(third.id()), "{election}");
+
+    let table = lockkit(&url, &["inspect", "--kind", "election", "scheduler"]).await;
+    assert_eq!(code(&table), Some(0), "{table:?}");
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.starts_with("election \"scheduler\""), "{table}");
+    assert!(table.contains("  leader         \"pod-a\"\n"), "{table}");
+    assert!(
+        table.contains(&format!("  term           {}\n", leadership.term())),
+        "{table}"
+    );
+    assert!(
+        table.contains(&format!("  held by        {holder}\n")),
+        "{table}"
+    );
+    assert!(table.contains("  lease          "), "{table}");
+    assert!(
+        table.contains(&format!("  candidates     1. {}", second.id())),
+        "{table}"
+    );
+    assert!(table.contains(&format!("2. {}", third.id())), "{table}");
+
+    // Not a lock: force-unlock says what it is (with the right article) and changes nothing.
+    let refused = lockkit(&url, &["force-unlock", "--yes", "scheduler"]).await;
+    assert_eq!(code(&refused), Some(2), "{refused:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&refused.stderr),
+        "lockkit: \"scheduler\" is an election, not a lock: force-unlock is for locks (lock, \
+         fenced, fair, rwlock, spin)\n"
+    );
+    assert!(!leadership.is_lost());
+
+    let listed = json(&lockkit(&url, &["--json", "list", "sched*"]).await);
+    assert_eq!(
+        listed,
+        serde_json::json!([{"kind": "election", "name": "scheduler"}])
+    );
+
+    // Every candidate leads in turn and resigns; then no one leads.
+    leadership.resign().await.unwrap();
+    for candidate in candidates {
+        within("the candidates", candidate).await.unwrap().unwrap();
+    }
+    let found = json(&lockkit(&url, &["--json", "inspect", "scheduler"]).await);
+    let election = object(&found, "election");
+    assert_eq!(election["leader"], Value::Null, "{election}");
+    assert_eq!(election["holders"], Value::Array(vec![]), "{election}");
+    let table = lockkit(&url, &["inspect", "scheduler"]).await;
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("  leader         none\n"), "{table}");
+    assert!(table.contains("  candidates     none\n"), "{table}");
+}
+
+/// The next line of a `watch --json`, parsed.
+async fn next_json(lines: &mut tokio::io::Lines<BufReader<tokio::process::ChildStdout>>) -> Value {
+    let line = within("a line of watch", lines.next_line())
+        .await
+        .unwrap()
+        .expect("watch printed a line");
+    serde_json::from_str(&line).unwrap()
+}
+
+/// `watch` of an election: the leader when it starts, then one line per change (elected, a new
+/// value under the same term, resigned), in order, and `--count` stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_of_an_election_prints_each_leader_change_in_order() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let mut watch = Command::new(BIN)
+        .args([
+            "--url", &url, "--json", "watch", "--kind", "election", "jobs", "--count", "4",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    // Printed once watch listens: no leader yet.
+    let first = next_json(&mut lines).await;
+    assert_eq!(first["change"], "current", "{first}");
+    assert_eq!(first["leader"], Value::Null, "{first}");
+
+    let election = client.election("jobs");
+    let leadership = election.campaign("pod-a").await.unwrap();
+    let term = leadership.term();
+    let elected = next_json(&mut lines).await;
+    assert_eq!(elected["change"], "elected", "{elected}");
+    assert_eq!(
+        elected["leader"],
+        serde_json::json!({"term": term, "value": "pod-a"})
+    );
+
+    leadership.proclaim("pod-a:9090").await.unwrap();
+    let proclaimed = next_json(&mut lines).await;
+    assert_eq!(proclaimed["change"], "proclaimed", "{proclaimed}");
+    assert_eq!(
+        proclaimed["leader"],
+        serde_json::json!({"term": term, "value": "pod-a:9090"})
+    );
+
+    leadership.resign().await.unwrap();
+    let resigned = next_json(&mut lines).await;
+    assert_eq!(resigned["change"], "resigned", "{resigned}");
+    assert_eq!(resigned["term"], term, "{resigned}");
+
+    let next_term = election.campaign("pod-b").await.unwrap();
+    let again = next_json(&mut lines).await;
+    assert_eq!(again["change"], "elected", "{again}");
+    assert_eq!(again["leader"]["value"], "pod-b", "{again}");
+    assert!(again["leader"]["term"].as_u64().unwrap() > term, "{again}");
+    let status = within("watch to stop after four changes", watch.wait())
+        .await
+        .unwrap();
+    assert!(status.success());
+    next_term.resign().await.unwrap();
+}
+
+/// `watch` of an election (found by its name alone) says in words who leads, and after its
+/// subscription was cut, that changes may have been missed, with the leader then.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_of_an_election_says_when_changes_may_have_been_missed() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let election = client.election("feed");
+    let leadership = election.campaign("pod-a").await.unwrap();
+    let term = leadership.term();
+    let mut watch = Command::new(BIN)
+        .args(["--url", &url, "watch", "feed", "--count", "1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = within("the first line", lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        first.ends_with(&format!("election \"feed\": leader \"pod-a\", term {term}")),
+        "{first}"
+    );
+
+    // Cut every subscriber connection (the test's client's too): watch's reconnects.
+    lockkit_testkit::send_command(redis.addr(), &["CLIENT", "KILL", "TYPE", "pubsub"])
+        .await
+        .unwrap();
+    let resynced = within("the resync line", lines.next_line())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        resynced.ends_with(&format!(
+            "election \"feed\": reconnected, changes may have been missed; now: leader \
+             \"pod-a\", term {term}"
+        )),
+        "{resynced}"
+    );
+    let status = within("watch to stop", watch.wait()).await.unwrap();
+    assert!(status.success());
+    leadership.resign().await.unwrap();
+}
+
+/// On a cluster (sharded pub/sub where the servers have it), `watch` of an election hears its
+/// election and `inspect` finds its leader on the election's node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_and_inspect_of_an_election_on_a_cluster() {
+    let cluster = lockkit_testkit::RedisCluster::start(3, 0)
+        .await
+        .expect("a redis cluster starts");
+    let url = cluster.url();
+    let client = client(&url).await;
+    let mut watch = Command::new(BIN)
+        .args([
+            "--url", &url, "--json", "watch", "--kind", "election", "shard", "--count", "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = next_json(&mut lines).await;
+    assert_eq!(first["change"], "current", "{first}");
+    let leadership = client.election("shard").campaign("pod-a").await.unwrap();
+    let elected = next_json(&mut lines).await;
+    assert_eq!(
+        elected["leader"],
+        serde_json::json!({"term": leadership.term(), "value": "pod-a"}),
+        "{elected}"
+    );
+    let status = within("watch to stop", watch.wait()).await.unwrap();
+    assert!(status.success());
+
+    let found = json(&lockkit(&url, &["--json", "inspect", "shard"]).await);
+    assert_eq!(object(&found, "election")["leader"]["value"], "pod-a");
+    leadership.resign().await.unwrap();
+}
