@@ -56,7 +56,7 @@ const JOB_TIME: Duration = Duration::from_millis(50);
 const NIGHTS_BEFORE_KILL: u32 = 3;
 /// What the takeover may take beyond one lease: the candidate's retry, the new leader's
 /// announcement and this process' reading of it, on a machine that may be busy.
-const REACTION: Duration = Duration::from_millis(500);
+const REACTION: Duration = Duration::from_millis(1000);
 /// The bound on each wait for the pods (their start, a leader, a write), so that a broken run
 /// fails instead of hanging.
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
