@@ -97,11 +97,15 @@ pub enum Kind {
     /// The mark of a job run at most once per window (`Client::once_per`): a plain string key
     /// set with `NX PX <window>`, left to expire.
     OnceMark,
+    /// A leader election: its leadership is a fenced hold of its main key (the fenced lock's
+    /// keys and scripts), the term is the hold's fencing token, and the leader's announced value
+    /// lives in its own record (see [`crate::election`]).
+    Election,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 10] = [
         Kind::Lock,
         Kind::FencedLock,
         Kind::FairLock,
@@ -111,6 +115,7 @@ impl Kind {
         Kind::PermitExpirableSemaphore,
         Kind::CountDownLatch,
         Kind::OnceMark,
+        Kind::Election,
     ];
 
     /// The kind's segment in keys (`lockkit:<segment>:{name}`).
@@ -125,6 +130,7 @@ impl Kind {
             Kind::PermitExpirableSemaphore => "psemaphore",
             Kind::CountDownLatch => "latch",
             Kind::OnceMark => "once",
+            Kind::Election => "election",
         }
     }
 
@@ -140,6 +146,7 @@ impl Kind {
             Kind::PermitExpirableSemaphore => "permit-expirable semaphore",
             Kind::CountDownLatch => "count-down latch",
             Kind::OnceMark => "once-per-window job mark",
+            Kind::Election => "election",
         }
     }
 
@@ -147,6 +154,8 @@ impl Kind {
     pub fn aux_suffixes(self) -> &'static [&'static str] {
         match self {
             Kind::FencedLock => &["token", "handoff", "waiting", "timeouts"],
+            // The fenced lock's four first: its scripts run unchanged on KEYS[1..5].
+            Kind::Election => &["token", "handoff", "waiting", "timeouts", "leader"],
             Kind::FairLock => &["queue", "timeouts"],
             Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases"],
             Kind::ReadWriteLock => &["expiries"],

@@ -7,6 +7,8 @@
 //! - [`script`]: a Lua script as a value, with its SHA1 computed once.
 //! - [`lock`]: the reentrant lock's scripts and their typed replies.
 //! - [`wake`]: the payloads of release messages: whom to wake.
+//! - [`election`]: the election's leader record, change channel and scripts (its leadership is a
+//!   fenced hold, [`fenced_lock`]).
 //!
 //! Each script lives in its own `.lua` file whose header lists its KEYS, ARGV and reply; the Rust
 //! side decodes replies into enums defined next to the script, so no call site ever interprets raw
@@ -27,6 +29,7 @@
 //! );
 //! ```
 
+pub mod election;
 pub mod fair_lock;
 pub mod fenced_lock;
 pub mod keys;

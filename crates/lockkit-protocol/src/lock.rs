@@ -266,6 +266,7 @@ pub(crate) fn strip_preludes(source: &str) -> &str {
         include_str!("scripts/hold_lib.lua"),
         include_str!("scripts/handoff_lib.lua"),
         include_str!("scripts/fair_lib.lua"),
+        include_str!("scripts/election_lib.lua"),
     ] {
         src = src.strip_prefix(lib).unwrap_or(src);
     }

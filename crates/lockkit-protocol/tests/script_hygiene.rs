@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 
 use lockkit_protocol::script::Script;
 use lockkit_protocol::{
-    fair_lock, fenced_lock, latch, lock, read_write_lock, semaphore, spin_lock,
+    election, fair_lock, fenced_lock, latch, lock, read_write_lock, semaphore, spin_lock,
 };
 
 /// Every script of the protocol.
@@ -50,6 +50,9 @@ fn all_scripts() -> Vec<&'static Script> {
         &semaphore::UPDATE_LEASE,
         &latch::TRY_SET_COUNT,
         &latch::COUNT_DOWN,
+        &election::PROCLAIM,
+        &election::RESIGN,
+        &election::LEADER,
     ]
 }
 

@@ -93,10 +93,10 @@ impl Exec {
     }
 
     /// The last `ARGV` of a script of an object of `kind` that may mint a fencing token (a
-    /// fenced lock's acquire, release, cancel and force-unlock): the token counter TTL in ms;
-    /// `None` for the other kinds, which mint nothing.
+    /// fenced lock's or an election's acquire, release, cancel and force-unlock): the token
+    /// counter TTL in ms; `None` for the other kinds, which mint nothing.
     pub(crate) fn counter_ttl_arg(&self, kind: Kind) -> Option<&str> {
-        (kind == Kind::FencedLock).then_some(&*self.token_counter_ttl_ms)
+        matches!(kind, Kind::FencedLock | Kind::Election).then_some(&*self.token_counter_ttl_ms)
     }
 
     /// What one try is given when a caller's own bound leaves it no time: [`ROUND_TRIP`], or

@@ -390,7 +390,10 @@ async fn read(
         ttl,
         holders: Vec::new(),
         waiters: Vec::new(),
-        waiters_listed: matches!(kind, Kind::Lock | Kind::FencedLock | Kind::FairLock),
+        waiters_listed: matches!(
+            kind,
+            Kind::Lock | Kind::FencedLock | Kind::FairLock | Kind::Election
+        ),
         waiting_clients: None,
         fencing_token: None,
         mode: None,
@@ -418,7 +421,8 @@ async fn read(
                 });
             }
         }
-        Kind::Lock | Kind::FencedLock | Kind::FairLock => {
+        // An election's leadership is a fenced hold of its main key: read as a fenced lock.
+        Kind::Lock | Kind::FencedLock | Kind::FairLock | Kind::Election => {
             let fields: HashMap<String, String> = redis
                 .hgetall(key)
                 .await
@@ -452,7 +456,7 @@ async fn read(
                         .map_or(waiter.clone(), str::to_owned),
                 })
                 .collect();
-            if kind == Kind::FencedLock {
+            if matches!(kind, Kind::FencedLock | Kind::Election) {
                 let token_key = aux("token");
                 let token: Option<String> = redis
                     .get(token_key.as_str())

@@ -198,7 +198,12 @@ impl Drop for Restore {
 pub(crate) fn is_lock_kind(kind: Kind) -> bool {
     matches!(
         kind,
-        Kind::Lock | Kind::FencedLock | Kind::FairLock | Kind::ReadWriteLock | Kind::SpinLock
+        Kind::Lock
+            | Kind::FencedLock
+            | Kind::FairLock
+            | Kind::ReadWriteLock
+            | Kind::SpinLock
+            | Kind::Election
     )
 }
 

@@ -1,0 +1,229 @@
+//! The election: one leader at a time among candidates, announced with a value, fenced by its
+//! term.
+//!
+//! An election's leadership **is** a fenced hold of its main key: the election's first five keys
+//! ([`Kind::Election`](crate::keys::Kind::Election): main, `token`, `handoff`, `waiting`,
+//! `timeouts`) have the fenced lock's layout, and the fenced lock's acquire, release, renew,
+//! cancel and force-unlock scripts ([`crate::fenced_lock`], [`crate::lock`]) run on them
+//! unchanged. So candidates wait in FIFO order and are granted leadership directly by the
+//! previous leader's release, every leadership has a lease of its own (watchdog or fixed), and
+//! the **term** is the hold's fencing token: strictly increasing, never repeated, also after a
+//! restore from an older snapshot.
+//!
+//! The sixth key, `<prefix>:election.leader:{name}`, is the **leader record**: a HASH with
+//! `term`, `value`, `marker` (the leader's hold marker) and `owner`. A new leader writes it with
+//! [`PROCLAIM`] right after its election (and again to announce a new value); [`RESIGN`] deletes
+//! it; [`LEADER`] reads it, and answers only while the record's hold is live and carries the
+//! record's term (a leader that died leaves a record that names nobody). The record expires after
+//! the client's token counter TTL, pushed on by every proclaim.
+//!
+//! Changes are published on the election's **change channel** ([`changes_channel`], with the
+//! election's hash tag, so a script may `SPUBLISH` it) as [`Change`] messages:
+//! `l:<term>:<value>` and `r:<term>`.
+//!
+//! ```
+//! use lockkit_protocol::election::{changes_channel, Change};
+//! use lockkit_protocol::keys::{Kind, Namespace};
+//!
+//! let keys = Namespace::default().object(Kind::Election, "scheduler").unwrap();
+//! assert_eq!(keys.aux("leader"), Some("lockkit:election.leader:{scheduler}"));
+//! assert_eq!(changes_channel(&keys), "lockkit:election:{scheduler}:changes");
+//! assert_eq!(
+//!     Change::parse("l:17:pod-a:8080"),
+//!     Some(Change::Announced { term: 17, value: "pod-a:8080".into() })
+//! );
+//! assert_eq!(Change::parse("r:17"), Some(Change::Resigned { term: 17 }));
+//! ```
+
+use crate::keys::ObjectKeys;
+use crate::script::{with_prelude, Script};
+use crate::DecodeError;
+
+/// The leader announces its value: after its election, and for every new value under the same
+/// term. Replies `{1}` (done) or `{0}` (not the leader any more); see [`decode_proclaim`].
+pub static PROCLAIM: Script = with_prelude!(["hold_lib", "election_lib"], "election_proclaim");
+/// The leader of a term steps down: its record goes and `r:<term>` is published. Replies `{1}`
+/// or `{0}` (the record is another term's); see [`decode_resign`]. The hold itself is then given
+/// back with the fenced lock's release.
+pub static RESIGN: Script = with_prelude!(["hold_lib", "election_lib"], "election_resign");
+/// Who leads: `{'1', term, value}` or `{'0'}`, an array of strings; see [`decode_leader`].
+pub static LEADER: Script = with_prelude!(["hold_lib", "election_lib"], "election_leader");
+
+/// The change channel of the election with these keys: `<main key>:changes`.
+pub fn changes_channel(keys: &ObjectKeys) -> String {
+    format!("{}:changes", keys.key)
+}
+
+/// One message of an election's change channel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// `l:<term>:<value>`: the leader of `term` announced `value` (a new term: it was elected;
+    /// the same term again: it proclaimed a new value).
+    Announced {
+        /// The leader's term.
+        term: u64,
+        /// The announced value (may be empty, may contain `:`).
+        value: String,
+    },
+    /// `r:<term>`: the leader of `term` resigned.
+    Resigned {
+        /// The term that ended.
+        term: u64,
+    },
+}
+
+impl Change {
+    /// Reads a message of the change channel; `None` for anything else.
+    pub fn parse(message: &str) -> Option<Change> {
+        if let Some(rest) = message.strip_prefix("l:") {
+            let (term, value) = rest.split_once(':')?;
+            return Some(Change::Announced {
+                term: parse_term(term)?,
+                value: value.to_owned(),
+            });
+        }
+        let term = message.strip_prefix("r:")?;
+        Some(Change::Resigned {
+            term: parse_term(term)?,
+        })
+    }
+
+    /// The message's term.
+    pub fn term(&self) -> u64 {
+        match self {
+            Change::Announced { term, .. } | Change::Resigned { term } => *term,
+        }
+    }
+}
+
+/// A term as the scripts write it: decimal digits only.
+fn parse_term(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// Decodes [`PROCLAIM`]'s reply: whether the caller still leads (and so announced its value).
+pub fn decode_proclaim(reply: &[i64]) -> Result<bool, DecodeError> {
+    match reply {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(DecodeError::new("election_proclaim", reply)),
+    }
+}
+
+/// Decodes [`RESIGN`]'s reply: whether the record was the caller's term (and was deleted).
+pub fn decode_resign(reply: &[i64]) -> Result<bool, DecodeError> {
+    match reply {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(DecodeError::new("election_resign", reply)),
+    }
+}
+
+/// Decodes [`LEADER`]'s reply (an array of strings): the leader's term and value, or `None`.
+///
+/// ```
+/// use lockkit_protocol::election::decode_leader;
+/// let reply = ["1".to_owned(), "42".to_owned(), "pod-a".to_owned()];
+/// assert_eq!(decode_leader(&reply).unwrap(), Some((42, "pod-a".to_owned())));
+/// assert_eq!(decode_leader(&["0".to_owned()]).unwrap(), None);
+/// ```
+pub fn decode_leader(reply: &[String]) -> Result<Option<(u64, String)>, DecodeError> {
+    match reply {
+        [flag] if flag == "0" => Ok(None),
+        [flag, term, value] if flag == "1" => parse_term(term)
+            .map(|term| Some((term, value.clone())))
+            .ok_or_else(|| leader_error(reply)),
+        _ => Err(leader_error(reply)),
+    }
+}
+
+fn leader_error(reply: &[String]) -> DecodeError {
+    DecodeError {
+        script: "election_leader",
+        detail: format!("{reply:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{Kind, Namespace};
+
+    #[test]
+    fn the_election_runs_the_fenced_lock_scripts_on_its_first_five_keys() {
+        let fenced = Kind::FencedLock.aux_suffixes();
+        let election = Kind::Election.aux_suffixes();
+        assert_eq!(&election[..fenced.len()], fenced);
+        assert_eq!(election.last(), Some(&"leader"));
+    }
+
+    #[test]
+    fn the_change_channel_shares_the_elections_slot() {
+        let keys = Namespace::default()
+            .object(Kind::Election, "a:{t}")
+            .unwrap();
+        let channel = changes_channel(&keys);
+        for key in &keys.keys {
+            assert_eq!(crate::slot::key_slot(key), crate::slot::key_slot(&channel));
+        }
+        assert_ne!(channel, keys.channel);
+    }
+
+    #[test]
+    fn change_messages_parse() {
+        assert_eq!(
+            Change::parse("l:5:"),
+            Some(Change::Announced {
+                term: 5,
+                value: String::new()
+            })
+        );
+        assert_eq!(
+            Change::parse("l:5:a:b"),
+            Some(Change::Announced {
+                term: 5,
+                value: "a:b".into()
+            })
+        );
+        assert_eq!(Change::parse("r:9"), Some(Change::Resigned { term: 9 }));
+        assert_eq!(Change::parse("r:9").map(|c| c.term()), Some(9));
+        for bad in [
+            "", "l:", "l:5", "l:x:v", "l:-1:v", "r:", "r:+1", "x:1", "r:1:2",
+        ] {
+            assert_eq!(Change::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn replies_decode() {
+        assert_eq!(decode_proclaim(&[1]), Ok(true));
+        assert_eq!(decode_proclaim(&[0]), Ok(false));
+        assert!(decode_proclaim(&[2]).is_err());
+        assert!(decode_proclaim(&[]).is_err());
+        assert_eq!(decode_resign(&[1]), Ok(true));
+        assert_eq!(decode_resign(&[0]), Ok(false));
+        assert!(decode_resign(&[1, 1]).is_err());
+        let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(decode_leader(&s(&["0"])), Ok(None));
+        assert_eq!(
+            decode_leader(&s(&["1", "7", ""])),
+            Ok(Some((7, String::new())))
+        );
+        assert!(decode_leader(&s(&["1", "x", "v"])).is_err());
+        assert!(decode_leader(&s(&["1", "7"])).is_err());
+        assert!(decode_leader(&s(&[])).is_err());
+    }
+
+    #[test]
+    fn scripts_document_their_contract() {
+        for script in [&PROCLAIM, &RESIGN, &LEADER] {
+            let src = crate::lock::strip_preludes(script.source());
+            assert_ne!(src, script.source(), "the helpers first");
+            assert!(src.starts_with(&format!("-- {}:", script.name())));
+            assert!(src.contains("KEYS[") && src.contains("Reply"));
+        }
+    }
+}
