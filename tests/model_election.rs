@@ -486,7 +486,7 @@ fn apply(model: &mut ElectionSpec, call: &Call, now: Now) -> Expected {
             term,
             value,
         } => Expected::Flag(model.proclaim(now, marker, owner, *term, value)),
-        Call::Resign { term, .. } => Expected::Flag(model.resign(now, *term)),
+        Call::Resign { marker, term } => Expected::Flag(model.resign(now, marker, *term)),
         Call::Release(marker) => Expected::Release(model.release(now, marker)),
         Call::Leader => Expected::Leader(model.leader(now)),
         Call::Renew(marker, lease) => Expected::Renew(model.renew(now.ms, marker, *lease)),
@@ -608,7 +608,7 @@ impl<'a> Program<'a> {
             ["main", "token", "handoff", "waiting", "timeouts", "leader"],
             "the election's keys"
         );
-        let changes = format!("{}:changes", keys.key);
+        let changes = election::changes_channel(&keys);
         let channels = CLIENTS.map(|client| format!("{}:{client}", keys.channel));
         let mut model = ElectionSpec::new(&changes);
         model.record_ttl_ms = RECORD_TTL_MS;

@@ -11,14 +11,15 @@
 //!   after a restore ([`HashLock`] with [`LockKind::Fenced`] is that part of the state).
 //! - The leader record (a HASH `term`, `value`, `marker`, `owner` at the `leader` key, expiring
 //!   the record TTL after the last proclaim): *"`election_proclaim` … if field `<marker>` of main
-//!   is a live hold (as `live` reads it) and its token is `term`: HSET record, PEXPIRE, PUBLISH
+//!   is a live hold of `owner` (as `live` reads it) and its token is `term`: HSET record, PEXPIRE, PUBLISH
 //!   `l:<term>:<value>`, return 1; else 0"*. A proclaim by anyone who is not the live holder of
 //!   that term changes nothing and publishes nothing.
-//! - *"`election_resign` … if record.term == term: DEL record, PUBLISH `r:<term>`; returns 1 /
+//! - *"`election_resign` … if record.term == term [and its marker is the caller's]: DEL record, PUBLISH `r:<term>`; returns 1 /
 //!   0"*; the client then releases its hold with the fenced release (which grants the next
 //!   candidate at once).
 //! - *"`election_leader` → `{1, term, value}` if the record's marker is a live hold of main, else
-//!   `{0}`"*: the record is reported only while its marker's hold is live.
+//!   `{0}`"*: the record is reported only while its marker's hold is live (its owner's, carrying
+//!   the record's term, as the scripts' `leads` checks).
 //! - The messages go to the election's change channel, one per successful proclaim or resign, in
 //!   the order of the scripts; they are kept with the fenced lock's grant messages
 //!   ([`HashLock::take_messages`]), heard when someone listens on the channel.
@@ -140,13 +141,12 @@ impl ElectionSpec {
         held
     }
 
-    /// Whether `marker` is a live hold of the main key at `now`, and its token.
-    fn live_token(&self, marker: &str, now: u64) -> Option<Option<u64>> {
-        self.lock
-            .holds
-            .get(marker)
-            .filter(|hold| live(hold.expiry, now))
-            .map(|hold| hold.token)
+    /// Whether `marker` is a live hold of `owner` at `now` carrying the token `term` (the
+    /// scripts' `leads`).
+    fn leads(&self, marker: &str, owner: &str, term: u64, now: u64) -> bool {
+        self.lock.holds.get(marker).is_some_and(|hold| {
+            live(hold.expiry, now) && hold.owner == owner && hold.token == Some(term)
+        })
     }
 
     fn publish(&mut self, payload: String) {
@@ -158,12 +158,12 @@ impl ElectionSpec {
         });
     }
 
-    /// `election_proclaim`: when `marker` is a live hold whose token is `term`, the record
+    /// `election_proclaim`: when `marker` is a live hold of `owner` whose token is `term`, the record
     /// becomes `(term, value, marker, owner)` for the record TTL and `l:<term>:<value>` is
     /// published (`true`); else nothing changes (`false`). Nothing is settled.
     pub fn proclaim(&mut self, now: Now, marker: &str, owner: &str, term: u64, value: &str) -> bool {
         self.expire(now);
-        if self.live_token(marker, now.ms) != Some(Some(term)) {
+        if !self.leads(marker, owner, term, now.ms) {
             return false;
         }
         self.record = Some(LeaderRecord {
@@ -177,11 +177,15 @@ impl ElectionSpec {
         true
     }
 
-    /// `election_resign`: when the record's term is `term`, the record is deleted and
+    /// `election_resign`: when the record is `marker`'s under `term`, the record is deleted and
     /// `r:<term>` published (`true`); else nothing changes (`false`).
-    pub fn resign(&mut self, now: Now, term: u64) -> bool {
+    pub fn resign(&mut self, now: Now, marker: &str, term: u64) -> bool {
         self.expire(now);
-        if self.record.as_ref().is_none_or(|r| r.term != term) {
+        if self
+            .record
+            .as_ref()
+            .is_none_or(|r| r.term != term || r.marker != marker)
+        {
             return false;
         }
         self.record = None;
@@ -189,12 +193,13 @@ impl ElectionSpec {
         true
     }
 
-    /// `election_leader`: the record's term and value while its marker is a live hold.
+    /// `election_leader`: the record's term and value while its marker is a live hold of its
+    /// owner carrying its term.
     pub fn leader(&mut self, now: Now) -> Option<(u64, String)> {
         self.expire(now);
         let record = self.record.as_ref()?;
-        self.live_token(&record.marker, now.ms)?;
-        Some((record.term, record.value.clone()))
+        self.leads(&record.marker, &record.owner, record.term, now.ms)
+            .then(|| (record.term, record.value.clone()))
     }
 
     /// The object's keys are put back as in `snapshot` (a restore): the terms already handed out
@@ -206,19 +211,19 @@ impl ElectionSpec {
 
     /// The invariants at `now`: the live holds of the main key belong to one owner at most (one
     /// leader); a record that [`leader`](ElectionSpec::leader) would report is the live holder's,
-    /// under its own term; the terms handed out strictly increase.
+    /// under a term handed out; the terms handed out strictly increase.
     pub fn check(&self, now: u64) -> Result<(), String> {
         let owners = crate::lock::holders(&self.lock, now);
         if owners.len() > 1 {
             return Err(format!("{} leaders at {now}: {owners:?}", owners.len()));
         }
         if let Some(record) = &self.record {
-            if let Some(token) = self.live_token(&record.marker, now) {
-                if token != Some(record.term) || !owners.contains(&record.owner) {
-                    return Err(format!(
-                        "the record {record:?} is not its live holder's (token {token:?})"
-                    ));
-                }
+            let reported = self.leads(&record.marker, &record.owner, record.term, now);
+            if reported && (!owners.contains(&record.owner) || !self.terms.contains(&record.term))
+            {
+                return Err(format!(
+                    "the reported record {record:?} is not the live holder's of a term handed out"
+                ));
             }
         }
         if let Some(pair) = self.terms.windows(2).find(|w| w[1] <= w[0]) {
@@ -537,8 +542,9 @@ mod tests {
         assert!(!e.proclaim(at(5), "#a", "a", t1 + 1, "pod-x"));
         assert_eq!(payloads(&mut e), [format!("l:{t1}:pod-a")]);
         // Resign: record gone, r:<term>, then the release grants b at once.
-        assert!(!e.resign(at(6), t1 + 7));
-        assert!(e.resign(at(6), t1));
+        assert!(!e.resign(at(6), "#a", t1 + 7));
+        assert!(!e.resign(at(6), "#b", t1));
+        assert!(e.resign(at(6), "#a", t1));
         assert_eq!(e.leader(at(6)), None);
         assert_eq!(e.release(at(7), "#a"), Ok(Released::Freed));
         let sent = payloads(&mut e);
