@@ -15,11 +15,14 @@
 //! [`PROCLAIM`] right after its election (and again to announce a new value); [`RESIGN`] deletes
 //! it; [`LEADER`] reads it, and answers only while the record's hold is live and carries the
 //! record's term (a leader that died leaves a record that names nobody). The record expires after
-//! the client's token counter TTL, pushed on by every proclaim.
+//! the client's token counter TTL, pushed on by every proclaim. Its `version` counts the
+//! announcements it carried, so that announcements of one term are ordered: an observer that read
+//! the record can tell an older message of the same term (still in flight when it read) from a
+//! newer one.
 //!
 //! Changes are published on the election's **change channel** ([`changes_channel`], with the
 //! election's hash tag, so a script may `SPUBLISH` it) as [`Change`] messages:
-//! `l:<term>:<value>` and `r:<term>`.
+//! `l:<term>:<version>:<value>` and `r:<term>`.
 //!
 //! ```
 //! use lockkit_protocol::election::{changes_channel, Change};
@@ -29,8 +32,8 @@
 //! assert_eq!(keys.aux("leader"), Some("lockkit:election.leader:{scheduler}"));
 //! assert_eq!(changes_channel(&keys), "lockkit:election:{scheduler}:changes");
 //! assert_eq!(
-//!     Change::parse("l:17:pod-a:8080"),
-//!     Some(Change::Announced { term: 17, value: "pod-a:8080".into() })
+//!     Change::parse("l:17:1:pod-a:8080"),
+//!     Some(Change::Announced { term: 17, version: 1, value: "pod-a:8080".into() })
 //! );
 //! assert_eq!(Change::parse("r:17"), Some(Change::Resigned { term: 17 }));
 //! ```
@@ -46,7 +49,8 @@ pub static PROCLAIM: Script = with_prelude!(["hold_lib", "election_lib"], "elect
 /// or `{0}` (the record is another term's); see [`decode_resign`]. The hold itself is then given
 /// back with the fenced lock's release.
 pub static RESIGN: Script = with_prelude!(["hold_lib", "election_lib"], "election_resign");
-/// Who leads: `{'1', term, value}` or `{'0'}`, an array of strings; see [`decode_leader`].
+/// Who leads: `{'1', term, version, value}` or `{'0'}`, an array of strings; see
+/// [`decode_leader`].
 pub static LEADER: Script = with_prelude!(["hold_lib", "election_lib"], "election_leader");
 
 /// The change channel of the election with these keys: `<main key>:changes`.
@@ -57,11 +61,14 @@ pub fn changes_channel(keys: &ObjectKeys) -> String {
 /// One message of an election's change channel.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// `l:<term>:<value>`: the leader of `term` announced `value` (a new term: it was elected;
-    /// the same term again: it proclaimed a new value).
+    /// `l:<term>:<version>:<value>`: the leader of `term` announced `value` (a new term: it was
+    /// elected; the same term again: it proclaimed a new value).
     Announced {
         /// The leader's term.
         term: u64,
+        /// The leader record's version after this announcement: `(term, version)` orders
+        /// announcements.
+        version: u64,
         /// The announced value (may be empty, may contain `:`).
         value: String,
     },
@@ -76,9 +83,11 @@ impl Change {
     /// Reads a message of the change channel; `None` for anything else.
     pub fn parse(message: &str) -> Option<Change> {
         if let Some(rest) = message.strip_prefix("l:") {
-            let (term, value) = rest.split_once(':')?;
+            let (term, rest) = rest.split_once(':')?;
+            let (version, value) = rest.split_once(':')?;
             return Some(Change::Announced {
                 term: parse_term(term)?,
+                version: parse_term(version)?,
                 value: value.to_owned(),
             });
         }
@@ -96,7 +105,7 @@ impl Change {
     }
 }
 
-/// A term as the scripts write it: decimal digits only.
+/// A term (or version) as the scripts write it: decimal digits only.
 fn parse_term(text: &str) -> Option<u64> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -122,20 +131,39 @@ pub fn decode_resign(reply: &[i64]) -> Result<bool, DecodeError> {
     }
 }
 
-/// Decodes [`LEADER`]'s reply (an array of strings): the leader's term and value, or `None`.
+/// What [`LEADER`] read: the leader's term, the record's version and the announced value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The leader's term.
+    pub term: u64,
+    /// The record's version (see the module docs).
+    pub version: u64,
+    /// The announced value.
+    pub value: String,
+}
+
+/// Decodes [`LEADER`]'s reply (an array of strings): the leader's record, or `None`.
 ///
 /// ```
-/// use lockkit_protocol::election::decode_leader;
-/// let reply = ["1".to_owned(), "42".to_owned(), "pod-a".to_owned()];
-/// assert_eq!(decode_leader(&reply).unwrap(), Some((42, "pod-a".to_owned())));
+/// use lockkit_protocol::election::{decode_leader, Record};
+/// let reply = ["1", "42", "3", "pod-a"].map(String::from);
+/// let record = Record { term: 42, version: 3, value: "pod-a".into() };
+/// assert_eq!(decode_leader(&reply).unwrap(), Some(record));
 /// assert_eq!(decode_leader(&["0".to_owned()]).unwrap(), None);
 /// ```
-pub fn decode_leader(reply: &[String]) -> Result<Option<(u64, String)>, DecodeError> {
+pub fn decode_leader(reply: &[String]) -> Result<Option<Record>, DecodeError> {
     match reply {
         [flag] if flag == "0" => Ok(None),
-        [flag, term, value] if flag == "1" => parse_term(term)
-            .map(|term| Some((term, value.clone())))
-            .ok_or_else(|| leader_error(reply)),
+        [flag, term, version, value] if flag == "1" => {
+            match (parse_term(term), parse_term(version)) {
+                (Some(term), Some(version)) => Ok(Some(Record {
+                    term,
+                    version,
+                    value: value.clone(),
+                })),
+                _ => Err(leader_error(reply)),
+            }
+        }
         _ => Err(leader_error(reply)),
     }
 }
@@ -175,23 +203,26 @@ mod tests {
     #[test]
     fn change_messages_parse() {
         assert_eq!(
-            Change::parse("l:5:"),
+            Change::parse("l:5:1:"),
             Some(Change::Announced {
                 term: 5,
+                version: 1,
                 value: String::new()
             })
         );
         assert_eq!(
-            Change::parse("l:5:a:b"),
+            Change::parse("l:5:2:a:b"),
             Some(Change::Announced {
                 term: 5,
+                version: 2,
                 value: "a:b".into()
             })
         );
         assert_eq!(Change::parse("r:9"), Some(Change::Resigned { term: 9 }));
         assert_eq!(Change::parse("r:9").map(|c| c.term()), Some(9));
         for bad in [
-            "", "l:", "l:5", "l:x:v", "l:-1:v", "r:", "r:+1", "x:1", "r:1:2",
+            "", "l:", "l:5", "l:5:v", "l:x:1:v", "l:5:x:v", "l:-1:1:v", "r:", "r:+1", "x:1",
+            "r:1:2",
         ] {
             assert_eq!(Change::parse(bad), None, "{bad:?}");
         }
@@ -209,10 +240,15 @@ mod tests {
         let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
         assert_eq!(decode_leader(&s(&["0"])), Ok(None));
         assert_eq!(
-            decode_leader(&s(&["1", "7", ""])),
-            Ok(Some((7, String::new())))
+            decode_leader(&s(&["1", "7", "2", ""])),
+            Ok(Some(Record {
+                term: 7,
+                version: 2,
+                value: String::new()
+            }))
         );
-        assert!(decode_leader(&s(&["1", "x", "v"])).is_err());
+        assert!(decode_leader(&s(&["1", "x", "1", "v"])).is_err());
+        assert!(decode_leader(&s(&["1", "7", "v"])).is_err());
         assert!(decode_leader(&s(&["1", "7"])).is_err());
         assert!(decode_leader(&s(&[])).is_err());
     }

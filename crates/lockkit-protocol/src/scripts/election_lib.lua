@@ -9,10 +9,13 @@
 --   value    the value the leader announced
 --   marker   the leader's hold marker (a field of the main key)
 --   owner    the owner id the hold counts for
+--   version  how many announcements the record has carried (each proclaim adds one), so
+--            announcements of one term are ordered
 -- It expires after the record TTL (the client's token counter TTL), pushed on by every
 -- proclaim; it is deleted by a resignation.
--- The change channel carries `l:<term>:<value>` (a leader announced a value: a new term, or a
--- proclaim under the same term) and `r:<term>` (the leader of that term resigned).
+-- The change channel carries `l:<term>:<version>:<value>` (a leader announced a value: a new
+-- term, or a proclaim under the same term; (term, version) orders announcements) and `r:<term>`
+-- (the leader of that term resigned).
 
 -- Whether the hold `marker` of `owner` is live in `key` at `now` and carries the token `term`.
 local function leads(key, marker, owner, term, now)

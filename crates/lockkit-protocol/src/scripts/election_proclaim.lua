@@ -12,7 +12,8 @@
 -- ARGV[7]  the record's TTL in ms (whole number >= 1)
 --
 -- Reply    {1}: the hold is live and carries the term: the record now says term, value, marker
---          and owner, expires after the TTL, and `l:<term>:<value>` was published;
+--          and owner, its version went up by one, it expires after the TTL, and
+--          `l:<term>:<version>:<value>` was published;
 --          {0}: not the leader any more (the hold is gone or its lease ran out): nothing written.
 local key, record = KEYS[1], KEYS[2]
 local marker, owner, term, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -26,6 +27,7 @@ if not leads(key, marker, owner, term, now_ms()) then
   return {0}
 end
 redis.call('HSET', record, 'term', term, 'value', value, 'marker', marker, 'owner', owner)
+local version = redis.call('HINCRBY', record, 'version', 1)
 redis.call('PEXPIRE', record, ARGV[7])
-announce(channel, sharded, 'l:' .. term .. ':' .. value)
+announce(channel, sharded, 'l:' .. term .. ':' .. version .. ':' .. value)
 return {1}
