@@ -257,7 +257,10 @@ async fn run(
 }
 
 fn ints(reply: &[String]) -> Vec<i64> {
-    reply.iter().map(|s| s.parse().unwrap_or(i64::MIN)).collect()
+    reply
+        .iter()
+        .map(|s| s.parse().unwrap_or(i64::MIN))
+        .collect()
 }
 
 /// Reads every key at one instant: type, content, `PEXPIRETIME`; then `TIME`.
@@ -396,8 +399,10 @@ fn model_keys(model: &ElectionSpec, roles: &[&str], now: u64) -> Vec<RawKey> {
                         fields.insert(format!("{marker}:token"), token.to_string());
                     }
                 }
-                let mut items: Vec<String> =
-                    fields.into_iter().map(|(f, v)| format!("{f}={v}")).collect();
+                let mut items: Vec<String> = fields
+                    .into_iter()
+                    .map(|(f, v)| format!("{f}={v}"))
+                    .collect();
                 items.sort();
                 key("hash", items, lock.key_expiry().map_or(-1, as_i64))
             }
@@ -429,6 +434,7 @@ fn model_keys(model: &ElectionSpec, roles: &[&str], now: u64) -> Vec<RawKey> {
             "leader" => match &view.record {
                 Some(r) => {
                     let mut items = vec![
+                        format!("version={}", r.version),
                         format!("marker={}", r.marker),
                         format!("owner={}", r.owner),
                         format!("term={}", r.term),
@@ -472,7 +478,7 @@ enum Expected {
     Acquire(Result<Acquired, WrongType>),
     Release(Result<Released, WrongType>),
     Flag(bool),
-    Leader(Option<(u64, String)>),
+    Leader(Option<(u64, u64, String)>),
     Renew(bool),
     Cancel(Result<bool, WrongType>),
 }
@@ -535,9 +541,10 @@ fn agrees(expected: &Expected, actual: &Result<Vec<String>, String>, now: u64) -
         }
         Expected::Flag(flag) => n == [i64::from(*flag)],
         Expected::Leader(None) => n == [0],
-        Expected::Leader(Some((term, value))) => {
-            reply.len() == 3 && n[0] == 1 && reply[1] == term.to_string() && reply[2] == *value
-        }
+        Expected::Leader(Some((term, version, value))) => election::decode_leader(reply)
+            .ok()
+            .flatten()
+            .is_some_and(|got| got.term == *term && got.version == *version && got.value == *value),
         Expected::Renew(live) => lock::decode_renew(&n, 1).as_ref() == Ok(&vec![*live]),
         Expected::Cancel(Ok(flag)) => lock::decode_cancel(&n) == Ok(*flag),
         Expected::Acquire(_) | Expected::Release(Err(_)) | Expected::Cancel(Err(_)) => false,
@@ -641,7 +648,10 @@ impl<'a> Program<'a> {
     }
 
     fn aux(&self, suffix: &str) -> String {
-        self.keys.aux(suffix).expect("a key of the election").to_owned()
+        self.keys
+            .aux(suffix)
+            .expect("a key of the election")
+            .to_owned()
     }
 
     fn pick(&self, call: usize) -> Option<Campaign> {
@@ -760,7 +770,8 @@ impl<'a> Program<'a> {
                 candidates.push((model, expected));
             }
         }
-        self.log.push(format!("{call:?} -> {actual:?}, heard {got:?}"));
+        self.log
+            .push(format!("{call:?} -> {actual:?}, heard {got:?}"));
         if candidates.is_empty() {
             let (expected, sent) = first.expect("one instant at least");
             return Err(format!(
@@ -784,7 +795,9 @@ impl<'a> Program<'a> {
                 .map(|at| model_keys(model, &self.roles, at))
                 .collect();
             if (0..seen.len()).all(|i| views.iter().any(|view| view[i] == seen[i])) {
-                model.check(now).map_err(|why| format!("invariant: {why}"))?;
+                model
+                    .check(now)
+                    .map_err(|why| format!("invariant: {why}"))?;
                 self.model = model.clone();
                 self.follow_expiries(raw);
                 return Ok(expected.clone());
@@ -825,7 +838,8 @@ impl<'a> Program<'a> {
     async fn campaign(&mut self, index: usize) -> Result<(), String> {
         let req = self.calls[index].req.clone();
         let expected = self.call(&Call::Acquire(req.clone())).await?;
-        self.env.count(&outcome(&expected, &Call::Acquire(req.clone())));
+        self.env
+            .count(&outcome(&expected, &Call::Acquire(req.clone())));
         if let Expected::Acquire(Ok(Acquired::Granted {
             token: Some(term), ..
         })) = expected
@@ -923,11 +937,22 @@ impl<'a> Program<'a> {
     async fn other(&mut self, op: &Op) -> Result<(), String> {
         let redis = &self.env.redis;
         self.log.push(format!("{op:?}"));
+        self.env.count(
+            format!("{op:?}")
+                .split([' ', '('])
+                .next()
+                .unwrap_or_default(),
+        );
         match op {
             Op::Sleep { ms } => tokio::time::sleep(Duration::from_millis(*ms)).await,
             Op::LapseHolds => {
                 let now = time(redis).await.ms;
-                if let Some(left) = self.model.lock.key_expiry().map(|at| at.saturating_sub(now)) {
+                if let Some(left) = self
+                    .model
+                    .lock
+                    .key_expiry()
+                    .map(|at| at.saturating_sub(now))
+                {
                     if left <= 60 {
                         tokio::time::sleep(Duration::from_millis(left + 1)).await;
                     }
@@ -937,7 +962,9 @@ impl<'a> Program<'a> {
                 let channel = self.channels[*client].clone();
                 let stray = self.subscriber.listen(&channel, *on).await;
                 if !stray.is_empty() {
-                    return Err(format!("the subscriber heard {stray:?} after the last step"));
+                    return Err(format!(
+                        "the subscriber heard {stray:?} after the last step"
+                    ));
                 }
                 self.model.lock.listen(&channel, *on);
             }

@@ -10,14 +10,15 @@
 //!   and the **term is the hold's fencing token**: terms strictly increase and never repeat, also
 //!   after a restore ([`HashLock`] with [`LockKind::Fenced`] is that part of the state).
 //! - The leader record (a HASH `term`, `value`, `marker`, `owner` at the `leader` key, expiring
-//!   the record TTL after the last proclaim): *"`election_proclaim` … if field `<marker>` of main
+//!   the record TTL after the last proclaim; since issue 22's second protocol commit also
+//!   `version`, the count of its announcements): *"`election_proclaim` … if field `<marker>` of main
 //!   is a live hold of `owner` (as `live` reads it) and its token is `term`: HSET record, PEXPIRE, PUBLISH
-//!   `l:<term>:<value>`, return 1; else 0"*. A proclaim by anyone who is not the live holder of
+//!   `l:<term>:<value>`, return 1; else 0"*, the message now `l:<term>:<version>:<value>`. A proclaim by anyone who is not the live holder of
 //!   that term changes nothing and publishes nothing.
 //! - *"`election_resign` … if record.term == term [and its marker is the caller's]: DEL record, PUBLISH `r:<term>`; returns 1 /
 //!   0"*; the client then releases its hold with the fenced release (which grants the next
 //!   candidate at once).
-//! - *"`election_leader` → `{1, term, value}` if the record's marker is a live hold of main, else
+//! - *"`election_leader` → `{1, term, value}` (now `{1, term, version, value}`) if the record's marker is a live hold of main, else
 //!   `{0}`"*: the record is reported only while its marker's hold is live (its owner's, carrying
 //!   the record's term, as the scripts' `leads` checks).
 //! - The messages go to the election's change channel, one per successful proclaim or resign, in
@@ -43,6 +44,9 @@ pub struct LeaderRecord {
     pub marker: String,
     /// Its owner id.
     pub owner: String,
+    /// How many announcements the record has carried (each proclaim adds one; it starts again
+    /// only once the record is deleted or expires).
+    pub version: u64,
     /// When Redis deletes the record (server ms): the record TTL after the last proclaim.
     pub expiry: u64,
 }
@@ -161,19 +165,28 @@ impl ElectionSpec {
     /// `election_proclaim`: when `marker` is a live hold of `owner` whose token is `term`, the record
     /// becomes `(term, value, marker, owner)` for the record TTL and `l:<term>:<value>` is
     /// published (`true`); else nothing changes (`false`). Nothing is settled.
-    pub fn proclaim(&mut self, now: Now, marker: &str, owner: &str, term: u64, value: &str) -> bool {
+    pub fn proclaim(
+        &mut self,
+        now: Now,
+        marker: &str,
+        owner: &str,
+        term: u64,
+        value: &str,
+    ) -> bool {
         self.expire(now);
         if !self.leads(marker, owner, term, now.ms) {
             return false;
         }
+        let version = self.record.as_ref().map_or(0, |r| r.version) + 1;
         self.record = Some(LeaderRecord {
             term,
             value: value.to_owned(),
             marker: marker.to_owned(),
             owner: owner.to_owned(),
+            version,
             expiry: now.keys_ms.min(now.ms) + self.record_ttl_ms,
         });
-        self.publish(format!("l:{term}:{value}"));
+        self.publish(format!("l:{term}:{version}:{value}"));
         true
     }
 
@@ -193,13 +206,13 @@ impl ElectionSpec {
         true
     }
 
-    /// `election_leader`: the record's term and value while its marker is a live hold of its
+    /// `election_leader`: the record's term, version and value while its marker is a live hold of its
     /// owner carrying its term.
-    pub fn leader(&mut self, now: Now) -> Option<(u64, String)> {
+    pub fn leader(&mut self, now: Now) -> Option<(u64, u64, String)> {
         self.expire(now);
         let record = self.record.as_ref()?;
         self.leads(&record.marker, &record.owner, record.term, now.ms)
-            .then(|| (record.term, record.value.clone()))
+            .then(|| (record.term, record.version, record.value.clone()))
     }
 
     /// The object's keys are put back as in `snapshot` (a restore): the terms already handed out
@@ -219,8 +232,7 @@ impl ElectionSpec {
         }
         if let Some(record) = &self.record {
             let reported = self.leads(&record.marker, &record.owner, record.term, now);
-            if reported && (!owners.contains(&record.owner) || !self.terms.contains(&record.term))
-            {
+            if reported && (!owners.contains(&record.owner) || !self.terms.contains(&record.term)) {
                 return Err(format!(
                     "the reported record {record:?} is not the live holder's of a term handed out"
                 ));
@@ -532,7 +544,7 @@ mod tests {
         e.lock.listen("ch b", true);
         let t1 = term(e.campaign(at(1), &req("a", "#a", 1_000, 0)));
         assert!(e.proclaim(at(2), "#a", "a", t1, "pod-a"));
-        assert_eq!(e.leader(at(3)), Some((t1, "pod-a".to_owned())));
+        assert_eq!(e.leader(at(3)), Some((t1, 1, "pod-a".to_owned())));
         // b waits in line; a proclaim by b (not the holder) changes nothing.
         assert!(matches!(
             e.campaign(at(4), &req("b", "#b", 1_000, 5_000)),
@@ -540,7 +552,7 @@ mod tests {
         ));
         assert!(!e.proclaim(at(5), "#b", "b", t1, "pod-b"));
         assert!(!e.proclaim(at(5), "#a", "a", t1 + 1, "pod-x"));
-        assert_eq!(payloads(&mut e), [format!("l:{t1}:pod-a")]);
+        assert_eq!(payloads(&mut e), [format!("l:{t1}:1:pod-a")]);
         // Resign: record gone, r:<term>, then the release grants b at once.
         assert!(!e.resign(at(6), "#a", t1 + 7));
         assert!(!e.resign(at(6), "#b", t1));
@@ -568,13 +580,19 @@ mod tests {
             may_lapse,
         };
         let s = LeadershipSpec::new();
-        let s = s.step(&campaign("a", false), &ElectionRet::Elected(5)).unwrap();
+        let s = s
+            .step(&campaign("a", false), &ElectionRet::Elected(5))
+            .unwrap();
         // b elected while a cannot have lapsed: two leaders.
-        assert!(s.step(&campaign("b", true), &ElectionRet::Elected(6)).is_none());
+        assert!(s
+            .step(&campaign("b", true), &ElectionRet::Elected(6))
+            .is_none());
         let lead = |t: u64, v: &str| ElectionRet::Leader(Some((t, v.to_owned())));
         assert!(s.step(&ElectionOp::Leader, &lead(5, "va")).is_some());
         assert!(s.step(&ElectionOp::Leader, &lead(5, "vb")).is_none());
-        assert!(s.step(&ElectionOp::Leader, &ElectionRet::Leader(None)).is_none());
+        assert!(s
+            .step(&ElectionOp::Leader, &ElectionRet::Leader(None))
+            .is_none());
         let proclaim = |hold: &str, v: &str| ElectionOp::Proclaim {
             hold: hold.to_owned(),
             value: v.to_owned(),
@@ -587,14 +605,20 @@ mod tests {
             hold: "a".to_owned(),
         };
         let s = s.step(&resign, &ElectionRet::Done).unwrap();
-        assert!(s.step(&ElectionOp::Leader, &ElectionRet::Leader(None)).is_some());
-        // Terms never go back nor repeat.
-        assert!(s.step(&campaign("b", false), &ElectionRet::Elected(5)).is_none());
-        let s = s.step(&campaign("b", true), &ElectionRet::Elected(9)).unwrap();
-        // b may lapse: c may be elected after it.
-        let s = s.step(&campaign("c", false), &ElectionRet::Elected(10)).unwrap();
         assert!(s
-            .step(&proclaim("b", "late"), &ElectionRet::Done)
+            .step(&ElectionOp::Leader, &ElectionRet::Leader(None))
+            .is_some());
+        // Terms never go back nor repeat.
+        assert!(s
+            .step(&campaign("b", false), &ElectionRet::Elected(5))
             .is_none());
+        let s = s
+            .step(&campaign("b", true), &ElectionRet::Elected(9))
+            .unwrap();
+        // b may lapse: c may be elected after it.
+        let s = s
+            .step(&campaign("c", false), &ElectionRet::Elected(10))
+            .unwrap();
+        assert!(s.step(&proclaim("b", "late"), &ElectionRet::Done).is_none());
     }
 }
