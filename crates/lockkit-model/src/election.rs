@@ -290,7 +290,7 @@ pub enum ElectionRet {
     TimedOut,
     /// Proclaim, resign: `Ok(())`.
     Done,
-    /// Proclaim, resign: `Err(NotHeld)`.
+    /// Proclaim, resign: `Err(NotHeld)`; campaign: elected but lost before its announcement.
     NotHeld,
     /// Leader: the term and value reported, or none.
     Leader(Option<(u64, String)>),
@@ -399,7 +399,9 @@ impl Spec for LeadershipSpec {
                 },
                 ElectionRet::Elected(term),
             ) => next.elect(hold, *term, value, *may_lapse)?,
-            (ElectionOp::Campaign { .. }, ElectionRet::TimedOut) => {}
+            // Not elected in time, or elected and lost before its announcement (nothing was
+            // announced; the hold lapsed): no leadership.
+            (ElectionOp::Campaign { .. }, ElectionRet::TimedOut | ElectionRet::NotHeld) => {}
             (
                 ElectionOp::Campaign {
                     hold,
