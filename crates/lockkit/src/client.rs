@@ -21,8 +21,8 @@ use crate::tls::TlsSettings;
 use crate::waiters::WaiterHub;
 use crate::watchdog::{Watchdog, WatchdogConfig};
 use crate::{
-    CountDownLatch, FairLock, FencedLock, MultiLock, PermitExpirableSemaphore, ReadWriteLock,
-    Semaphore, SpinLock,
+    CountDownLatch, Election, FairLock, FencedLock, MultiLock, PermitExpirableSemaphore,
+    ReadWriteLock, Semaphore, SpinLock,
 };
 
 /// How many release messages the subscriber connection queues for the waiter hub (fred's default
@@ -124,6 +124,20 @@ impl Client {
     /// a strictly increasing fencing token.
     pub fn fenced_lock(&self, name: impl Into<String>) -> FencedLock {
         FencedLock::new(Arc::clone(&self.inner), name.into())
+    }
+
+    /// A handle on the leader election called `name`: one leader at a time among the
+    /// candidates, announced with a value and fenced by its term. Cheap; nothing is sent to
+    /// Redis. An invalid name is reported by the first operation as [`Error::InvalidArgument`].
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// let leadership = client.election("scheduler").campaign("pod-a").await?;
+    /// # drop(leadership);
+    /// # Ok(()) }
+    /// ```
+    pub fn election(&self, name: impl Into<String>) -> Election {
+        Election::new(Arc::clone(&self.inner), name.into())
     }
 
     /// A handle on the fair lock called `name`: granted in request order across clients.

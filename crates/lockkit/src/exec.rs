@@ -23,7 +23,7 @@ use std::time::Duration;
 use fred::clients::WithOptions;
 use fred::interfaces::ClientLike;
 use fred::prelude::{Client as RedisClient, Options};
-use fred::types::{ClusterHash, CustomCommand, Value};
+use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lockkit_protocol::fenced_lock::DEFAULT_COUNTER_TTL;
@@ -159,10 +159,24 @@ impl Exec {
         resend: Resend,
         deadline: Deadline,
     ) -> BoxFuture<'a, Result<Vec<i64>, Error>> {
-        Box::pin(self.ints_unboxed(script, kind, keys, args, resend, deadline))
+        Box::pin(self.call_unboxed(script, kind, keys, args, resend, deadline))
     }
 
-    async fn ints_unboxed(
+    /// As [`ints`](Exec::ints), for a script whose reply is an array of strings (an election's
+    /// leader read: its value is any string).
+    pub(crate) fn strings<'a>(
+        &'a self,
+        script: &'static Script,
+        kind: Kind,
+        keys: &'a [&'a str],
+        args: &'a [&'a str],
+        resend: Resend,
+    ) -> BoxFuture<'a, Result<Vec<String>, Error>> {
+        let deadline = self.command_deadline();
+        Box::pin(self.call_unboxed(script, kind, keys, args, resend, deadline))
+    }
+
+    async fn call_unboxed<R: FromValue + Send>(
         &self,
         script: &'static Script,
         kind: Kind,
@@ -170,7 +184,7 @@ impl Exec {
         args: &[&str],
         resend: Resend,
         deadline: Deadline,
-    ) -> Result<Vec<i64>, Error> {
+    ) -> Result<R, Error> {
         let deadline = deadline.min(self.command_deadline());
         // Routed by the slot of the first key, which every key of one call shares.
         let route = keys.first().map_or(ClusterHash::Random, |key| {
@@ -185,7 +199,7 @@ impl Exec {
         let call = || async {
             let evalsha = CustomCommand::new_static("EVALSHA", route.clone(), false);
             let result = match client
-                .custom::<Vec<i64>, Value>(evalsha, frame(script.sha1(), keys, args))
+                .custom::<R, Value>(evalsha, frame(script.sha1(), keys, args))
                 .await
             {
                 Err(err) if err.details().starts_with("NOSCRIPT") => {
@@ -195,7 +209,7 @@ impl Exec {
                     );
                     let eval = CustomCommand::new_static("EVAL", route.clone(), false);
                     client
-                        .custom::<Vec<i64>, Value>(eval, frame(script.source(), keys, args))
+                        .custom::<R, Value>(eval, frame(script.source(), keys, args))
                         .await
                 }
                 other => other,

@@ -40,7 +40,9 @@
 //!   - [`MultiLock`]: several locks, all or nothing;
 //!   - [`Semaphore`]: at most N at a time, with **leased** permits that a crashed holder gives
 //!     back; [`PermitExpirableSemaphore`]: permits with ids, released by id from anywhere;
-//!   - [`CountDownLatch`]: wait until N things have happened.
+//!   - [`CountDownLatch`]: wait until N things have happened;
+//!   - [`Election`]: one leader among candidates, with a fencing term, a value everyone can
+//!     read ([`Election::leader`]) and a stream of changes ([`Election::observe`]).
 //!
 //! - Around them:
 //!   - closure helpers: [`Lock::with_lock`] / [`Lock::try_with_lock`] (also on [`FencedLock`] and
@@ -153,6 +155,7 @@ mod client;
 mod connect;
 mod core;
 mod count_down_latch;
+mod election;
 mod error;
 mod exec;
 mod fair_lock;
@@ -186,6 +189,7 @@ pub use client::{
     Client, ClientBuilder, PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
 pub use count_down_latch::CountDownLatch;
+pub use election::{Election, Leader, LeaderChange, Leadership, LeadershipHandle, Observer};
 pub use error::{ConnectFailure, Error, RedisError};
 pub use fair_lock::FairLock;
 pub use fenced_lock::FencedLock;

@@ -16,6 +16,8 @@
 //! | `lockkit_leases_lost_total` | counter | holds whose lease was lost before they were released |
 //! | `lockkit_waiters` | gauge | tasks currently waiting for a release |
 //! | `lockkit_pubsub_messages_total` | counter | pub/sub messages the clients' waiter hubs received (every message on an object's channel, whether it woke a waiter or not); no label |
+//! | `lockkit_leader_changes_total` | counter | times this client became the leader of an election (`kind="election"`) |
+//! | `lockkit_is_leader` | gauge | elections this client leads now: from the election until the [`Leadership`](crate::Leadership) is resigned or dropped (`kind="election"`) |
 //!
 //! Without the feature every function here is an empty inline function and the types are empty:
 //! nothing is measured and nothing is stored.
@@ -60,6 +62,24 @@ mod imp {
     /// The waiter hub received a message (on any channel).
     pub(crate) fn pubsub_message() {
         metrics::counter!("lockkit_pubsub_messages_total").increment(1);
+    }
+
+    /// One leadership of an election: counted in `lockkit_leader_changes_total` when it begins,
+    /// and in `lockkit_is_leader` while it lives.
+    pub(crate) struct Leading(&'static str);
+
+    impl Leading {
+        pub(crate) fn new(kind: &'static str) -> Self {
+            metrics::counter!("lockkit_leader_changes_total", "kind" => kind).increment(1);
+            metrics::gauge!("lockkit_is_leader", "kind" => kind).increment(1.0);
+            Self(kind)
+        }
+    }
+
+    impl Drop for Leading {
+        fn drop(&mut self) {
+            metrics::gauge!("lockkit_is_leader", "kind" => self.0).decrement(1.0);
+        }
     }
 
     /// One task waiting for a release: counted in `lockkit_waiters` while it lives.
@@ -144,6 +164,16 @@ mod imp {
     #[inline(always)]
     pub(crate) fn pubsub_message() {}
 
+    /// One leadership (nothing, without the `metrics` feature).
+    pub(crate) struct Leading;
+
+    impl Leading {
+        #[inline(always)]
+        pub(crate) fn new(_kind: &'static str) -> Self {
+            Self
+        }
+    }
+
     /// One waiting task (nothing, without the `metrics` feature).
     pub(crate) struct Waiting;
 
@@ -175,4 +205,6 @@ mod imp {
     }
 }
 
-pub(crate) use imp::{acquired, pubsub_message, renewed, timed_out, HoldClock, Stopwatch, Waiting};
+pub(crate) use imp::{
+    acquired, pubsub_message, renewed, timed_out, HoldClock, Leading, Stopwatch, Waiting,
+};

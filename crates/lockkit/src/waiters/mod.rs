@@ -56,6 +56,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use fred::clients::SubscriberClient;
+use fred::interfaces::EventInterface;
 use fred::types::config::Server;
 use lockkit_protocol::wake::Grant;
 use parking_lot::Mutex;
@@ -86,6 +87,9 @@ struct HubInner {
     /// The runtime the client was built on (the hub's dispatcher runs there): a waiter dropped
     /// outside any runtime still schedules its channel's retirement through it.
     runtime: tokio::runtime::Handle,
+    /// The channels [`Listener`]s listen to, with their number of listeners (an election's
+    /// change channel, one entry however many observers it has).
+    listened: Mutex<HashMap<String, usize>>,
 }
 
 impl WaiterHub {
@@ -104,6 +108,7 @@ impl WaiterHub {
             slot_owners: Mutex::new(HashMap::new()),
             checking: AtomicBool::new(false),
             runtime: runtime.clone(),
+            listened: Mutex::new(HashMap::new()),
         });
         runtime.spawn(transport::dispatch(Arc::downgrade(&inner), sub, closed));
         Self { inner }
@@ -156,6 +161,29 @@ impl WaiterHub {
         Ok(waiter)
     }
 
+    /// Listens to every message of `channel` on the hub's subscriber connection, which wakes
+    /// no waiter with them: returns once the subscription is confirmed. The listener gets the
+    /// connection's messages and reconnect events from before the subscription on, so nothing
+    /// published after it returns is missed unless it reports a reconnect or a lag. The channel
+    /// is unsubscribed once its last listener is dropped.
+    pub(crate) async fn listen(&self, channel: &str) -> Result<Listener, Error> {
+        let listener = Listener {
+            messages: self.inner.sub.message_rx(),
+            reconnects: self.inner.sub.reconnect_rx(),
+            hub: Arc::clone(&self.inner),
+            channel: channel.to_owned(),
+        };
+        *self
+            .inner
+            .listened
+            .lock()
+            .entry(channel.to_owned())
+            .or_default() += 1;
+        // Dropped on an error: the count goes back down.
+        listener.resubscribe().await?;
+        Ok(listener)
+    }
+
     /// The number of tasks waiting on any channel.
     pub(crate) fn waiting(&self) -> usize {
         self.inner.channels.lock().waiting()
@@ -187,6 +215,54 @@ impl WaiterHub {
             id: registered.id,
             signal: registered.signal,
         })
+    }
+}
+
+/// A listener of one channel ([`WaiterHub::listen`]): the subscriber connection's messages (of
+/// every channel: the listener picks its own) and reconnect events.
+pub(crate) struct Listener {
+    hub: Arc<HubInner>,
+    channel: String,
+    /// Every message the subscriber connection receives.
+    pub(crate) messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
+    /// The subscriber connection's reconnects: messages may have been lost meanwhile.
+    pub(crate) reconnects: tokio::sync::broadcast::Receiver<Server>,
+}
+
+impl Listener {
+    /// The channel listened to.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Subscribes to the channel again and waits for the confirmation (after a reconnect: the
+    /// hub re-subscribes too, but a listener must know when it is done before it re-reads).
+    pub(crate) async fn resubscribe(&self) -> Result<(), Error> {
+        transport::subscribe(&self.hub, &self.channel).await
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let last = {
+            let mut listened = self.hub.listened.lock();
+            match listened.get_mut(&self.channel) {
+                Some(count) if *count > 1 => {
+                    *count -= 1;
+                    false
+                }
+                Some(_) => {
+                    listened.remove(&self.channel);
+                    true
+                }
+                None => false,
+            }
+        };
+        if last {
+            let hub = Arc::downgrade(&self.hub);
+            let channel = std::mem::take(&mut self.channel);
+            self.hub.runtime.spawn(transport::unlisten(hub, channel));
+        }
     }
 }
 

@@ -132,6 +132,24 @@ pub(super) async fn retire(hub: Weak<HubInner>, channel: String) {
     }
 }
 
+/// Unsubscribes from a channel whose last [`Listener`](super::Listener) is gone, unless a new
+/// listener came meanwhile (serialised with its subscription).
+pub(super) async fn unlisten(hub: Weak<HubInner>, channel: String) {
+    let Some(hub) = hub.upgrade() else { return };
+    let _serial = hub.subscribe_lock.lock().await;
+    if hub.listened.lock().contains_key(&channel) {
+        return;
+    }
+    let result = if hub.sharded {
+        hub.sub.sunsubscribe(channel.as_str()).await
+    } else {
+        hub.sub.unsubscribe(channel.as_str()).await
+    };
+    if let Err(err) = result {
+        tracing::debug!(%channel, "unsubscribe failed: {}", crate::error::Chain(&err));
+    }
+}
+
 /// Routes release messages to waiters until `closed`, then closes the subscriber connection.
 pub(super) async fn dispatch(
     hub: Weak<HubInner>,

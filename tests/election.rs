@@ -1,0 +1,583 @@
+//! The election (issue 22): one leader at a time, FIFO among candidates, terms that only grow,
+//! proclaim/resign/leader, lost leadership, cancel safety, `lead`, and the observer stream.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lockkit::protocol::keys::Kind;
+use lockkit::{Error, Leader, LeaderChange, Observer};
+use lockkit_suite::{client, client_with, redis, spawned, unique, until_waiters_in_redis, within};
+use lockkit_testkit::FaultProxy;
+
+const HANG: Duration = Duration::from_secs(60);
+
+fn leader(term: u64, value: &str) -> Leader {
+    Leader {
+        term,
+        value: value.to_owned(),
+    }
+}
+
+/// The observer's next item (a hang guard around it).
+async fn next(observer: &mut Observer) -> LeaderChange {
+    within(HANG, "the observer's next change", observer.next())
+        .await
+        .expect("the stream goes on")
+        .expect("no error")
+}
+
+#[tokio::test]
+async fn at_most_one_leader_at_a_time_under_contention_and_terms_increase() {
+    let redis = redis().await;
+    let name = unique("election-contention");
+    let leading = Arc::new(AtomicUsize::new(0));
+    let terms = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for candidate in 0..6 {
+        let client = client(&redis.url()).await;
+        let (name, leading, terms) = (name.clone(), leading.clone(), terms.clone());
+        tasks.push(tokio::spawn(async move {
+            let election = client.election(&name);
+            for round in 0..8 {
+                let leadership = election
+                    .campaign(format!("{candidate}/{round}"))
+                    .await
+                    .unwrap();
+                let others = leading.fetch_add(1, Ordering::SeqCst);
+                assert_eq!(others, 0, "two leaders at once");
+                {
+                    // The checker: this leader's term is the current one (greater than every
+                    // earlier leader's), and the record says so.
+                    let mut terms = terms.lock().unwrap();
+                    if let Some(last) = terms.last() {
+                        assert!(
+                            leadership.term() > *last,
+                            "term {} after {last}",
+                            leadership.term()
+                        );
+                    }
+                    terms.push(leadership.term());
+                }
+                let current = election.leader().await.unwrap();
+                assert_eq!(
+                    current,
+                    Some(leader(leadership.term(), &format!("{candidate}/{round}")))
+                );
+                tokio::task::yield_now().await;
+                leading.fetch_sub(1, Ordering::SeqCst);
+                leadership.resign().await.unwrap();
+            }
+        }));
+    }
+    for task in tasks {
+        within(HANG, "the candidates", task).await.unwrap();
+    }
+    assert_eq!(terms.lock().unwrap().len(), 48);
+}
+
+#[tokio::test]
+async fn candidates_are_elected_in_the_order_they_campaigned() {
+    let redis = redis().await;
+    let name = unique("election-fifo");
+    let first = client(&redis.url()).await;
+    let holder = first.election(&name).campaign("holder").await.unwrap();
+    let (order_tx, mut order_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for candidate in 0..4 {
+        let client = client(&redis.url()).await;
+        let (own_name, order) = (name.clone(), order_tx.clone());
+        tasks.push(tokio::spawn(async move {
+            let leadership = client
+                .election(&own_name)
+                .campaign(candidate.to_string())
+                .await
+                .unwrap();
+            order.send(candidate).unwrap();
+            leadership.resign().await.unwrap();
+        }));
+        // Each candidate is in line before the next one campaigns.
+        until_waiters_in_redis(&first, Kind::Election, &name, candidate + 1).await;
+    }
+    holder.resign().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(
+            within(HANG, "the next leader", order_rx.recv())
+                .await
+                .unwrap(),
+        );
+    }
+    assert_eq!(order, vec![0, 1, 2, 3]);
+    for task in tasks {
+        task.await.unwrap();
+    }
+}
+
+/// The leader's lease (300 s) is far longer than the hang guard: the next candidate leads only
+/// because the resignation handed over.
+#[tokio::test]
+async fn resign_hands_over_without_waiting_for_the_lease() {
+    let redis = redis().await;
+    let name = unique("election-resign");
+    let a = client(&redis.url()).await;
+    let b = client(&redis.url()).await;
+    let leadership = a
+        .election(&name)
+        .campaign_with_lease("a", Duration::from_secs(300))
+        .await
+        .unwrap();
+    let election = b.election(&name);
+    let next = tokio::spawn(async move { election.campaign("b").await });
+    until_waiters_in_redis(&a, Kind::Election, &name, 1).await;
+    let term = leadership.term();
+    leadership.resign().await.unwrap();
+    let next = within(HANG, "the next leader", next)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.term() > term);
+    assert_eq!(
+        b.election(&name).leader().await.unwrap(),
+        Some(leader(next.term(), "b"))
+    );
+    next.resign().await.unwrap();
+    assert_eq!(b.election(&name).leader().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn terms_strictly_increase_across_an_empty_restart_and_a_restore_from_an_older_snapshot() {
+    let mut server = spawned().await;
+    let name = unique("election-restore");
+    let mut seen = Vec::new();
+    async fn term_of(url: &str, name: &str) -> u64 {
+        let client = client(url).await;
+        let leadership = within(HANG, "campaign", client.election(name).campaign("x"))
+            .await
+            .unwrap();
+        let term = leadership.term();
+        leadership.resign().await.unwrap();
+        client.shutdown().await.unwrap();
+        term
+    }
+    seen.push(term_of(&server.url(), &name).await);
+    let saved = server.command(&["SAVE"]).await.unwrap();
+    assert!(!saved.is_error(), "SAVE: {saved:?}");
+    for _ in 0..4 {
+        seen.push(term_of(&server.url(), &name).await);
+    }
+    // Restored from the snapshot: the token counter is back at the first term.
+    server.restart_from_disk().await.unwrap();
+    let before = *seen.iter().max().unwrap();
+    let after_restore = term_of(&server.url(), &name).await;
+    assert!(after_restore > before, "{after_restore} after {seen:?}");
+    seen.push(after_restore);
+    // Restarted empty: no counter at all.
+    server.restart_empty().await.unwrap();
+    let after_empty = term_of(&server.url(), &name).await;
+    assert!(after_empty > after_restore, "{after_empty} after {seen:?}");
+    seen.push(after_empty);
+    assert!(seen.windows(2).all(|pair| pair[0] < pair[1]), "{seen:?}");
+}
+
+#[tokio::test]
+async fn leader_follows_campaign_proclaim_and_resign() {
+    let redis = redis().await;
+    let name = unique("election-leader");
+    let client = client(&redis.url()).await;
+    let election = client.election(&name);
+    assert_eq!(election.leader().await.unwrap(), None);
+    let leadership = election.campaign("").await.unwrap();
+    assert_eq!(leadership.value(), "");
+    assert_eq!(
+        election.leader().await.unwrap(),
+        Some(leader(leadership.term(), ""))
+    );
+    leadership.proclaim("v:2 with spaces").await.unwrap();
+    assert_eq!(leadership.value(), "v:2 with spaces");
+    assert_eq!(
+        election.leader().await.unwrap(),
+        Some(leader(leadership.term(), "v:2 with spaces")),
+        "proclaim keeps the term"
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(election.leader().await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn proclaim_is_refused_once_the_lease_was_lost() {
+    let redis = redis().await;
+    let name = unique("election-proclaim-lost");
+    let client = client(&redis.url()).await;
+    let election = client.election(&name);
+    let leadership = election
+        .campaign_with_lease("a", Duration::from_millis(300))
+        .await
+        .unwrap();
+    within(HANG, "the fixed lease to run out", leadership.lost()).await;
+    assert!(leadership.is_lost());
+    // The local deadline is never later than Redis' own, so wait until Redis agrees too.
+    within(HANG, "the hold to be gone in Redis", async {
+        while election.leader().await.unwrap().is_some() {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let refused = leadership.proclaim("b").await;
+    assert!(matches!(refused, Err(Error::NotHeld { .. })), "{refused:?}");
+    assert_eq!(leadership.value(), "a");
+    assert_eq!(election.leader().await.unwrap(), None);
+    assert!(matches!(
+        leadership.resign().await,
+        Err(Error::NotHeld { .. })
+    ));
+}
+
+/// The leader's client is cut off (its proxy stops forwarding): its renewals do not arrive,
+/// `lost()` fires, and another candidate leads with a greater term.
+#[tokio::test]
+async fn lost_fires_when_the_leaders_lease_runs_out_and_another_candidate_leads() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let name = unique("election-lost");
+    let cut_off = client_with(&proxy.url(), Duration::from_millis(600)).await;
+    let other = client(&server.url()).await;
+    let leadership = cut_off.election(&name).campaign("a").await.unwrap();
+    let election = other.election(&name);
+    let next = tokio::spawn(async move { election.campaign("b").await });
+    until_waiters_in_redis(&other, Kind::Election, &name, 1).await;
+    proxy.pause();
+    within(HANG, "lost()", leadership.lost()).await;
+    assert!(leadership.is_lost());
+    let next = within(HANG, "the next leader", next)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(next.term() > leadership.term());
+    assert_eq!(
+        other.election(&name).leader().await.unwrap(),
+        Some(leader(next.term(), "b"))
+    );
+    proxy.resume();
+    next.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_dropped_campaign_leaves_no_candidacy_and_no_leadership() {
+    let redis = redis().await;
+    let name = unique("election-cancel");
+    let holder = client(&redis.url()).await;
+    let dropped = client(&redis.url()).await;
+    let leadership = holder.election(&name).campaign("holder").await.unwrap();
+    let election = dropped.election(&name);
+    let waiting = tokio::time::timeout(Duration::from_millis(200), election.campaign("gone")).await;
+    assert!(waiting.is_err(), "still waiting when dropped");
+    until_waiters_in_redis(&holder, Kind::Election, &name, 0).await;
+    leadership.resign().await.unwrap();
+    assert_eq!(holder.election(&name).leader().await.unwrap(), None);
+    let objects = holder.inspect(Some(Kind::Election), &name).await.unwrap();
+    assert!(
+        objects.iter().all(|object| object.holders.is_empty()),
+        "{objects:?}"
+    );
+    // A campaign dropped once it leads: its leadership is resigned in the background.
+    let granted = election.campaign("dropped after the grant").await.unwrap();
+    drop(granted);
+    let next = within(
+        HANG,
+        "the dropped leadership to be given back",
+        holder.election(&name).campaign("next"),
+    )
+    .await
+    .unwrap();
+    next.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_input_is_a_clear_error() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let empty = client.election("");
+    assert!(matches!(
+        empty.campaign("x").await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        empty.leader().await,
+        Err(Error::InvalidArgument(_))
+    ));
+    let mut observer = empty.observe();
+    assert!(matches!(
+        within(HANG, "the observer", observer.next()).await,
+        Some(Err(Error::InvalidArgument(_)))
+    ));
+    assert!(observer.next().await.is_none(), "the stream ends");
+    let election = client.election(unique("election-bad-lease"));
+    let zero = election.campaign_with_lease("x", Duration::ZERO).await;
+    assert!(matches!(zero, Err(Error::InvalidArgument(_))), "{zero:?}");
+    let zero = election
+        .try_campaign("x", Duration::ZERO, Some(Duration::ZERO))
+        .await;
+    assert!(matches!(zero, Err(Error::InvalidArgument(_))), "{zero:?}");
+    assert_eq!(election.leader().await.unwrap(), None);
+}
+
+/// 16 observers (on 4 clients) each see `Current` first, then every change once, in order: the
+/// same sequence of terms for all.
+#[tokio::test]
+async fn observers_see_every_change_once_in_order_and_agree() {
+    let redis = redis().await;
+    let name = unique("election-observe");
+    let mut observers = Vec::new();
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&redis.url()).await);
+    }
+    for i in 0..16 {
+        let mut observer = clients[i % 4].election(&name).observe();
+        assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+        observers.push(observer);
+    }
+    let a = client(&redis.url()).await;
+    let b = client(&redis.url()).await;
+    let first = a.election(&name).campaign("a").await.unwrap();
+    first.proclaim("a2").await.unwrap();
+    let t1 = first.term();
+    let election = b.election(&name);
+    let second = tokio::spawn(async move { election.campaign("b").await });
+    until_waiters_in_redis(&a, Kind::Election, &name, 1).await;
+    first.resign().await.unwrap();
+    let second = within(HANG, "b leads", second).await.unwrap().unwrap();
+    let t2 = second.term();
+    second.resign().await.unwrap();
+    let expected = vec![
+        LeaderChange::Elected(leader(t1, "a")),
+        LeaderChange::Proclaimed(leader(t1, "a2")),
+        LeaderChange::Resigned { term: t1 },
+        LeaderChange::Elected(leader(t2, "b")),
+        LeaderChange::Resigned { term: t2 },
+    ];
+    for observer in &mut observers {
+        let mut seen = Vec::new();
+        for _ in 0..expected.len() {
+            seen.push(next(observer).await);
+        }
+        assert_eq!(seen, expected);
+    }
+    // Nothing more: a third leader's election is the very next item.
+    let third = a.election(&name).campaign("c").await.unwrap();
+    for observer in &mut observers {
+        assert_eq!(
+            next(observer).await,
+            LeaderChange::Elected(leader(third.term(), "c"))
+        );
+    }
+    third.resign().await.unwrap();
+}
+
+/// An observer that joins while a leader leads starts from it, and a message of that leader
+/// still in flight is not delivered again.
+#[tokio::test]
+async fn an_observer_starts_from_the_current_leader() {
+    let redis = redis().await;
+    let name = unique("election-observe-current");
+    let client = client(&redis.url()).await;
+    let leadership = client.election(&name).campaign("a").await.unwrap();
+    leadership.proclaim("a2").await.unwrap();
+    let mut observer = client.election(&name).observe();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Current(Some(leader(leadership.term(), "a2")))
+    );
+    leadership.proclaim("a3").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Proclaimed(leader(leadership.term(), "a3"))
+    );
+    let term = leadership.term();
+    leadership.resign().await.unwrap();
+    assert_eq!(next(&mut observer).await, LeaderChange::Resigned { term });
+}
+
+#[tokio::test]
+async fn observers_resync_after_the_subscriber_connection_is_killed() {
+    let server = spawned().await;
+    let name = unique("election-resync");
+    let watcher = client(&server.url()).await;
+    let candidate = client(&server.url()).await;
+    let mut observer = watcher.election(&name).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let leadership = candidate.election(&name).campaign("a").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(leadership.term(), "a"))
+    );
+    lockkit_testkit::send_command(server.addr(), &["CLIENT", "KILL", "TYPE", "pubsub"])
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Resynced(Some(leader(leadership.term(), "a")))
+    );
+    // Subscribed again: the next change arrives.
+    leadership.proclaim("a2").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Proclaimed(leader(leadership.term(), "a2"))
+    );
+    leadership.resign().await.unwrap();
+}
+
+/// `lead` runs the body while leading; when leadership is lost the body is dropped and `lead`
+/// campaigns again; when the body returns, it resigns and returns the body's result.
+#[tokio::test]
+async fn lead_stops_the_body_when_leadership_is_lost_campaigns_again_and_returns_the_result() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let name = unique("election-lead");
+    let leader_client = client_with(&proxy.url(), Duration::from_millis(600)).await;
+    let other = client(&server.url()).await;
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    struct Dropped(tokio::sync::mpsc::UnboundedSender<&'static str>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            let _ = self.0.send("stopped");
+        }
+    }
+    let election = leader_client.election(&name);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let lead = {
+        let runs = runs.clone();
+        tokio::spawn(async move {
+            election
+                .lead("pod", move |leadership| {
+                    let events = events_tx.clone();
+                    let run = runs.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        let _dropped = Dropped(events.clone());
+                        events.send("started").unwrap();
+                        if run == 0 {
+                            // The first term runs until it is stopped.
+                            std::future::pending::<()>().await;
+                        }
+                        assert!(!leadership.is_lost());
+                        Ok::<u64, Error>(leadership.term())
+                    }
+                })
+                .await
+        })
+    };
+    assert_eq!(
+        within(HANG, "the body", events.recv()).await,
+        Some("started")
+    );
+    let first = other.election(&name).leader().await.unwrap().unwrap();
+    proxy.pause();
+    assert_eq!(
+        within(HANG, "the body to be stopped", events.recv()).await,
+        Some("stopped")
+    );
+    proxy.resume();
+    assert_eq!(
+        within(HANG, "the body again", events.recv()).await,
+        Some("started")
+    );
+    let term = within(HANG, "lead to return", lead).await.unwrap().unwrap();
+    assert!(term > first.term, "{term} after {}", first.term);
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        other.election(&name).leader().await.unwrap(),
+        None,
+        "resigned"
+    );
+}
+
+#[tokio::test]
+async fn campaign_observe_and_resign_on_a_cluster() {
+    let cluster = match lockkit_testkit::RedisCluster::start(3, 0).await {
+        Ok(cluster) => cluster,
+        Err(err) => panic!("cannot start a cluster: {err}"),
+    };
+    let name = unique("election-cluster");
+    let a = client(&cluster.url()).await;
+    let b = client(&cluster.url()).await;
+    let mut observer = b.election(&name).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let leadership = a.election(&name).campaign("a").await.unwrap();
+    let term = leadership.term();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(term, "a"))
+    );
+    assert_eq!(
+        b.election(&name).leader().await.unwrap(),
+        Some(leader(term, "a"))
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(next(&mut observer).await, LeaderChange::Resigned { term });
+    assert_eq!(b.election(&name).leader().await.unwrap(), None);
+}
+
+/// Measures (prints, asserts nothing about time) how long after a leader's `resign()` 16
+/// observers see the next leader's `Elected`, over 60 handovers between two candidates.
+#[tokio::test]
+async fn measure_handover_to_sixteen_observers() {
+    let redis = redis().await;
+    let name = unique("election-measure");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&redis.url()).await);
+    }
+    let mut observers = Vec::new();
+    for i in 0..16 {
+        let mut observer = clients[i % 4].election(&name).observe();
+        assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+        observers.push(observer);
+    }
+    let candidates = [client(&redis.url()).await, client(&redis.url()).await];
+    let mut leadership = candidates[0].election(&name).campaign("0").await.unwrap();
+    for observer in &mut observers {
+        assert!(matches!(next(observer).await, LeaderChange::Elected(_)));
+    }
+    let mut samples = Vec::new();
+    for round in 1..=60 {
+        let election = candidates[round % 2].election(&name);
+        let waiting = tokio::spawn(async move { election.campaign(round.to_string()).await });
+        until_waiters_in_redis(&clients[0], Kind::Election, &name, 1).await;
+        let start = tokio::time::Instant::now();
+        let old = leadership.term();
+        leadership.resign().await.unwrap();
+        let mut seen = HashMap::new();
+        for (i, observer) in observers.iter_mut().enumerate() {
+            loop {
+                match next(observer).await {
+                    LeaderChange::Resigned { term } => assert_eq!(term, old),
+                    LeaderChange::Elected(leader) => {
+                        assert!(leader.term > old);
+                        seen.insert(i, start.elapsed());
+                        break;
+                    }
+                    other => panic!("unexpected {other:?}"),
+                }
+            }
+        }
+        samples.push(seen.values().max().copied().unwrap_or_default());
+        leadership = within(HANG, "the next leader", waiting)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    leadership.resign().await.unwrap();
+    samples.sort();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    println!(
+        "election handover, resign() to the last of 16 observers seeing Elected, {} handovers: \
+         p50 {:?}, p99 {:?}, max {:?}",
+        samples.len(),
+        at(0.5),
+        at(0.99),
+        samples.last().copied().unwrap_or_default()
+    );
+}
