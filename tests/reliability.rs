@@ -2261,9 +2261,11 @@ async fn election_run(
                 let mut leaders = leaders(&shared);
                 let theirs: Vec<String> = leaders
                     .all
-                    .keys()
-                    .filter(|h| h.starts_with(&format!("p{leader}-")))
-                    .cloned()
+                    .iter()
+                    .filter(|(h, (_, _, to))| {
+                        h.starts_with(&format!("p{leader}-")) && *to >= started
+                    })
+                    .map(|(h, _)| h.clone())
                     .collect();
                 leaders.lapsed.extend(theirs);
             }
@@ -2300,9 +2302,14 @@ async fn election_run(
     // that answered NotHeld or failed, a campaign that failed), and the faulted leader's: every
     // other one lived until its resign, and keeps the others out until then. (Every leadership
     // ends with a resign but the killed leader's, so one that a fault ended shows it.)
+    // Waiting while such a leadership may still have kept its lease is no stall: its life plus
+    // one lease is excluded from the stall measure, as the fault's window is.
     let leaders = leaders(&shared);
-    for (hold, (call, _, _)) in &leaders.all {
+    let mut excluded = vec![window];
+    let lease = ELECTION_LEASE.as_nanos() as u64;
+    for (hold, (call, from, to)) in &leaders.all {
         if leaders.lapsed.contains(hold) {
+            excluded.push((*from, to.saturating_add(lease)));
             history.amend(*call, |op| {
                 if let ElectionOp::Campaign { may_lapse, .. } = op {
                     *may_lapse = true;
@@ -2315,7 +2322,7 @@ async fn election_run(
         |_| LeadershipSpec::new(),
         |op| matches!(op, ElectionOp::Campaign { .. }).then_some(ElectionRet::Elected(u64::MAX)),
         history::BOUND_NS,
-        &[window],
+        &excluded,
     );
     let terms = history
         .operations()
