@@ -623,4 +623,38 @@ mod tests {
             .unwrap();
         assert!(s.step(&proclaim("b", "late"), &ElectionRet::Done).is_none());
     }
+
+    #[test]
+    fn the_spec_explains_an_ambiguous_campaign_by_what_leader_saw() {
+        let lead = |t: u64, v: &str| ElectionRet::Leader(Some((t, v.to_owned())));
+        let s = LeadershipSpec::new()
+            .step(
+                &ElectionOp::Campaign {
+                    hold: "a".to_owned(),
+                    value: "va".to_owned(),
+                    may_lapse: true,
+                },
+                &ElectionRet::Error,
+            )
+            .unwrap();
+        // Nothing is known of its term: leader() may show it (with its value) or not.
+        assert!(s.step(&ElectionOp::Leader, &lead(3, "vx")).is_none());
+        let s = s.step(&ElectionOp::Leader, &lead(3, "va")).unwrap();
+        assert_eq!(s.last_term(), 3);
+        assert!(s.step(&ElectionOp::Leader, &lead(3, "va")).is_some());
+        // A proclaim that answered NotHeld ended it for good: the record is not shown again.
+        let s = s
+            .step(
+                &ElectionOp::Proclaim {
+                    hold: "a".to_owned(),
+                    value: "vb".to_owned(),
+                },
+                &ElectionRet::NotHeld,
+            )
+            .unwrap();
+        assert!(s.step(&ElectionOp::Leader, &lead(3, "va")).is_none());
+        assert!(s
+            .step(&ElectionOp::Leader, &ElectionRet::Leader(None))
+            .is_some());
+    }
 }
