@@ -2043,6 +2043,41 @@ struct Leaders {
     all: HashMap<String, (lockkit_suite::linearizability::Call, u64, u64)>,
     /// Holds the history shows may have ended on their own (lost, NotHeld, an error).
     lapsed: std::collections::HashSet<String>,
+    /// Each candidate's operation in flight, with the results it may have had if its client
+    /// dies before the answer.
+    in_flight: HashMap<u64, (lockkit_suite::linearizability::Call, Vec<ElectionRet>)>,
+}
+
+/// Records `op` invoked by candidate `process`, in flight until [`settled`].
+fn invoked(
+    history: &ElectionHistory,
+    shared: &SharedLeaders,
+    process: u64,
+    name: &str,
+    op: ElectionOp,
+) -> lockkit_suite::linearizability::Call {
+    // A killed client's campaign may have won (term unknown); its proclaim or resign may have
+    // run.
+    let may_have = match op {
+        ElectionOp::Campaign { .. } => vec![ElectionRet::Error],
+        ElectionOp::Proclaim { .. } | ElectionOp::Resign { .. } => vec![ElectionRet::Done],
+        ElectionOp::Lost { .. } | ElectionOp::Leader => Vec::new(),
+    };
+    let call = history.invoke(process, name, op);
+    leaders(shared).in_flight.insert(process, (call, may_have));
+    call
+}
+
+/// The answer of candidate `process`'s operation in flight.
+fn settled(
+    history: &ElectionHistory,
+    shared: &SharedLeaders,
+    process: u64,
+    call: lockkit_suite::linearizability::Call,
+    ret: ElectionRet,
+) {
+    leaders(shared).in_flight.remove(&process);
+    history.respond(call, ret);
 }
 
 type SharedLeaders = std::sync::Arc<std::sync::Mutex<Leaders>>;
@@ -2078,8 +2113,10 @@ async fn election_candidate(
         n += 1;
         let hold = format!("p{process}-{n}");
         let value = format!("v{process}-{n}");
-        let invoked = now();
-        let call = history.invoke(
+        let invoked_at = now();
+        let call = invoked(
+            &history,
+            &shared,
             process,
             &name,
             ElectionOp::Campaign {
@@ -2090,11 +2127,24 @@ async fn election_candidate(
         );
         let leadership = match election.try_campaign(value, ELECTION_WAIT, None).await {
             Ok(Some(leadership)) => {
-                history.respond(call, ElectionRet::Elected(leadership.term()));
+                {
+                    let mut leaders = leaders(&shared);
+                    leaders.current = Some((process, hold.clone()));
+                    leaders
+                        .all
+                        .insert(hold.clone(), (call, invoked_at, u64::MAX));
+                }
+                settled(
+                    &history,
+                    &shared,
+                    process,
+                    call,
+                    ElectionRet::Elected(leadership.term()),
+                );
                 leadership
             }
             Ok(None) => {
-                history.respond(call, ElectionRet::TimedOut);
+                settled(&history, &shared, process, call, ElectionRet::TimedOut);
                 continue;
             }
             Err(err) => {
@@ -2103,21 +2153,16 @@ async fn election_candidate(
                 } else {
                     ElectionRet::Error
                 };
-                history.respond(call, ret);
+                settled(&history, &shared, process, call, ret);
                 {
                     let mut leaders = leaders(&shared);
-                    leaders.all.insert(hold.clone(), (call, invoked, now()));
+                    leaders.all.insert(hold.clone(), (call, invoked_at, now()));
                     leaders.lapsed.insert(hold);
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 continue;
             }
         };
-        {
-            let mut leaders = leaders(&shared);
-            leaders.current = Some((process, hold.clone()));
-            leaders.all.insert(hold.clone(), (call, invoked, u64::MAX));
-        }
         for k in 0..rng.range(0, 4) {
             tokio::time::sleep(rng.millis(2, 40)).await;
             if leadership.is_lost() {
@@ -2128,7 +2173,9 @@ async fn election_candidate(
                 leaders(&shared).lapsed.insert(hold.clone());
                 break;
             }
-            let call = history.invoke(
+            let call = invoked(
+                &history,
+                &shared,
                 process,
                 &name,
                 ElectionOp::Proclaim {
@@ -2140,9 +2187,15 @@ async fn election_candidate(
             if ret != ElectionRet::Done {
                 leaders(&shared).lapsed.insert(hold.clone());
             }
-            history.respond(call, ret);
+            settled(&history, &shared, process, call, ret);
         }
-        let call = history.invoke(process, &name, ElectionOp::Resign { hold: hold.clone() });
+        let call = invoked(
+            &history,
+            &shared,
+            process,
+            &name,
+            ElectionOp::Resign { hold: hold.clone() },
+        );
         {
             let mut leaders = leaders(&shared);
             if let Some(entry) = leaders.all.get_mut(&hold) {
@@ -2159,7 +2212,7 @@ async fn election_candidate(
                 leaders.current = None;
             }
         }
-        history.respond(call, ret);
+        settled(&history, &shared, process, call, ret);
         tokio::time::sleep(rng.millis(0, 10)).await;
     }
 }
@@ -2184,11 +2237,117 @@ async fn election_reader(
     }
 }
 
+/// What one observer delivered, in order.
+type ObservedChanges = std::sync::Arc<std::sync::Mutex<Vec<lockkit::LeaderChange>>>;
+
+/// Follows the election's changes until `end`, keeping every item it delivers.
+async fn election_observer(
+    client: lockkit::Client,
+    name: String,
+    seen: ObservedChanges,
+    end: tokio::time::Instant,
+) {
+    use futures::StreamExt;
+    let mut changes = client.election(&name).observe();
+    while let Ok(Some(item)) = tokio::time::timeout_at(end, changes.next()).await {
+        match item {
+            Ok(change) => seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(change),
+            Err(_) => break,
+        }
+    }
+}
+
+/// The observers' deliveries against the contract: terms never go back; an `Elected` term
+/// exceeds every term delivered before it; every term delivered was a campaign's (when no
+/// campaign's outcome is unknown); and two observers that never reported a resync saw the same
+/// sequence of elected terms over the span both followed (no gap, no reordering).
+fn observer_violations(observed: &[ObservedChanges], elected: &[u64], exact: bool) -> Vec<String> {
+    let mut found = Vec::new();
+    let known: std::collections::HashSet<u64> = elected.iter().copied().collect();
+    let mut clean = Vec::new();
+    for (i, seen) in observed.iter().enumerate() {
+        let seen = seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let mut last = 0u64;
+        let mut resynced = false;
+        let mut terms = Vec::new();
+        for change in &seen {
+            let term = match change {
+                lockkit::LeaderChange::Current(leader) => leader.as_ref().map(|l| l.term),
+                lockkit::LeaderChange::Resynced(leader) => {
+                    resynced = true;
+                    leader.as_ref().map(|l| l.term)
+                }
+                lockkit::LeaderChange::Elected(leader) => {
+                    if leader.term <= last {
+                        found.push(format!(
+                            "observer {i}: Elected term {} after term {last}",
+                            leader.term
+                        ));
+                    }
+                    terms.push(leader.term);
+                    Some(leader.term)
+                }
+                lockkit::LeaderChange::Proclaimed(leader) => Some(leader.term),
+                lockkit::LeaderChange::Resigned { term } => Some(*term),
+                other => {
+                    found.push(format!("observer {i}: unknown change {other:?}"));
+                    None
+                }
+            };
+            if let Some(term) = term {
+                if term < last {
+                    found.push(format!("observer {i}: term {term} after term {last}"));
+                }
+                if exact && !known.contains(&term) {
+                    found.push(format!(
+                        "observer {i}: term {term} no campaign was elected with"
+                    ));
+                }
+                last = last.max(term);
+            }
+        }
+        if !resynced {
+            clean.push((i, terms));
+        }
+    }
+    for (i, a) in &clean {
+        for (j, b) in &clean {
+            let (Some(lo), Some(hi)) = (
+                a.first().max(b.first()).copied(),
+                a.last().min(b.last()).copied(),
+            ) else {
+                continue;
+            };
+            let span = |t: &Vec<u64>| -> Vec<u64> {
+                t.iter()
+                    .copied()
+                    .filter(|x| (lo..=hi).contains(x))
+                    .collect()
+            };
+            if i < j && span(a) != span(b) {
+                found.push(format!(
+                    "observers {i} and {j} saw different terms over [{lo}, {hi}]: {:?} and {:?}",
+                    span(a),
+                    span(b)
+                ));
+            }
+        }
+    }
+    found
+}
+
 /// One candidate's client (through a proxy of its own, so it can be cut off or killed) and its
 /// tasks.
 struct ElectionClient {
     proxy: FaultProxy,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    observed: ObservedChanges,
 }
 
 async fn election_client(
@@ -2201,7 +2360,14 @@ async fn election_client(
 ) -> ElectionClient {
     let proxy = FaultProxy::start(server.addr()).await.unwrap();
     let client = client_with(&proxy.url(), ELECTION_LEASE).await;
+    let observed = ObservedChanges::default();
     let tasks = vec![
+        tokio::spawn(election_observer(
+            client.clone(),
+            name.to_owned(),
+            observed.clone(),
+            end,
+        )),
         tokio::spawn(election_candidate(
             process,
             client.clone(),
@@ -2218,7 +2384,11 @@ async fn election_client(
             end,
         )),
     ];
-    ElectionClient { proxy, tasks }
+    ElectionClient {
+        proxy,
+        tasks,
+        observed,
+    }
 }
 
 /// One election run with `fault` injected once the candidates are under way: three candidates
@@ -2230,7 +2400,12 @@ async fn election_run(
     server: &mut lockkit_testkit::RedisServer,
     fault: ElectionFault,
     secs: u64,
-) -> (history::Figures, Vec<(u64, u64, u64)>, (u64, u64)) {
+) -> (
+    history::Figures,
+    Vec<(u64, u64, u64)>,
+    (u64, u64),
+    Vec<String>,
+) {
     let name = unique(&format!("election-{fault:?}"));
     let history = ElectionHistory::new();
     let shared = SharedLeaders::default();
@@ -2270,8 +2445,14 @@ async fn election_run(
                 leaders.lapsed.extend(theirs);
             }
             if fault == ElectionFault::KillLeader {
-                for task in &victim.tasks {
+                for task in victim.tasks.drain(..) {
                     task.abort();
+                    let _ = within(HANG, "a killed task", task).await;
+                }
+                // What it had in flight may have run, or not.
+                let in_flight = leaders(&shared).in_flight.remove(&leader);
+                if let Some((call, may_have)) = in_flight {
+                    history.abandon(call, may_have);
                 }
                 // A replacement pod joins the election.
                 clients.push(election_client(server, 3, &name, &history, &shared, end).await);
@@ -2288,6 +2469,7 @@ async fn election_run(
         ElectionFault::Restart => server.restart_empty().await.unwrap(),
     }
     let window = (started, now() + (ELECTION_LEASE * 2).as_nanos() as u64);
+    let observed: Vec<ObservedChanges> = clients.iter().map(|c| c.observed.clone()).collect();
     for client in clients {
         for task in client.tasks {
             match within(HANG, "an election client", task).await {
@@ -2337,8 +2519,31 @@ async fn election_run(
             ) => Some((op.call, at, term)),
             _ => None,
         })
-        .collect();
-    (figures, terms, window)
+        .collect::<Vec<_>>();
+    // Exact terms only when every campaign's outcome is known (none failed, none pending).
+    let exact = history.operations().iter().all(|op| {
+        !matches!(op.op, ElectionOp::Campaign { .. })
+            || matches!(
+                op.outcome,
+                lockkit_suite::linearizability::Outcome::Returned { ref ret, .. }
+                    if *ret != ElectionRet::Error
+            )
+    });
+    let elected: Vec<u64> = terms.iter().map(|t: &(u64, u64, u64)| t.2).collect();
+    let changes: usize = observed
+        .iter()
+        .map(|o| {
+            o.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .len()
+        })
+        .sum();
+    println!(
+        "ELECTION {fault:?}: {changes} changes delivered to {} observers",
+        observed.len()
+    );
+    let observers = observer_violations(&observed, &elected, exact);
+    (figures, terms, window, observers)
 }
 
 /// Terms never repeat, and a leader elected after another was elected has the greater term
@@ -2381,7 +2586,10 @@ async fn election_histories_under_faults_are_linearizable_and_never_stall() {
         ElectionFault::CutLeader,
         ElectionFault::Restart,
     ] {
-        let (figures, terms, window) = election_run(&mut server, fault, secs).await;
+        let (figures, terms, window, observers) = election_run(&mut server, fault, secs).await;
+        for violation in observers {
+            failures.push_str(&format!("{fault:?}: {violation}\n"));
+        }
         history::report(&format!("election ({fault:?})"), &figures);
         println!(
             "ELECTION {fault:?}: {} leaderships, fault window {window:?}",
