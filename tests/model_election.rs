@@ -288,6 +288,9 @@ end
 return out
 ";
 
+/// One key's `DUMP` (`None`: it did not exist) and `PEXPIRETIME`.
+type Dump = (String, Option<Vec<u8>>, i64);
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct RawKey {
     ty: String,
@@ -597,7 +600,7 @@ struct Program<'a> {
     model: ElectionSpec,
     calls: Vec<Campaign>,
     subscriber: Subscriber,
-    snapshot: Option<(Vec<(String, Option<Vec<u8>>, i64)>, ElectionSpec)>,
+    snapshot: Option<(Vec<Dump>, ElectionSpec)>,
     sequence: u64,
     log: Vec<String>,
 }
