@@ -261,6 +261,13 @@ async fn lost_fires_when_the_leaders_lease_runs_out_and_another_candidate_leads(
         Some(leader(next.term(), "b"))
     );
     proxy.resume();
+    // The deposed leader, reachable again, cannot announce over the new one.
+    let stale = leadership.proclaim("stale").await;
+    assert!(matches!(stale, Err(Error::NotHeld { .. })), "{stale:?}");
+    assert_eq!(
+        other.election(&name).leader().await.unwrap(),
+        Some(leader(next.term(), "b"))
+    );
     next.resign().await.unwrap();
 }
 
@@ -293,6 +300,20 @@ async fn a_dropped_campaign_leaves_no_candidacy_and_no_leadership() {
     .await
     .unwrap();
     next.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_observer_ends_with_shutdown_when_the_client_shuts_down() {
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let mut observer = client.election(unique("election-shutdown")).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    client.shutdown().await.unwrap();
+    assert!(matches!(
+        within(HANG, "the observer", observer.next()).await,
+        Some(Err(Error::Shutdown))
+    ));
+    assert!(observer.next().await.is_none(), "the stream ends");
 }
 
 #[tokio::test]
@@ -518,6 +539,69 @@ async fn campaign_observe_and_resign_on_a_cluster() {
     leadership.resign().await.unwrap();
     assert_eq!(next(&mut observer).await, LeaderChange::Resigned { term });
     assert_eq!(b.election(&name).leader().await.unwrap(), None);
+}
+
+/// Through sentinels, and across a forced failover: the same clients campaign, observe (a
+/// reconnect: `Resynced`) and resign on the new primary, and terms keep growing.
+#[tokio::test]
+async fn campaign_observe_and_resign_through_sentinels_across_a_failover() {
+    let mut group = match lockkit_testkit::RedisSentinelGroup::start(1, 3).await {
+        Ok(group) => group,
+        Err(err) => panic!("cannot start a sentinel group: {err}"),
+    };
+    let name = unique("election-sentinel");
+    let a = client(&group.url()).await;
+    let b = client(&group.url()).await;
+    let mut observer = b.election(&name).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let first = a.election(&name).campaign("a").await.unwrap();
+    let t1 = first.term();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(t1, "a"))
+    );
+    first.resign().await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Resigned { term: t1 }
+    );
+
+    within(HANG, "failover", group.failover()).await.unwrap();
+    let second = within(
+        HANG,
+        "campaign after the failover",
+        a.election(&name).campaign("a2"),
+    )
+    .await
+    .unwrap();
+    assert!(second.term() > t1);
+    // The observer's connection may be re-established by the failover: it then reads the
+    // leader again (`Resynced`, maybe more than once) and goes on.
+    let elected = LeaderChange::Elected(leader(second.term(), "a2"));
+    let current = LeaderChange::Resynced(Some(leader(second.term(), "a2")));
+    skip_resyncs_until(&mut observer, &[elected, current]).await;
+    assert_eq!(
+        b.election(&name).leader().await.unwrap(),
+        Some(leader(second.term(), "a2"))
+    );
+    let t2 = second.term();
+    second.resign().await.unwrap();
+    let resigned = LeaderChange::Resigned { term: t2 };
+    skip_resyncs_until(&mut observer, &[resigned, LeaderChange::Resynced(None)]).await;
+}
+
+/// Reads the observer until one of `wanted` comes; only `Resynced` items may come before it.
+async fn skip_resyncs_until(observer: &mut Observer, wanted: &[LeaderChange]) {
+    loop {
+        let seen = next(observer).await;
+        if wanted.contains(&seen) {
+            return;
+        }
+        assert!(
+            matches!(seen, LeaderChange::Resynced(_)),
+            "{seen:?}, wanted {wanted:?}"
+        );
+    }
 }
 
 /// Measures (prints, asserts nothing about time) how long after a leader's `resign()` 16

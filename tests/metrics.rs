@@ -315,3 +315,23 @@ async fn acquire_and_release_run_in_spans() {
     assert_eq!(release.len(), 1, "{spans:?}");
     assert_eq!(release[0].get("kind").map(String::as_str), Some("fenced"));
 }
+
+/// An election's leadership counts once in `lockkit_leader_changes_total` and in
+/// `lockkit_is_leader` while it lasts (issue 22).
+#[tokio::test]
+async fn leadership_is_counted_while_it_lasts() {
+    let store = store();
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    let name = unique("metrics-election");
+    let before = store.get("lockkit_leader_changes_total{election}");
+    let leadership = client.election(&name).campaign("a").await.unwrap();
+    assert_eq!(
+        store.get("lockkit_leader_changes_total{election}"),
+        before + 1.0
+    );
+    assert!(store.get("lockkit_is_leader{election}") >= 1.0);
+    let leading = store.get("lockkit_is_leader{election}");
+    leadership.resign().await.unwrap();
+    assert_eq!(store.get("lockkit_is_leader{election}"), leading - 1.0);
+}

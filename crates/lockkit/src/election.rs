@@ -320,7 +320,7 @@ impl Election {
         let state = ObserveState {
             election: self.clone(),
             listener: None,
-            sync: Some(Sync::Initial),
+            sync: Some(Reading::Initial),
             last: None,
             retry: None,
             done: false,
@@ -335,8 +335,8 @@ impl Election {
     /// the body returns, resigns and returns its result.
     ///
     /// This is client-go's leader-election loop without the callbacks: the body is
-    /// `OnStartedLeading`, its end (returned or dropped) `OnStoppedLeading`; [`observe`]
-    /// (Election::observe) gives `OnNewLeader`.
+    /// `OnStartedLeading`, its end (returned or dropped) `OnStoppedLeading`;
+    /// [`observe`](Election::observe) gives `OnNewLeader`.
     ///
     /// The body gets a [`LeadershipHandle`] (term, value, [`lost`](LeadershipHandle::lost)). The
     /// body's future is polled before the lost signal, so a body that `select!`s on
@@ -346,7 +346,8 @@ impl Election {
     /// # Errors
     /// The body's error, or a campaign's error converted with `E: From<Error>`
     /// ([`Error::Redis`] when Redis fails, [`Error::Shutdown`], [`Error::InvalidArgument`]):
-    /// `lead` does not retry a campaign that failed. A resignation that fails after the body
+    /// `lead` does not retry a campaign that failed (but campaigns again when leadership was
+    /// lost before its announcement, [`Error::NotHeld`] from a campaign). A resignation that fails after the body
     /// returned is logged (the leadership then runs out its lease), and the body's result is
     /// returned.
     ///
@@ -373,7 +374,12 @@ impl Election {
     {
         let value = value.into();
         loop {
-            let leadership = self.campaign(value.clone()).await?;
+            let leadership = match self.campaign(value.clone()).await {
+                Ok(leadership) => leadership,
+                // Lost between its grant and its announcement: campaign again.
+                Err(Error::NotHeld { .. }) => continue,
+                Err(err) => return Err(err.into()),
+            };
             let lost = leadership.lost();
             let run = body(leadership.handle());
             tokio::select! {
@@ -407,6 +413,15 @@ fn leader_key(keys: &ObjectKeys) -> &str {
 }
 
 /// A leader: its term (fencing token) and the value it announced.
+///
+/// ```no_run
+/// # async fn demo(election: lockkit::Election) -> Result<(), lockkit::Error> {
+/// match election.leader().await? {
+///     Some(lockkit::Leader { term, value }) => println!("{value} leads in term {term}"),
+///     None => println!("nobody leads"),
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Leader {
@@ -426,6 +441,20 @@ impl From<Record> for Leader {
 }
 
 /// One change of an election's leadership, as [`Election::observe`] yields it.
+///
+/// ```no_run
+/// # async fn demo(election: lockkit::Election) -> Result<(), lockkit::Error> {
+/// use futures::StreamExt;
+/// use lockkit::LeaderChange;
+///
+/// let mut changes = election.observe();
+/// while let Some(change) = changes.next().await {
+///     if let LeaderChange::Resynced(_) = change? {
+///         eprintln!("changes may have been missed (reconnected)");
+///     }
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaderChange {
@@ -529,6 +558,20 @@ impl Shared {
 ///
 /// Dropping it resigns in the background (the next candidate leads at once); prefer
 /// [`resign`](Leadership::resign), which reports the outcome.
+///
+/// It has no `scope` (unlike [`LockGuard::scope`]): a campaign inside it would re-enter the
+/// hold and mint a second term for the same leader.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// # async fn run_scheduler(_term: u64) {}
+/// let leadership = client.election("scheduler").campaign("pod-a").await?;
+/// tokio::select! {
+///     () = run_scheduler(leadership.term()) => leadership.resign().await?,
+///     () = leadership.lost() => eprintln!("no longer the leader"),
+/// }
+/// # Ok(()) }
+/// ```
 #[must_use = "leadership is resigned as soon as the guard is dropped"]
 pub struct Leadership {
     shared: Arc<Shared>,
@@ -553,6 +596,14 @@ impl Leadership {
     /// leader's (never repeated, also after Redis was restored from an older snapshot). Write it
     /// with every change to shared storage and have the storage refuse a smaller one: a deposed
     /// leader that was paused past its lease is then stopped.
+    ///
+    /// ```no_run
+    /// # async fn demo(leadership: lockkit::Leadership) {
+    /// let fence = leadership.term();
+    /// // UPDATE jobs SET state = 'done', last_term = :fence WHERE id = 7 AND last_term <= :fence
+    /// # let _ = fence;
+    /// # }
+    /// ```
     pub fn term(&self) -> u64 {
         self.shared.term
     }
@@ -722,6 +773,15 @@ impl LeadershipHandle {
 
 /// The stream of an election's leadership changes, from [`Election::observe`]: a
 /// [`futures::Stream`] of `Result<LeaderChange, Error>`.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use futures::StreamExt;
+/// let mut observer: lockkit::Observer = client.election("scheduler").observe();
+/// let first = observer.next().await; // Some(Ok(LeaderChange::Current(..)))
+/// # let _ = first;
+/// # Ok(()) }
+/// ```
 #[must_use = "streams do nothing unless polled"]
 pub struct Observer {
     stream: Pin<Box<dyn Stream<Item = Result<LeaderChange, Error>> + Send>>,
@@ -743,7 +803,7 @@ impl Stream for Observer {
 
 /// Why an observer reads the leader.
 #[derive(Debug, Clone, Copy)]
-enum Sync {
+enum Reading {
     /// Its first item.
     Initial,
     /// Messages may have been missed.
@@ -762,7 +822,7 @@ struct ObserveState {
     election: Election,
     listener: Option<Listener>,
     /// A read of the leader is due.
-    sync: Option<Sync>,
+    sync: Option<Reading>,
     last: Option<Position>,
     /// Wait this long before the next try (after an error).
     retry: Option<Duration>,
@@ -797,8 +857,8 @@ impl ObserveState {
                         });
                         let leader = record.map(Leader::from);
                         let change = match sync {
-                            Sync::Initial => LeaderChange::Current(leader),
-                            Sync::Resync => LeaderChange::Resynced(leader),
+                            Reading::Initial => LeaderChange::Current(leader),
+                            Reading::Resync => LeaderChange::Resynced(leader),
                         };
                         return Some((Ok(change), self));
                     }
@@ -815,7 +875,7 @@ impl ObserveState {
                 }
             }
             let Some(listener) = self.listener.as_mut() else {
-                self.sync = Some(Sync::Resync);
+                self.sync = Some(Reading::Resync);
                 continue;
             };
             tokio::select! {
@@ -824,7 +884,7 @@ impl ObserveState {
                 reconnect = listener.reconnects.recv() => match reconnect {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         tracing::debug!(election = %self.election.name(), "subscriber connection re-established; reading the leader again");
-                        self.sync = Some(Sync::Resync);
+                        self.sync = Some(Reading::Resync);
                     }
                     Err(RecvError::Closed) => {
                         self.done = true;
@@ -843,7 +903,7 @@ impl ObserveState {
                     }
                     Err(RecvError::Lagged(missed)) => {
                         tracing::debug!(election = %self.election.name(), missed, "the observer fell behind; reading the leader again");
-                        self.sync = Some(Sync::Resync);
+                        self.sync = Some(Reading::Resync);
                     }
                     Err(RecvError::Closed) => {
                         self.done = true;
