@@ -13,6 +13,7 @@
 //!
 //! Each module's documentation says which contract it encodes.
 
+pub mod election;
 pub mod latch;
 pub mod lock;
 pub mod multi;
