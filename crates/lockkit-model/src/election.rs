@@ -327,7 +327,8 @@ pub struct Shown {
 ///   never repeated), and every other leadership in force must be able to have ended (at most
 ///   one leader at any instant); the record becomes the new leader's value;
 /// - a proclaim answers `Ok` only from a leadership in force, and sets the value; `NotHeld`
-///   means it has ended for good;
+///   means it has ended, at the latest by the answer (a re-sent proclaim's first send may have
+///   announced the value before that);
 /// - `leader()` reports the record of a leadership in force, with its term and a value it may
 ///   hold, or none (then the last leader's hold has ended, or it resigned);
 /// - a resign answering `Ok` ends a leadership in force and deletes its record.
@@ -428,10 +429,21 @@ impl Spec for LeadershipSpec {
                     values: BTreeSet::from([value.clone()]),
                 });
             }
-            (ElectionOp::Proclaim { hold, .. }, ElectionRet::NotHeld)
-            | (ElectionOp::Lost { hold }, ElectionRet::Signalled) => {
+            (ElectionOp::Lost { hold }, ElectionRet::Signalled) => {
                 if let Some(seen) = next.holds.get_mut(hold) {
                     seen.state = HoldState::Gone;
+                }
+            }
+            // The leadership had ended when the answer was made; but a proclaim re-sent after a
+            // reconnect answers so even when its first send announced the value before the
+            // lease ran out (its rustdoc says so): the value may be shown until the end, which
+            // may come at any point after it.
+            (ElectionOp::Proclaim { hold, value }, ElectionRet::NotHeld) => {
+                if let Some(shown) = next.record.as_mut().filter(|s| s.hold == *hold) {
+                    shown.values.insert(value.clone());
+                }
+                if let Some(seen) = next.holds.get_mut(hold) {
+                    seen.may_lapse = true;
                 }
             }
             (ElectionOp::Proclaim { hold, value }, ElectionRet::Error) => {
@@ -642,7 +654,8 @@ mod tests {
         let s = s.step(&ElectionOp::Leader, &lead(3, "va")).unwrap();
         assert_eq!(s.last_term(), 3);
         assert!(s.step(&ElectionOp::Leader, &lead(3, "va")).is_some());
-        // A proclaim that answered NotHeld ended it for good: the record is not shown again.
+        // A proclaim that answered NotHeld: its leadership may have ended at any point, and a
+        // re-sent proclaim's first send may have announced its value before that.
         let s = s
             .step(
                 &ElectionOp::Proclaim {
@@ -652,9 +665,12 @@ mod tests {
                 &ElectionRet::NotHeld,
             )
             .unwrap();
-        assert!(s.step(&ElectionOp::Leader, &lead(3, "va")).is_none());
-        assert!(s
+        assert!(s.step(&ElectionOp::Leader, &lead(3, "vb")).is_some());
+        assert!(s.step(&ElectionOp::Leader, &lead(3, "vx")).is_none());
+        let s = s
             .step(&ElectionOp::Leader, &ElectionRet::Leader(None))
-            .is_some());
+            .unwrap();
+        // Once leader() saw it end, it is not shown again.
+        assert!(s.step(&ElectionOp::Leader, &lead(3, "va")).is_none());
     }
 }

@@ -617,8 +617,11 @@ impl Leadership {
     /// [`LeaderChange::Proclaimed`], [`Election::leader`] returns it.
     ///
     /// # Errors
-    /// [`Error::NotHeld`] when this client does not lead any more (its lease ran out; nothing is
-    /// announced); [`Error::Redis`], [`Error::Shutdown`].
+    /// [`Error::NotHeld`] when this client does not lead any more (its lease ran out). The
+    /// value is then not announced, with one exception: a call whose connection broke is sent
+    /// again, and if the lease ran out in between, the first send may have announced the value
+    /// (observers saw it under this term) before the answer says `NotHeld`. Either way the
+    /// leadership is over. [`Error::Redis`], [`Error::Shutdown`].
     ///
     /// ```no_run
     /// # async fn demo(leadership: lockkit::Leadership) -> Result<(), lockkit::Error> {
