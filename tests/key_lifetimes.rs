@@ -68,6 +68,26 @@ async fn every_key_left_after_use_expires_but_the_documented_state() {
     ]);
     multi.lock().await.unwrap().unlock().await.unwrap();
 
+    // An election: led, a candidate that gives up, a proclaim, a resign; another one still led.
+    let election = client.election(&name);
+    let leading = election.campaign("pod-a").await.unwrap();
+    let candidate = client.election(&name);
+    assert!(within(
+        HANG,
+        "a candidate",
+        candidate.try_campaign("pod-b", short, None)
+    )
+    .await
+    .unwrap()
+    .is_none());
+    leading.proclaim("pod-a, draining").await.unwrap();
+    leading.resign().await.unwrap();
+    let led = client
+        .election(format!("{name}:led"))
+        .campaign("pod-c")
+        .await
+        .unwrap();
+
     // The counting kinds, whose permits and count are state.
     let semaphore = client.semaphore(&name);
     assert!(semaphore.try_set_permits(2).await.unwrap());
@@ -120,17 +140,22 @@ async fn every_key_left_after_use_expires_but_the_documented_state() {
         ],
         "only the permits and the count are kept without an expiry"
     );
-    // Among those left with an expiry: the held lock, the fenced lock's counter, the latch's
-    // recent requests and the once-per-window mark.
+    // Among those left with an expiry: the held lock, the fenced lock's and the elections'
+    // counters, the led election's hold and leader record, the latch's recent requests and the
+    // once-per-window mark.
     for key in [
         (Kind::Lock, None),
         (Kind::FencedLock, Some("token")),
+        (Kind::Election, None),
+        (Kind::Election, Some("token")),
+        (Kind::Election, Some("leader")),
         (Kind::CountDownLatch, Some("requests")),
         (Kind::OnceMark, None),
     ] {
         assert!(expiring.contains(&key), "{key:?} in {expiring:?}");
     }
     held.unlock().await.unwrap();
+    led.resign().await.unwrap();
 }
 
 /// A waiter that died in line (its client gone without a word: no cancel, no retry) leaves its
