@@ -541,6 +541,52 @@ async fn campaign_observe_and_resign_on_a_cluster() {
     assert_eq!(b.election(&name).leader().await.unwrap(), None);
 }
 
+/// On a cluster with sharded pub/sub, the change channel's slot moves to another node by live
+/// resharding: the old owner drops the observer's subscription. The client notices the move,
+/// subscribes again on the new owner and says so (`Resynced`); the next leader is then seen.
+/// (Before, listeners were not among the channels whose slot moves the client watches: the
+/// observer never heard of another change.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_observer_follows_its_channel_to_another_node_when_the_slot_moves() {
+    let cluster = match lockkit_testkit::RedisCluster::start(3, 0).await {
+        Ok(cluster) => cluster,
+        Err(err) => panic!("cannot start a redis cluster: {err}"),
+    };
+    let url = cluster.url();
+    let (a, b) = (client(&url).await, client(&url).await);
+    if b.pubsub_mode() != lockkit::PubSubMode::Sharded {
+        // Classic pub/sub (Redis 6.2): subscriptions are not tied to a slot; nothing to follow.
+        eprintln!("skipped: the cluster has no sharded pub/sub");
+        return;
+    }
+    let name = unique("election-moved");
+    let mut observer = b.election(&name).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let key = lockkit::protocol::keys::Namespace::default()
+        .object(Kind::Election, &name)
+        .unwrap()
+        .key;
+    let slot = lockkit::protocol::slot::key_slot(&key);
+    let from = cluster.node_for_slot(slot).await.expect("slot served");
+    let to = (from + 1) % cluster.primaries();
+    within(HANG, "the slot migration", cluster.migrate_slot(slot, to))
+        .await
+        .unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Resynced(None),
+        "the observer says it may have missed changes once it is subscribed on the new owner"
+    );
+    let leadership = a.election(&name).campaign("a").await.unwrap();
+    let term = leadership.term();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(term, "a"))
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(next(&mut observer).await, LeaderChange::Resigned { term });
+}
+
 /// Through sentinels, and across a forced failover: the same clients campaign, observe (a
 /// reconnect: `Resynced`) and resign on the new primary, and terms keep growing.
 #[tokio::test]

@@ -288,8 +288,10 @@ impl Election {
     /// invented either: a leader whose lease ran out without resigning shows only as the next
     /// leader's `Elected`.
     ///
-    /// When messages may have been missed (the subscriber connection was re-established, or
-    /// this stream fell more than the connection's queue behind), the stream subscribes again,
+    /// When messages may have been missed (the subscriber connection was re-established, this
+    /// stream fell more than the connection's queue behind, or on a cluster with sharded pub/sub
+    /// the change channel's slot moved to another node, which drops its subscribers; the client
+    /// notices within about a second), the stream subscribes again,
     /// reads the leader again and yields [`LeaderChange::Resynced`] with it, then goes on.
     ///
     /// An error (Redis unreachable while subscribing or reading the leader) is yielded as an
@@ -461,7 +463,7 @@ pub enum LeaderChange {
     /// The first item: the leader when the stream started (`None`: nobody led).
     Current(Option<Leader>),
     /// After the stream may have missed changes (the subscriber connection was re-established,
-    /// or the stream fell behind): the leader now. Changes between the last item before it and
+    /// the stream fell behind, or the change channel's slot moved): the leader now. Changes between the last item before it and
     /// this one were not seen.
     Resynced(Option<Leader>),
     /// A new leader (a new, greater term) announced itself.
@@ -884,6 +886,17 @@ impl ObserveState {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => continue,
+                moved = listener.moved.recv() => match moved {
+                    Ok(channel) if channel != listener.channel() => {}
+                    Ok(_) | Err(RecvError::Lagged(_)) => {
+                        tracing::debug!(election = %self.election.name(), "the change channel's slot moved; reading the leader again");
+                        self.sync = Some(Reading::Resync);
+                    }
+                    Err(RecvError::Closed) => {
+                        self.done = true;
+                        return Some((Err(Error::Shutdown), self));
+                    }
+                },
                 reconnect = listener.reconnects.recv() => match reconnect {
                     Ok(_) | Err(RecvError::Lagged(_)) => {
                         tracing::debug!(election = %self.election.name(), "subscriber connection re-established; reading the leader again");

@@ -90,6 +90,9 @@ struct HubInner {
     /// The channels [`Listener`]s listen to, with their number of listeners (an election's
     /// change channel, one entry however many observers it has).
     listened: Mutex<HashMap<String, usize>>,
+    /// Sharded mode: the listened channels whose slot moved, sent once the hub has subscribed
+    /// to them again on the new owner (their listeners may have missed messages; [`slots`]).
+    moved: tokio::sync::broadcast::Sender<String>,
 }
 
 impl WaiterHub {
@@ -109,6 +112,7 @@ impl WaiterHub {
             checking: AtomicBool::new(false),
             runtime: runtime.clone(),
             listened: Mutex::new(HashMap::new()),
+            moved: tokio::sync::broadcast::channel(64).0,
         });
         runtime.spawn(transport::dispatch(Arc::downgrade(&inner), sub, closed));
         Self { inner }
@@ -170,6 +174,7 @@ impl WaiterHub {
         let listener = Listener {
             messages: self.inner.sub.message_rx(),
             reconnects: self.inner.sub.reconnect_rx(),
+            moved: self.inner.moved.subscribe(),
             hub: Arc::clone(&self.inner),
             channel: channel.to_owned(),
         };
@@ -227,6 +232,9 @@ pub(crate) struct Listener {
     pub(crate) messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
     /// The subscriber connection's reconnects: messages may have been lost meanwhile.
     pub(crate) reconnects: tokio::sync::broadcast::Receiver<Server>,
+    /// Listened channels whose slot moved to another node (sharded mode): the old owner dropped
+    /// the subscription, so messages may have been lost until the hub subscribed again.
+    pub(crate) moved: tokio::sync::broadcast::Receiver<String>,
 }
 
 impl Listener {

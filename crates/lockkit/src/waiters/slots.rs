@@ -59,8 +59,9 @@ pub(super) fn spawn_check(hub: Arc<HubInner>, refresh: bool) {
     });
 }
 
-/// Finds the waited shard channels whose slot moved to another node since the hub subscribed,
-/// subscribes to them again (on the new owner) and wakes their waiters to re-check. `refresh`
+/// Finds the waited and listened shard channels whose slot moved to another node since the hub
+/// subscribed, subscribes to them again (on the new owner), wakes their waiters to re-check and
+/// tells their listeners that messages may have been missed. `refresh`
 /// first re-reads `CLUSTER SLOTS` into the subscriber client's routing table.
 async fn check_slot_owners(hub: &HubInner, refresh: bool) {
     if refresh {
@@ -78,6 +79,13 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
             .entry(key_slot(channel))
             .or_default()
             .push(channel.to_owned());
+    }
+    // Listened channels (an election's observers) move with their slot too.
+    for channel in hub.listened.lock().keys() {
+        waited
+            .entry(key_slot(channel))
+            .or_default()
+            .push(channel.clone());
     }
     let mut moved = Vec::new();
     {
@@ -102,13 +110,21 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
             "the slot of waited shard channels moved; re-subscribing and waking their waiters"
         );
         let _serial = hub.subscribe_lock.lock().await;
-        let channels: Vec<fred::types::Key> = hub
+        let mut channels: Vec<fred::types::Key> = hub
             .channels
             .lock()
             .channels()
             .filter(|channel| key_slot(channel) == slot)
             .map(|channel| channel.to_owned().into())
             .collect();
+        let listened: Vec<String> = hub
+            .listened
+            .lock()
+            .keys()
+            .filter(|channel| key_slot(channel) == slot)
+            .cloned()
+            .collect();
+        channels.extend(listened.iter().map(|channel| channel.clone().into()));
         if channels.is_empty() {
             continue;
         }
@@ -122,6 +138,10 @@ async fn check_slot_owners(hub: &HubInner, refresh: bool) {
         hub.channels
             .lock()
             .wake_all_where(|channel| key_slot(channel) == slot);
+        for channel in listened {
+            // No listener left: nothing to tell.
+            let _ = hub.moved.send(channel);
+        }
     }
 }
 

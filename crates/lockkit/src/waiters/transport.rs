@@ -207,7 +207,8 @@ pub(super) async fn dispatch(
             },
             _ = slot_check.tick(), if sharded => {
                 let Some(hub) = hub.upgrade() else { break };
-                if !hub.channels.lock().is_empty() {
+                let watched = !hub.channels.lock().is_empty() || !hub.listened.lock().is_empty();
+                if watched {
                     slots::spawn_check(hub, true);
                 }
             },
