@@ -11,6 +11,7 @@ pub use lockkit_testkit::{RedisServer, TestRedis};
 
 pub mod checker;
 pub mod linearizability;
+pub mod model_io;
 
 /// A Redis for one test: spawned, or the external one named by `REDIS_URL`.
 ///

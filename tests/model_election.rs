@@ -9,8 +9,8 @@
 //! must hold: at most one leader at any instant, terms strictly increasing, `leader()` only while
 //! the record's hold is live, a non-leader's proclaim changing nothing.
 //!
-//! Budget: `LOCKKIT_MODEL_CASES` cases (default [`DEFAULT_CASES`]); `LOCKKIT_MODEL_SEED` replays
-//! a run. A failure prints the seed and the shrunk program.
+//! Budget: `LOCKKIT_MODEL_CASES` cases (default `lockkit_suite::model_io::DEFAULT_CASES`);
+//! `LOCKKIT_MODEL_SEED` replays a run. A failure prints the seed and the shrunk program.
 //!
 //! Revert check (issue 22): with `election_proclaim` stripped of its live-hold check, with
 //! `election_resign` not comparing the record's term (and marker), or with `election_leader`
@@ -31,13 +31,15 @@ use lockkit::protocol::{election, fenced_lock, lock};
 use lockkit_model::election::ElectionSpec;
 use lockkit_model::lock::{Acquired, Now, Released, Request, WrongType};
 use lockkit_suite::checker::{model_seed, save_model_cases};
+use lockkit_suite::model_io::{
+    absent, as_i64, cases, key, read_state, time, Dump, RawKey, CLIENTS, DUMP_KEYS,
+};
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunner};
 
 /// Cases in CI; `LOCKKIT_MODEL_CASES` runs more.
-const DEFAULT_CASES: u32 = 100;
 /// A lease that outlives any program.
 const LONG_MS: u64 = 60_000;
 /// The record TTL the scripts are given (the client's token counter TTL, one day by default).
@@ -228,18 +230,6 @@ impl Subscriber {
     }
 }
 
-/// The server's clock.
-async fn time(redis: &Fred) -> Now {
-    let reply: Vec<u64> = redis
-        .custom(
-            CustomCommand::new_static("TIME", ClusterHash::Random, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .expect("TIME");
-    Now::from_us(reply[0] * 1_000_000 + reply[1])
-}
-
 /// A script's reply as strings (integers and bulk strings alike), or Redis' error.
 async fn run(
     redis: &Fred,
@@ -268,96 +258,8 @@ fn ints(reply: &[String]) -> Vec<i64> {
         .collect()
 }
 
-/// Reads every key at one instant: type, content, `PEXPIRETIME`; then `TIME`.
-const READ_STATE: &str = r"
-local out = {}
-for i, key in ipairs(KEYS) do
-  local ty = redis.call('TYPE', key)['ok']
-  local content = {}
-  if ty == 'hash' then content = redis.call('HGETALL', key)
-  elseif ty == 'zset' then content = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  elseif ty == 'string' then content = {redis.call('GET', key)}
-  end
-  out[i] = {ty, content, redis.call('PEXPIRETIME', key)}
-end
-local t = redis.call('TIME')
-out[#KEYS + 1] = {t[1], t[2]}
-return out
-";
-
-const DUMP_KEYS: &str = r"
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = {redis.call('DUMP', key), redis.call('PEXPIRETIME', key)}
-end
-return out
-";
-
-/// One key's `DUMP` (`None`: it did not exist) and `PEXPIRETIME`.
-type Dump = (String, Option<Vec<u8>>, i64);
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct RawKey {
-    ty: String,
-    items: Vec<String>,
-    expire_at: i64,
-}
-
 /// Expiries not compared (the auxiliary keys'; the record's is taken from Redis).
 const ANY: i64 = -3;
-
-fn key(ty: &str, items: Vec<String>, expire_at: i64) -> RawKey {
-    RawKey {
-        ty: ty.to_owned(),
-        items,
-        expire_at,
-    }
-}
-
-fn absent() -> RawKey {
-    key("none", Vec::new(), -2)
-}
-
-fn as_i64(v: u64) -> i64 {
-    i64::try_from(v).expect("a time in range")
-}
-
-async fn read_state(redis: &Fred, keys: &[String]) -> (Vec<RawKey>, u64) {
-    let reply: Value = FredScript::from_lua(READ_STATE)
-        .evalsha_with_reload(redis, keys.to_vec(), Vec::<String>::new())
-        .await
-        .expect("reading the election's keys");
-    let mut entries = reply.into_array();
-    let time = entries.pop().expect("TIME").into_array();
-    let part = |i: usize| {
-        time[i]
-            .as_string()
-            .and_then(|s| s.parse::<u64>().ok())
-            .expect("TIME")
-    };
-    let now = part(0) * 1000 + part(1) / 1000;
-    let keys = entries
-        .into_iter()
-        .map(|entry| {
-            let mut entry = entry.into_array().into_iter();
-            let ty = entry.next().and_then(|v| v.as_string()).expect("TYPE");
-            let items = entry
-                .next()
-                .expect("content")
-                .into_array()
-                .iter()
-                .map(|v| v.as_string().unwrap_or_default())
-                .collect();
-            let expire_at = entry.next().and_then(|v| v.as_i64()).expect("PEXPIRETIME");
-            RawKey {
-                ty,
-                items,
-                expire_at,
-            }
-        })
-        .collect();
-    (keys, now)
-}
 
 /// Redis' keys in the model's form: hash fields as sorted `field=value`, the waiting set as its
 /// members in order, deadlines as sorted `member=score`, no expiry but the main key's and the
@@ -581,12 +483,6 @@ fn outcome(expected: &Expected, call: &Call) -> String {
     };
     format!("{what}: {how}")
 }
-
-/// The candidates' client ids (candidate `i` belongs to client `i % 2`).
-const CLIENTS: [&str; 2] = [
-    "6f1c2a9e-0d4b-4e0a-9b1e-3c5d7f9a1b2c",
-    "0a9b8c7d-6e5f-4a3b-8c2d-1e0f9a8b7c6d",
-];
 
 /// One campaign call: its request, value, and the term it was elected with.
 #[derive(Debug, Clone)]
@@ -1038,13 +934,6 @@ impl<'a> Program<'a> {
 }
 
 // === the runner ===
-
-fn cases() -> u32 {
-    std::env::var("LOCKKIT_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 fn run_programs(name: &str, ops: impl Strategy<Value = Op>) {
     let env = Env::start();

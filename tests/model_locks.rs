@@ -17,8 +17,8 @@
 //! reply and the same keys. Leases lapse for real (short leases, short sleeps), so the keys
 //! Redis expires on its own are compared too.
 //!
-//! Budget: `LOCKKIT_MODEL_CASES` cases per primitive (default [`DEFAULT_CASES`]);
-//! `LOCKKIT_MODEL_SEED` replays a run. A failure prints the seed and the shrunk sequence.
+//! Budget: `LOCKKIT_MODEL_CASES` cases per primitive (default
+//! `lockkit_suite::model_io::DEFAULT_CASES`); `LOCKKIT_MODEL_SEED` replays a run. A failure prints the seed and the shrunk sequence.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -38,6 +38,9 @@ use lockkit_model::lock::{
 };
 use lockkit_model::spin::{SpinAcquired, SpinLock};
 use lockkit_suite::checker::{model_seed, save_model_cases as save_cases};
+use lockkit_suite::model_io::{
+    absent, as_i64, cases, key, read_state, time, Dump, RawKey, CLIENTS, DUMP_KEYS,
+};
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
 use proptest::prelude::*;
@@ -45,7 +48,6 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunne
 
 /// Cases per primitive in CI (about 8 s each on the 2-core machine); `LOCKKIT_MODEL_CASES` runs
 /// more.
-const DEFAULT_CASES: u32 = 100;
 /// A lease that outlives any sequence.
 const LONG_MS: u64 = 60_000;
 
@@ -322,18 +324,6 @@ fn custom(name: &'static str) -> CustomCommand {
     CustomCommand::new_static(name, ClusterHash::FirstKey, false)
 }
 
-/// The server's clock.
-async fn time(redis: &Fred) -> Now {
-    let reply: Vec<u64> = redis
-        .custom(
-            CustomCommand::new_static("TIME", ClusterHash::Random, false),
-            Vec::<String>::new(),
-        )
-        .await
-        .expect("TIME");
-    Now::from_us(reply[0] * 1_000_000 + reply[1])
-}
-
 /// Runs a protocol script by `EVALSHA`, loading it on `NOSCRIPT` (as the runtime does): its
 /// integer reply, or the error Redis gave.
 async fn run(
@@ -354,82 +344,6 @@ async fn run(
             .collect()),
         Err(err) => Err(err.details().to_owned()),
     }
-}
-
-/// Reads every key of the object at one instant: per key its type, content and `PEXPIRETIME`;
-/// then the server's `TIME`.
-const READ_STATE: &str = r"
-local out = {}
-for i, key in ipairs(KEYS) do
-  local ty = redis.call('TYPE', key)['ok']
-  local content = {}
-  if ty == 'hash' then content = redis.call('HGETALL', key)
-  elseif ty == 'zset' then content = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  elseif ty == 'list' then content = redis.call('LRANGE', key, 0, -1)
-  elseif ty == 'string' then content = {redis.call('GET', key)}
-  end
-  out[i] = {ty, content, redis.call('PEXPIRETIME', key)}
-end
-local t = redis.call('TIME')
-out[#KEYS + 1] = {t[1], t[2]}
-return out
-";
-
-/// `DUMP` and `PEXPIRETIME` of every key, at one instant.
-const DUMP_KEYS: &str = r"
-local out = {}
-for i, key in ipairs(KEYS) do
-  out[i] = {redis.call('DUMP', key), redis.call('PEXPIRETIME', key)}
-end
-return out
-";
-
-/// One key's `DUMP` (`None`: it did not exist) and `PEXPIRETIME`.
-type Dump = (String, Option<Vec<u8>>, i64);
-
-/// One key as read back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct RawKey {
-    ty: String,
-    items: Vec<String>,
-    expire_at: i64,
-}
-
-async fn read_state(redis: &Fred, keys: &[String]) -> (Vec<RawKey>, u64) {
-    let reply: Value = FredScript::from_lua(READ_STATE)
-        .evalsha_with_reload(redis, keys.to_vec(), Vec::<String>::new())
-        .await
-        .expect("reading the object's keys");
-    let mut entries = reply.into_array();
-    let time = entries.pop().expect("TIME").into_array();
-    let part = |i: usize| {
-        time[i]
-            .as_string()
-            .and_then(|s| s.parse::<u64>().ok())
-            .expect("TIME")
-    };
-    let now = part(0) * 1000 + part(1) / 1000;
-    let keys = entries
-        .into_iter()
-        .map(|entry| {
-            let mut entry = entry.into_array().into_iter();
-            let ty = entry.next().and_then(|v| v.as_string()).expect("TYPE");
-            let items = entry
-                .next()
-                .expect("content")
-                .into_array()
-                .iter()
-                .map(|v| v.as_string().unwrap_or_default())
-                .collect();
-            let expire_at = entry.next().and_then(|v| v.as_i64()).expect("PEXPIRETIME");
-            RawKey {
-                ty,
-                items,
-                expire_at,
-            }
-        })
-        .collect();
-    (keys, now)
 }
 
 // === the model side ===
@@ -530,22 +444,6 @@ impl Model {
             }
         }
     }
-}
-
-fn as_i64(v: u64) -> i64 {
-    i64::try_from(v).expect("a time in range")
-}
-
-fn key(ty: &str, items: Vec<String>, expire_at: i64) -> RawKey {
-    RawKey {
-        ty: ty.to_owned(),
-        items,
-        expire_at,
-    }
-}
-
-fn absent() -> RawKey {
-    key("none", Vec::new(), -2)
 }
 
 /// One key of a hash lock as the model has it (`view` is already expired to the instant).
@@ -811,12 +709,6 @@ impl Prim {
         matches!(self, Prim::Lock | Prim::Fenced)
     }
 }
-
-/// The client ids of the sequence's owners (owner `i` belongs to client `i % 2`).
-const CLIENTS: [&str; 2] = [
-    "6f1c2a9e-0d4b-4e0a-9b1e-3c5d7f9a1b2c",
-    "0a9b8c7d-6e5f-4a3b-8c2d-1e0f9a8b7c6d",
-];
 
 struct Sequence<'a> {
     env: &'a Env,
@@ -1473,13 +1365,6 @@ impl<'a> Sequence<'a> {
 }
 
 // === the runner ===
-
-fn cases() -> u32 {
-    std::env::var("LOCKKIT_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(DEFAULT_CASES)
-}
 
 /// The runner's settings: `cases` cases, the seed from `LOCKKIT_MODEL_SEED` or a fresh one
 /// (returned, to be printed with any failure).
