@@ -8,7 +8,12 @@ use fred::clients::Client as Fred;
 use fred::interfaces::ClientLike;
 use fred::types::scripts::Script as FredScript;
 use fred::types::{ClusterHash, CustomCommand, Value};
-use lockkit_model::lock::Now;
+use std::collections::BTreeMap;
+
+use lockkit_model::lock::{HashLock, Now};
+
+/// An expiry that is not compared (the auxiliary keys': their contents are).
+pub const ANY: i64 = -3;
 
 /// Cases per model test unless `LOCKKIT_MODEL_CASES` says otherwise.
 pub const DEFAULT_CASES: u32 = 100;
@@ -138,3 +143,59 @@ pub const CLIENTS: [&str; 2] = [
     "6f1c2a9e-0d4b-4e0a-9b1e-3c5d7f9a1b2c",
     "0a9b8c7d-6e5f-4a3b-8c2d-1e0f9a8b7c6d",
 ];
+
+/// One key of a hash lock (a lock's, fenced lock's, fair lock's or election's `role` key) as the
+/// model has it, in the form the tests normalise Redis' keys to (`view` is already expired to the
+/// instant).
+pub fn hash_lock_key(view: &HashLock, role: &str) -> RawKey {
+    match role {
+        "main" if view.foreign => key("string", vec!["foreign".to_owned()], -1),
+        "main" if view.holds.is_empty() => absent(),
+        "main" => {
+            let mut fields = BTreeMap::new();
+            for (marker, hold) in &view.holds {
+                fields.insert(marker.clone(), format!("{} {}", hold.expiry, hold.owner));
+                *fields
+                    .entry(hold.owner.clone())
+                    .or_insert_with(|| "0".to_owned()) = view.count(&hold.owner).to_string();
+                if let Some(token) = hold.token {
+                    fields.insert(format!("{marker}:token"), token.to_string());
+                }
+            }
+            let mut items: Vec<String> = fields
+                .into_iter()
+                .map(|(f, v)| format!("{f}={v}"))
+                .collect();
+            items.sort();
+            key("hash", items, view.key_expiry().map_or(-1, as_i64))
+        }
+        "token" => match view.counter {
+            Some(counter) => key(
+                "string",
+                vec![counter.to_string()],
+                view.counter_expiry.map_or(-1, as_i64),
+            ),
+            None => absent(),
+        },
+        "handoff" => match &view.handoff {
+            Some((owner, _)) => key("string", vec![owner.clone()], ANY),
+            None => absent(),
+        },
+        "waiting" if view.waiting.items.is_empty() => absent(),
+        "waiting" => key("zset", view.waiting_order(), ANY),
+        "timeouts" if view.timeouts.items.is_empty() => absent(),
+        "timeouts" => {
+            let mut items: Vec<String> = view
+                .timeouts
+                .items
+                .iter()
+                .map(|(w, d)| format!("{w}={d}"))
+                .collect();
+            items.sort();
+            key("zset", items, ANY)
+        }
+        "queue" if view.queue.items.is_empty() => absent(),
+        "queue" => key("list", view.queue.items.clone(), ANY),
+        other => panic!("no such key role: {other}"),
+    }
+}

@@ -32,7 +32,8 @@ use lockkit_model::election::ElectionSpec;
 use lockkit_model::lock::{Acquired, Now, Released, Request, WrongType};
 use lockkit_suite::checker::{model_seed, save_model_cases};
 use lockkit_suite::model_io::{
-    absent, as_i64, cases, key, read_state, time, Dump, RawKey, CLIENTS, DUMP_KEYS,
+    absent, as_i64, cases, hash_lock_key, key, read_state, time, Dump, RawKey, ANY, CLIENTS,
+    DUMP_KEYS,
 };
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
@@ -258,9 +259,6 @@ fn ints(reply: &[String]) -> Vec<i64> {
         .collect()
 }
 
-/// Expiries not compared (the auxiliary keys'; the record's is taken from Redis).
-const ANY: i64 = -3;
-
 /// Redis' keys in the model's form: hash fields as sorted `field=value`, the waiting set as its
 /// members in order, deadlines as sorted `member=score`, no expiry but the main key's and the
 /// counter's.
@@ -299,48 +297,6 @@ fn model_keys(model: &ElectionSpec, roles: &[&str], now: u64) -> Vec<RawKey> {
     roles
         .iter()
         .map(|role| match *role {
-            "main" if lock.holds.is_empty() => absent(),
-            "main" => {
-                let mut fields = BTreeMap::new();
-                for (marker, hold) in &lock.holds {
-                    fields.insert(marker.clone(), format!("{} {}", hold.expiry, hold.owner));
-                    fields.insert(hold.owner.clone(), lock.count(&hold.owner).to_string());
-                    if let Some(token) = hold.token {
-                        fields.insert(format!("{marker}:token"), token.to_string());
-                    }
-                }
-                let mut items: Vec<String> = fields
-                    .into_iter()
-                    .map(|(f, v)| format!("{f}={v}"))
-                    .collect();
-                items.sort();
-                key("hash", items, lock.key_expiry().map_or(-1, as_i64))
-            }
-            "token" => match lock.counter {
-                Some(counter) => key(
-                    "string",
-                    vec![counter.to_string()],
-                    lock.counter_expiry.map_or(-1, as_i64),
-                ),
-                None => absent(),
-            },
-            "handoff" => match &lock.handoff {
-                Some((owner, _)) => key("string", vec![owner.clone()], ANY),
-                None => absent(),
-            },
-            "waiting" if lock.waiting.items.is_empty() => absent(),
-            "waiting" => key("zset", lock.waiting_order(), ANY),
-            "timeouts" if lock.timeouts.items.is_empty() => absent(),
-            "timeouts" => {
-                let mut items: Vec<String> = lock
-                    .timeouts
-                    .items
-                    .iter()
-                    .map(|(w, d)| format!("{w}={d}"))
-                    .collect();
-                items.sort();
-                key("zset", items, ANY)
-            }
             "leader" => match &view.record {
                 Some(r) => {
                     let mut items = vec![
@@ -355,7 +311,7 @@ fn model_keys(model: &ElectionSpec, roles: &[&str], now: u64) -> Vec<RawKey> {
                 }
                 None => absent(),
             },
-            other => panic!("no such key role: {other}"),
+            role => hash_lock_key(lock, role),
         })
         .collect()
 }

@@ -39,7 +39,8 @@ use lockkit_model::lock::{
 use lockkit_model::spin::{SpinAcquired, SpinLock};
 use lockkit_suite::checker::{model_seed, save_model_cases as save_cases};
 use lockkit_suite::model_io::{
-    absent, as_i64, cases, key, read_state, time, Dump, RawKey, CLIENTS, DUMP_KEYS,
+    absent, as_i64, cases, hash_lock_key, key, read_state, time, Dump, RawKey, ANY, CLIENTS,
+    DUMP_KEYS,
 };
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
@@ -446,62 +447,6 @@ impl Model {
     }
 }
 
-/// One key of a hash lock as the model has it (`view` is already expired to the instant).
-fn hash_lock_key(view: &HashLock, role: &str) -> RawKey {
-    /// Expiries of the auxiliary keys are not compared (their contents are).
-    const ANY: i64 = -3;
-    match role {
-        "main" if view.foreign => key("string", vec!["foreign".to_owned()], -1),
-        "main" if view.holds.is_empty() => absent(),
-        "main" => {
-            let mut fields = BTreeMap::new();
-            for (marker, hold) in &view.holds {
-                fields.insert(marker.clone(), format!("{} {}", hold.expiry, hold.owner));
-                *fields
-                    .entry(hold.owner.clone())
-                    .or_insert_with(|| "0".to_owned()) = view.count(&hold.owner).to_string();
-                if let Some(token) = hold.token {
-                    fields.insert(format!("{marker}:token"), token.to_string());
-                }
-            }
-            let mut items: Vec<String> = fields
-                .into_iter()
-                .map(|(f, v)| format!("{f}={v}"))
-                .collect();
-            items.sort();
-            key("hash", items, view.key_expiry().map_or(-1, as_i64))
-        }
-        "token" => match view.counter {
-            Some(counter) => key(
-                "string",
-                vec![counter.to_string()],
-                view.counter_expiry.map_or(-1, as_i64),
-            ),
-            None => absent(),
-        },
-        "handoff" => match &view.handoff {
-            Some((owner, _)) => key("string", vec![owner.clone()], ANY),
-            None => absent(),
-        },
-        "waiting" if view.waiting.items.is_empty() => absent(),
-        "waiting" => key("zset", view.waiting_order(), ANY),
-        "timeouts" if view.timeouts.items.is_empty() => absent(),
-        "timeouts" => {
-            let mut items: Vec<String> = view
-                .timeouts
-                .items
-                .iter()
-                .map(|(w, d)| format!("{w}={d}"))
-                .collect();
-            items.sort();
-            key("zset", items, ANY)
-        }
-        "queue" if view.queue.items.is_empty() => absent(),
-        "queue" => key("list", view.queue.items.clone(), ANY),
-        other => panic!("no such key role: {other}"),
-    }
-}
-
 /// What Redis shows, in the form [`Model::keys`] gives: hash fields as sorted `field=value`,
 /// the waiting set as its members in order (its scores are microseconds), deadlines as sorted
 /// `member=score`, and no expiry for the auxiliary keys.
@@ -526,7 +471,7 @@ fn normalize(raw: &[RawKey], roles: &[&str]) -> Vec<RawKey> {
             let expire_at = match *role {
                 "main" => k.expire_at,
                 _ if k.ty == "none" || k.ty == "string" && *role == "token" => k.expire_at,
-                _ => -3,
+                _ => ANY,
             };
             key(&k.ty, items, expire_at)
         })
