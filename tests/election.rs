@@ -711,3 +711,344 @@ async fn measure_handover_to_sixteen_observers() {
         samples.last().copied().unwrap_or_default()
     );
 }
+
+// === Issue 27 (§1 items 3 and 4, §3 item 14): the observer's position, terms that never go
+// === back for one client, and an observer that speaks up during an outage.
+
+/// The change channel of the election called `name` (default prefix).
+fn changes_channel(name: &str) -> String {
+    let keys = lockkit::protocol::keys::Namespace::default()
+        .object(Kind::Election, name)
+        .expect("a valid election name");
+    lockkit::protocol::election::changes_channel(&keys)
+}
+
+/// Until the server at `addr` has at least one subscriber on `channel` (the observer's
+/// `SUBSCRIBE` was processed). A hang guard, not a time bound.
+async fn until_subscribed(addr: std::net::SocketAddr, channel: &str) {
+    within(HANG, "the observer's subscription", async {
+        loop {
+            let reply = lockkit_testkit::send_command(addr, &["PUBSUB", "NUMSUB", channel])
+                .await
+                .unwrap();
+            let count = reply
+                .as_array()
+                .and_then(|items| items.get(1))
+                .and_then(|count| count.as_int());
+            if count.is_some_and(|count| count >= 1) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// The observer's next item that is not an error (errors are what an observer yields while
+/// Redis does not answer); with how many errors came before it.
+async fn next_after_errors(observer: &mut Observer) -> (LeaderChange, usize) {
+    let mut errors = 0;
+    loop {
+        match within(HANG, "the observer's next change", observer.next()).await {
+            Some(Ok(change)) => return (change, errors),
+            Some(Err(Error::Redis(_))) => errors += 1,
+            other => panic!("the stream goes on with changes or Redis errors: {other:?}"),
+        }
+    }
+}
+
+/// Issue 27, item 3: an observer whose first read found nobody leading used to have no position,
+/// so it delivered every message still in flight from before its read: `Current(None)`, then
+/// `Elected(a)` and `Resigned(a)`, both published before the read. The read now also says where
+/// the change channel stands when nobody leads (the token counter), and those are dropped.
+///
+/// The observer's client is on a slow link (600 ms each way), so between its subscription
+/// reaching Redis and its read reaching Redis lie at least two crossings of the link (the
+/// confirming `PING`'s answer, then the read): `a` is elected and resigns in between, on a
+/// client with a direct connection.
+#[tokio::test]
+async fn i27_an_observer_whose_read_found_nobody_drops_what_was_published_before_the_read() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let name = unique("election-i27-position");
+    let watcher = client(&proxy.url()).await;
+    let candidate = client(&server.url()).await;
+    proxy.set_delay(Duration::from_millis(600));
+    let mut observer = watcher.election(&name).observe();
+    let first = tokio::spawn(async move {
+        let first = next(&mut observer).await;
+        (first, observer)
+    });
+    until_subscribed(server.addr(), &changes_channel(&name)).await;
+    let a = candidate.election(&name).campaign("a").await.unwrap();
+    a.resign().await.unwrap();
+    let (first, mut observer) = within(HANG, "the first item", first).await.unwrap();
+    assert_eq!(
+        first,
+        LeaderChange::Current(None),
+        "a resigned before the read"
+    );
+    proxy.set_delay(Duration::ZERO);
+    let b = candidate.election(&name).campaign("b").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(b.term(), "b")),
+        "a's Elected and Resigned were published before the read: dropped"
+    );
+    let term = b.term();
+    b.resign().await.unwrap();
+    assert_eq!(next(&mut observer).await, LeaderChange::Resigned { term });
+}
+
+/// Issue 27, item 4: after Redis restarts from a snapshot saved while `a` led, `a`'s hold and
+/// record are back (live for the rest of `a`'s lease), though `a` resigned and `b` led with a
+/// greater term since. A client that saw `b`'s term does not report `a` any more: `leader()`
+/// answers `None`, its observers `Resynced(None)` and `Current(None)`, until a leader with a
+/// greater term than `b`'s is elected (new terms still exceed every earlier one), which they all
+/// report. A client that never saw `b` reports what Redis says.
+#[tokio::test]
+async fn i27_terms_one_client_saw_never_go_back_after_a_restore_from_an_older_snapshot() {
+    let mut server = spawned().await;
+    let name = unique("election-i27-restore");
+    let watcher = client(&server.url()).await;
+    // a's lease: 10 s, renewed every 3.3 s, so its hold is live in the snapshot for the rest of
+    // the test's restart, and ends by itself soon after.
+    let a_client = client_with(&server.url(), Duration::from_secs(10)).await;
+    let b_client = client(&server.url()).await;
+    let election = watcher.election(&name);
+    let mut observer = election.observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let a = a_client.election(&name).campaign("a").await.unwrap();
+    let term_a = a.term();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(term_a, "a"))
+    );
+    let saved = server.command(&["SAVE"]).await.unwrap();
+    assert!(!saved.is_error(), "SAVE: {saved:?}");
+    let b_election = b_client.election(&name);
+    let b = tokio::spawn(async move { b_election.campaign("b").await });
+    until_waiters_in_redis(&watcher, Kind::Election, &name, 1).await;
+    a.resign().await.unwrap();
+    let b = within(HANG, "b leads", b).await.unwrap().unwrap();
+    let term_b = b.term();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Resigned { term: term_a }
+    );
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(term_b, "b"))
+    );
+    assert_eq!(election.leader().await.unwrap(), Some(leader(term_b, "b")));
+
+    server.restart_from_disk().await.unwrap();
+    let fresh = client(&server.url()).await;
+    assert_eq!(
+        fresh.election(&name).leader().await.unwrap(),
+        Some(leader(term_a, "a")),
+        "the premise: Redis names a again (its restored hold is live)"
+    );
+    assert_eq!(
+        election.leader().await.unwrap(),
+        None,
+        "the watcher saw term {term_b}: a's term {term_a} is not reported"
+    );
+    let (resynced, _) = next_after_errors(&mut observer).await;
+    assert_eq!(resynced, LeaderChange::Resynced(None));
+    let mut late = election.observe();
+    assert_eq!(next(&mut late).await, LeaderChange::Current(None));
+
+    // New terms still increase: once a's restored hold has run out its lease, the next leader's
+    // term exceeds b's, and everyone reports it.
+    drop(b);
+    let c_client = client(&server.url()).await;
+    let c = within(
+        HANG,
+        "c leads once a's restored hold ended",
+        c_client.election(&name).campaign("c"),
+    )
+    .await
+    .unwrap();
+    assert!(c.term() > term_b, "term {} after {term_b}", c.term());
+    let elected = LeaderChange::Elected(leader(c.term(), "c"));
+    assert_eq!(next(&mut observer).await, elected);
+    assert_eq!(next(&mut late).await, elected);
+    assert_eq!(
+        election.leader().await.unwrap(),
+        Some(leader(c.term(), "c"))
+    );
+    assert_eq!(
+        fresh.election(&name).leader().await.unwrap(),
+        Some(leader(c.term(), "c"))
+    );
+    c.resign().await.unwrap();
+}
+
+/// How Redis stops answering in the outage cases.
+#[derive(Debug, Clone, Copy)]
+enum Outage {
+    /// The process is killed (`SIGKILL`): connections break, reconnections are refused.
+    Killed,
+    /// The process is stopped (`SIGSTOP`): connections stay open, nothing is answered.
+    Frozen,
+    /// `CLIENT PAUSE … ALL`: connections stay open, no command is answered until the pause ends.
+    Paused,
+}
+
+/// The command timeout of the outage cases.
+const OUTAGE_COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long `CLIENT PAUSE` pauses Redis 7.0, which answers nothing, not even `CLIENT UNPAUSE`,
+/// meanwhile: far longer than the observer's promise (the command timeout plus 1 s). That the
+/// error came first is checked against an event, a `PING` sent during the pause.
+const PAUSE: Duration = Duration::from_secs(12);
+
+/// Issue 27, item 14: an observer used to stay silent for a whole outage (it yielded `Resynced`
+/// after a restart, nothing while Redis was down or frozen). Now it yields an error while Redis
+/// does not answer, tries again, and yields `Resynced` once Redis answers, then goes on.
+async fn an_observer_reports_an_outage_and_resyncs_after_it(outage: Outage) {
+    let mut server = spawned().await;
+    let name = unique("election-i27-outage");
+    let watcher = lockkit::Client::builder()
+        .url(server.url())
+        .command_timeout(OUTAGE_COMMAND_TIMEOUT)
+        .build()
+        .await
+        .unwrap();
+    let candidate = client(&server.url()).await;
+    let mut observer = watcher.election(&name).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let a = candidate.election(&name).campaign("a").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(a.term(), "a"))
+    );
+    // Redis stops answering; the observer must say so before Redis answers again.
+    let back = match outage {
+        Outage::Killed => {
+            server.kill();
+            None
+        }
+        Outage::Frozen => {
+            server.pause().unwrap();
+            None
+        }
+        Outage::Paused => {
+            let pause = PAUSE.as_millis().to_string();
+            let paused =
+                lockkit_testkit::send_command(server.addr(), &["CLIENT", "PAUSE", &pause, "ALL"])
+                    .await
+                    .unwrap();
+            assert!(!paused.is_error(), "CLIENT PAUSE: {paused:?}");
+            // Answered only once the pause is over: the event "Redis answers again".
+            let addr = server.addr();
+            Some(tokio::spawn(async move {
+                lockkit_testkit::send_command(addr, &["PING"]).await
+            }))
+        }
+    };
+    let item = match back {
+        None => within(HANG, "an item during the outage", observer.next()).await,
+        Some(mut back) => tokio::select! {
+            item = observer.next() => item,
+            _ = &mut back => panic!("Redis answered again before the observer said anything"),
+        },
+    };
+    match item {
+        Some(Err(Error::Redis(err))) => {
+            assert_eq!(err.object(), Some(name.as_str()), "{err}");
+            println!("{outage:?}: the observer yielded: {err}");
+        }
+        other => panic!("{outage:?}: an error while Redis does not answer, got {other:?}"),
+    }
+    match outage {
+        Outage::Killed => server.start_again().await.unwrap(),
+        Outage::Frozen => server.resume().unwrap(),
+        Outage::Paused => {}
+    }
+    let (resynced, errors) = next_after_errors(&mut observer).await;
+    println!("{outage:?}: {errors} more error(s), then {resynced:?}");
+    let expected = match outage {
+        // The restarted server is empty (nothing was saved).
+        Outage::Killed => LeaderChange::Resynced(None),
+        Outage::Frozen | Outage::Paused => LeaderChange::Resynced(Some(leader(a.term(), "a"))),
+    };
+    assert_eq!(resynced, expected);
+    // And it goes on: the next change arrives.
+    drop(a);
+    let b = client(&server.url()).await;
+    let b = within(HANG, "b leads", b.election(&name).campaign("b"))
+        .await
+        .unwrap();
+    let (elected, _) = next_after_errors(&mut observer).await;
+    let elected = match elected {
+        LeaderChange::Resigned { .. } => next(&mut observer).await,
+        other => other,
+    };
+    assert_eq!(elected, LeaderChange::Elected(leader(b.term(), "b")));
+    b.resign().await.unwrap();
+}
+
+#[tokio::test]
+async fn i27_an_observer_reports_a_killed_server_and_resyncs_after_its_restart() {
+    an_observer_reports_an_outage_and_resyncs_after_it(Outage::Killed).await;
+}
+
+#[tokio::test]
+async fn i27_an_observer_reports_a_frozen_server_and_resyncs_after_it_resumes() {
+    an_observer_reports_an_outage_and_resyncs_after_it(Outage::Frozen).await;
+}
+
+#[tokio::test]
+async fn i27_an_observer_reports_a_paused_server_and_resyncs_after_the_pause() {
+    an_observer_reports_an_outage_and_resyncs_after_it(Outage::Paused).await;
+}
+
+/// Issue 27, item 4's data-loss window (measured for `docs/reliability.md`, "After data loss"):
+/// after `FLUSHALL` while `a` leads, a new campaign leads at once, with a greater term (the
+/// counter is seeded again from the server clock), and `a` learns that it lost at its next
+/// watchdog round (a third of its 3 s watchdog timeout at most); until then both believe they
+/// lead, which is why writes must be fenced with the term. An observer and `leader()` follow the
+/// new leader (its term is greater than the one they saw). The times are printed, not asserted.
+#[tokio::test]
+async fn i27_after_flushall_a_new_leader_leads_at_once_and_the_old_one_learns_at_its_next_renewal()
+{
+    let server = spawned().await;
+    let name = unique("election-i27-flushall");
+    let a_client = client_with(&server.url(), Duration::from_secs(3)).await;
+    let b_client = client(&server.url()).await;
+    let watcher = client(&server.url()).await;
+    let mut observer = watcher.election(&name).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let a = a_client.election(&name).campaign("a").await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(a.term(), "a"))
+    );
+    let a_lost = a.lost();
+    let flushed = server.command(&["FLUSHALL"]).await.unwrap();
+    assert!(!flushed.is_error(), "FLUSHALL: {flushed:?}");
+    let start = tokio::time::Instant::now();
+    let b = within(HANG, "b leads", b_client.election(&name).campaign("b"))
+        .await
+        .unwrap();
+    let b_elected = start.elapsed();
+    let a_still_leads = !a.is_lost();
+    within(HANG, "a learns it lost", a_lost).await;
+    let a_learned = start.elapsed();
+    println!(
+        "after FLUSHALL: b elected after {b_elected:?} (a still believed it led: \
+         {a_still_leads}), a learned it lost after {a_learned:?} (watchdog timeout 3 s)"
+    );
+    assert!(b.term() > a.term(), "{} after {}", b.term(), a.term());
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(b.term(), "b"))
+    );
+    assert_eq!(
+        watcher.election(&name).leader().await.unwrap(),
+        Some(leader(b.term(), "b"))
+    );
+    assert!(matches!(a.resign().await, Err(Error::NotHeld { .. })));
+    b.resign().await.unwrap();
+}

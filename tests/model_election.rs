@@ -344,7 +344,8 @@ enum Expected {
     Acquire(Result<Acquired, WrongType>),
     Release(Result<Released, WrongType>),
     Flag(bool),
-    Leader(Option<(u64, u64, String)>),
+    /// The leader's term, version and value; or where the change channel stands.
+    Leader(Result<(u64, u64, String), (u64, bool)>),
     Renew(bool),
     Cancel(Result<bool, WrongType>),
 }
@@ -360,7 +361,7 @@ fn apply(model: &mut ElectionSpec, call: &Call, now: Now) -> Expected {
         } => Expected::Flag(model.proclaim(now, marker, owner, *term, value)),
         Call::Resign { marker, term } => Expected::Flag(model.resign(now, marker, *term)),
         Call::Release(marker) => Expected::Release(model.release(now, marker)),
-        Call::Leader => Expected::Leader(model.leader(now)),
+        Call::Leader => Expected::Leader(model.leader(now).ok_or_else(|| model.nobody(now))),
         Call::Renew(marker, lease) => Expected::Renew(model.renew(now.ms, marker, *lease)),
         Call::Cancel(entry) => Expected::Cancel(model.cancel(now, entry)),
     }
@@ -406,8 +407,14 @@ fn agrees(expected: &Expected, actual: &Result<Vec<String>, String>, now: u64) -
             ReleaseReply::decode(&n) == Ok(want)
         }
         Expected::Flag(flag) => n == [i64::from(*flag)],
-        Expected::Leader(None) => n == [0],
-        Expected::Leader(Some((term, version, value))) => election::decode_leader(reply)
+        Expected::Leader(Err((term, over))) => {
+            election::decode_read(reply)
+                == Ok(election::LeaderRead::Nobody(election::Nobody {
+                    term: *term,
+                    over: *over,
+                }))
+        }
+        Expected::Leader(Ok((term, version, value))) => election::decode_leader(reply)
             .ok()
             .flatten()
             .is_some_and(|got| got.term == *term && got.version == *version && got.value == *value),
@@ -433,7 +440,7 @@ fn outcome(expected: &Expected, call: &Call) -> String {
         Expected::Acquire(r) => format!("{r:?}"),
         Expected::Release(Ok(r)) => format!("{r:?}"),
         Expected::Flag(f) | Expected::Renew(f) => f.to_string(),
-        Expected::Leader(l) => if l.is_some() { "some" } else { "none" }.to_owned(),
+        Expected::Leader(l) => if l.is_ok() { "some" } else { "none" }.to_owned(),
         Expected::Cancel(c) => format!("{c:?}"),
         Expected::Release(Err(_)) => "wrong type".to_owned(),
     };
@@ -582,7 +589,11 @@ impl<'a> Program<'a> {
                 self.record_keys(),
                 vec![marker.clone(), term.to_string(), self.changes.clone(), flag],
             ),
-            Call::Leader => (&election::LEADER, self.record_keys(), Vec::new()),
+            Call::Leader => {
+                let mut keys = self.record_keys();
+                keys.push(self.aux("token"));
+                (&election::LEADER, keys, Vec::new())
+            }
         }
     }
 

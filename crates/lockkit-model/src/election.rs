@@ -18,9 +18,11 @@
 //! - *"`election_resign` … if record.term == term [and its marker is the caller's]: DEL record, PUBLISH `r:<term>`; returns 1 /
 //!   0"*; the client then releases its hold with the fenced release (which grants the next
 //!   candidate at once).
-//! - *"`election_leader` → `{1, term, value}` (now `{1, term, version, value}`) if the record's marker is a live hold of main, else
+//! - *"`election_leader` → `{1, term, version, value}` if the record's marker is a live hold of main, else
 //!   `{0}`"*: the record is reported only while its marker's hold is live (its owner's, carrying
-//!   the record's term, as the scripts' `leads` checks).
+//!   the record's term, as the scripts' `leads` checks). Since issue 27, `{0}` carries where the
+//!   change channel stands ([`ElectionSpec::nobody`]): `{0, term, 0}` with the greatest term of a
+//!   live hold, else `{0, counter, 1}`.
 //! - The messages go to the election's change channel, one per successful proclaim or resign, in
 //!   the order of the scripts; they are kept with the fenced lock's grant messages
 //!   ([`HashLock::take_messages`]), heard when someone listens on the channel.
@@ -213,6 +215,25 @@ impl ElectionSpec {
         let record = self.record.as_ref()?;
         self.leads(&record.marker, &record.owner, record.term, now.ms)
             .then(|| (record.term, record.version, record.value.clone()))
+    }
+
+    /// `election_leader` when [`leader`](ElectionSpec::leader) finds no announced leader: where
+    /// the change channel stands. The greatest term of a live hold and `false` (it leads without
+    /// its record), else the token counter (0 when it is gone) and `true` (every term up to it
+    /// is over).
+    pub fn nobody(&mut self, now: Now) -> (u64, bool) {
+        self.expire(now);
+        let held = self
+            .lock
+            .holds
+            .values()
+            .filter(|hold| live(hold.expiry, now.ms))
+            .filter_map(|hold| hold.token)
+            .max();
+        match held {
+            Some(term) => (term, false),
+            None => (self.lock.counter.unwrap_or(0), true),
+        }
     }
 
     /// The object's keys are put back as in `snapshot` (a restore): the terms already handed out

@@ -20,6 +20,11 @@
 //! the record can tell an older message of the same term (still in flight when it read) from a
 //! newer one.
 //!
+//! When no announced leader leads, [`LEADER`] answers with a position on the change channel
+//! instead ([`Nobody`]): the term of a live hold that has not announced itself, or the token
+//! counter when no hold is live. An observer whose read found nobody drops the messages published
+//! before its read by that position, as it does by `(term, version)` when it found a leader.
+//!
 //! Changes are published on the election's **change channel** ([`changes_channel`], with the
 //! election's hash tag, so a script may `SPUBLISH` it) as [`Change`] messages:
 //! `l:<term>:<version>:<value>` and `r:<term>`.
@@ -49,8 +54,10 @@ pub static PROCLAIM: Script = with_prelude!(["hold_lib", "election_lib"], "elect
 /// or `{0}` (the record is another term's); see [`decode_resign`]. The hold itself is then given
 /// back with the fenced lock's release.
 pub static RESIGN: Script = with_prelude!(["hold_lib", "election_lib"], "election_resign");
-/// Who leads: `{'1', term, version, value}` or `{'0'}`, an array of strings; see
-/// [`decode_leader`].
+/// Who leads: `{'1', term, version, value}`, or, when nobody announced leads, where the change
+/// channel stands: `{'0', term, '0'}` (a live hold of `term` leads, unannounced) or
+/// `{'0', term, '1'}` (no live hold; `term` is the token counter); an array of strings. Its keys
+/// are the main key, the leader record and the token counter. See [`decode_read`].
 pub static LEADER: Script = with_prelude!(["hold_lib", "election_lib"], "election_leader");
 
 /// The change channel of the election with these keys: `<main key>:changes`.
@@ -142,21 +149,62 @@ pub struct Record {
     pub value: String,
 }
 
-/// Decodes [`LEADER`]'s reply (an array of strings): the leader's record, or `None`.
+/// What [`LEADER`] read: the leader, or where the change channel stands when nobody announced
+/// leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderRead {
+    /// The leader's record (its hold is live and carries its term).
+    Leads(Record),
+    /// No leader has announced itself. Every announcement published before the read is at or
+    /// before this position; every later one is after it (see [`Nobody::covers`]).
+    Nobody(Nobody),
+}
+
+/// Where an election's change channel stood when [`LEADER`] found no announced leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Nobody {
+    /// `over: false`: the term of the live hold that leads without having announced itself (a
+    /// new leader about to announce, or one that resigned and has not released its hold yet).
+    /// `over: true`: the token counter (0 when it is gone); no hold was live.
+    pub term: u64,
+    /// Whether `term` itself is over: no live hold, so every announcement up to `term` was
+    /// published before the read, and the next leader's term is greater.
+    pub over: bool,
+}
+
+impl Nobody {
+    /// Whether a message of `term` on the change channel was published before the read that
+    /// returned this position: a smaller term always; `term` itself when it is over.
+    pub fn covers(&self, term: u64) -> bool {
+        term < self.term || (self.over && term == self.term)
+    }
+}
+
+/// Decodes [`LEADER`]'s reply (an array of strings): the leader, or the position of the change
+/// channel when nobody announced leads.
 ///
 /// ```
-/// use lockkit_protocol::election::{decode_leader, Record};
+/// use lockkit_protocol::election::{decode_read, LeaderRead, Nobody, Record};
 /// let reply = ["1", "42", "3", "pod-a"].map(String::from);
 /// let record = Record { term: 42, version: 3, value: "pod-a".into() };
-/// assert_eq!(decode_leader(&reply).unwrap(), Some(record));
-/// assert_eq!(decode_leader(&["0".to_owned()]).unwrap(), None);
+/// assert_eq!(decode_read(&reply).unwrap(), LeaderRead::Leads(record));
+/// let reply = ["0", "43", "0"].map(String::from);
+/// let nobody = Nobody { term: 43, over: false };
+/// assert_eq!(decode_read(&reply).unwrap(), LeaderRead::Nobody(nobody));
+/// assert!(nobody.covers(42) && !nobody.covers(43));
 /// ```
-pub fn decode_leader(reply: &[String]) -> Result<Option<Record>, DecodeError> {
+pub fn decode_read(reply: &[String]) -> Result<LeaderRead, DecodeError> {
     match reply {
-        [flag] if flag == "0" => Ok(None),
+        [flag, term, over] if flag == "0" => match (parse_term(term), over.as_str()) {
+            (Some(term), "0" | "1") => Ok(LeaderRead::Nobody(Nobody {
+                term,
+                over: over == "1",
+            })),
+            _ => Err(leader_error(reply)),
+        },
         [flag, term, version, value] if flag == "1" => {
             match (parse_term(term), parse_term(version)) {
-                (Some(term), Some(version)) => Ok(Some(Record {
+                (Some(term), Some(version)) => Ok(LeaderRead::Leads(Record {
                     term,
                     version,
                     value: value.clone(),
@@ -166,6 +214,22 @@ pub fn decode_leader(reply: &[String]) -> Result<Option<Record>, DecodeError> {
         }
         _ => Err(leader_error(reply)),
     }
+}
+
+/// Decodes [`LEADER`]'s reply as [`decode_read`], keeping only the leader's record.
+///
+/// ```
+/// use lockkit_protocol::election::{decode_leader, Record};
+/// let reply = ["1", "42", "3", "pod-a"].map(String::from);
+/// let record = Record { term: 42, version: 3, value: "pod-a".into() };
+/// assert_eq!(decode_leader(&reply).unwrap(), Some(record));
+/// assert_eq!(decode_leader(&["0", "41", "1"].map(String::from)).unwrap(), None);
+/// ```
+pub fn decode_leader(reply: &[String]) -> Result<Option<Record>, DecodeError> {
+    Ok(match decode_read(reply)? {
+        LeaderRead::Leads(record) => Some(record),
+        LeaderRead::Nobody(_) => None,
+    })
 }
 
 fn leader_error(reply: &[String]) -> DecodeError {
@@ -238,7 +302,24 @@ mod tests {
         assert_eq!(decode_resign(&[0]), Ok(false));
         assert!(decode_resign(&[1, 1]).is_err());
         let s = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        assert_eq!(decode_leader(&s(&["0"])), Ok(None));
+        assert_eq!(decode_leader(&s(&["0", "7", "1"])), Ok(None));
+        assert_eq!(
+            decode_read(&s(&["0", "7", "0"])),
+            Ok(LeaderRead::Nobody(Nobody {
+                term: 7,
+                over: false
+            }))
+        );
+        assert_eq!(
+            decode_read(&s(&["0", "0", "1"])),
+            Ok(LeaderRead::Nobody(Nobody {
+                term: 0,
+                over: true
+            }))
+        );
+        assert!(decode_read(&s(&["0"])).is_err());
+        assert!(decode_read(&s(&["0", "7", "2"])).is_err());
+        assert!(decode_read(&s(&["0", "x", "1"])).is_err());
         assert_eq!(
             decode_leader(&s(&["1", "7", "2", ""])),
             Ok(Some(Record {

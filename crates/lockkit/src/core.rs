@@ -90,6 +90,11 @@ pub(crate) struct ClientInner {
     /// through this client: acquires pass it, so an object whose keys were lost is set up again
     /// with it (see [`ClientInner::configured_total`]).
     totals: parking_lot::Mutex<HashMap<String, u64>>,
+    /// The greatest term of each election (by main key) this client has seen lead, in a
+    /// `leader()` answer or an observer's item: what it reports never goes back to a smaller
+    /// one (see [`ClientInner::see_term`]). One entry per election the client read, kept for
+    /// the client's lifetime (as `totals`).
+    terms: parking_lot::Mutex<HashMap<String, u64>>,
 }
 
 impl ClientInner {
@@ -112,6 +117,31 @@ impl ClientInner {
             sequence: AtomicU64::new(0),
             taken: Taken::default(),
             totals: parking_lot::Mutex::new(HashMap::new()),
+            terms: parking_lot::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The greatest term this client has seen lead the election at `key` (0: none).
+    pub(crate) fn seen_term(&self, key: &str) -> u64 {
+        self.terms.lock().get(key).copied().unwrap_or(0)
+    }
+
+    /// Notes that `term` leads the election at `key`, as this client is about to report it;
+    /// `false` (and nothing noted) when this client has already seen a greater term lead it: the
+    /// data went back (a restore from an older snapshot, a failover to a replica that missed
+    /// writes), and the smaller term must not be reported as the leader.
+    pub(crate) fn see_term(&self, key: &str, term: u64) -> bool {
+        let mut terms = self.terms.lock();
+        match terms.get_mut(key) {
+            Some(seen) if *seen > term => false,
+            Some(seen) => {
+                *seen = term;
+                true
+            }
+            None => {
+                terms.insert(key.to_owned(), term);
+                true
+            }
         }
     }
 

@@ -13,7 +13,10 @@
 //! goes), and reads that connection's messages and reconnect events itself. A dedicated
 //! subscriber connection per observer would cost a connection (and a handshake, TLS included)
 //! per stream for nothing the shared one cannot carry; the hub already re-subscribes after a
-//! reconnect and uses sharded pub/sub when the client does.
+//! reconnect and uses sharded pub/sub when the client does. An observer also reads that
+//! connection's errors, and while it is quiet (no message for a second) sends a `PING` on it:
+//! a frozen or paused server breaks no connection, and the observer must still report the
+//! outage (issue 27).
 
 use std::fmt;
 use std::future::Future;
@@ -23,7 +26,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::Stream;
-use lockkit_protocol::election::{self as protocol, Change, Record};
+use lockkit_protocol::election::{self as protocol, Change, LeaderRead, Record};
 use lockkit_protocol::fenced_lock::{ACQUIRE, RELEASE};
 use lockkit_protocol::keys::{Kind, ObjectKeys};
 use lockkit_protocol::lock::RENEW;
@@ -56,6 +59,10 @@ static ELECTION: Flavor = Flavor {
 const MAX_RETRY: Duration = Duration::from_secs(2);
 /// The first such wait.
 const FIRST_RETRY: Duration = Duration::from_millis(50);
+/// How long an [`Observer`]'s subscriber connection may stay quiet (no message on any channel)
+/// before the observer asks it for a `PING`: a frozen or paused server breaks no connection and
+/// reports no error, so only a request it leaves unanswered shows the outage.
+const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// A leader election shared by every client that uses the same name and Redis: at most one
 /// candidate leads at a time, the others wait in line (FIFO), everyone can ask who leads or
@@ -242,6 +249,15 @@ impl Election {
     ///
     /// A leader whose lease ran out is not reported, even before another takes over.
     ///
+    /// Terms never go back for one client: a leader whose term is smaller than one this client
+    /// has already seen lead (here or in an [`observe`](Election::observe) stream) is not
+    /// reported: `None`, until a leader with a greater term leads. That happens only when Redis
+    /// went back to older data (a restart from an older snapshot, a failover to a replica that
+    /// missed writes): the smaller term is then a leadership from before the rollback, brought
+    /// back for the rest of its lease, whose writes fenced with its term are refused by storage
+    /// that saw the greater one. The next leader's term exceeds every earlier one (see
+    /// [`Leadership::term`]). A client that never saw the greater term reports what Redis says.
+    ///
     /// # Errors
     /// [`Error::Redis`], [`Error::Shutdown`], [`Error::InvalidArgument`] for an invalid name,
     /// [`Error::WrongType`] when the election's keys hold something else.
@@ -254,10 +270,14 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
-        Ok(self.record().await?.map(Leader::from))
+        Ok(match self.record().await? {
+            LeaderRead::Leads(record) if self.see(record.term) => Some(Leader::from(record)),
+            LeaderRead::Leads(_) | LeaderRead::Nobody(_) => None,
+        })
     }
 
-    async fn record(&self) -> Result<Option<Record>, Error> {
+    /// Reads the leader, or where the change channel stands when nobody announced leads.
+    async fn record(&self) -> Result<LeaderRead, Error> {
         let keys = self.keys()?;
         let reply = self
             .inner()
@@ -265,13 +285,40 @@ impl Election {
             .strings(
                 &protocol::LEADER,
                 Kind::Election,
-                &[&keys.key, leader_key(keys)],
+                &[&keys.key, leader_key(keys), token_key(keys)],
                 &[],
                 Resend::Allowed,
             )
             .await
             .map_err(|err| err.naming(self.name()))?;
-        Ok(protocol::decode_leader(&reply)?)
+        Ok(protocol::decode_read(&reply)?)
+    }
+
+    /// The greatest term this client has seen lead the election (0: none).
+    fn seen_term(&self) -> u64 {
+        self.keys()
+            .map_or(0, |keys| self.inner().seen_term(&keys.key))
+    }
+
+    /// Whether this client may report `term` as the election's leader: not when it has seen a
+    /// greater term lead (Redis went back to older data). Notes `term` when it may.
+    fn see(&self, term: u64) -> bool {
+        self.keys()
+            .map_or(true, |keys| self.inner().see_term(&keys.key, term))
+    }
+
+    /// Runs `op` (an observer's step) within the command timeout: a timeout, fred's or
+    /// lockkit's, says which bound ran out, and the error names the election.
+    async fn within_command_timeout<T>(
+        &self,
+        op: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
+        let deadline = self.inner().exec.command_deadline();
+        let result = match deadline.run("observe", op).await {
+            Err(Error::Redis(err)) if err.is_timeout() => Err(deadline.expired("observe")),
+            other => other,
+        };
+        result.map_err(|err| err.naming(self.name()))
     }
 
     /// A stream of the election's leadership changes, in order, each once.
@@ -283,10 +330,19 @@ impl Election {
     ///    [`Proclaimed`](LeaderChange::Proclaimed) (a new value under the same term),
     ///    [`Resigned`](LeaderChange::Resigned).
     ///
-    /// Terms never go back and nothing is delivered twice: a message older than what the stream
-    /// already delivered (one still in flight when it read the leader) is dropped. Nothing is
-    /// invented either: a leader whose lease ran out without resigning shows only as the next
-    /// leader's `Elected`.
+    /// Nothing is delivered twice, and nothing from before the read: a message at or before
+    /// where the stream stands is dropped (one still in flight when it read the leader). The
+    /// read gives that position whether or not someone leads: the leader's term and record
+    /// version, else the term of a leader that has not announced itself yet, else the
+    /// election's last term (its token counter), all of whose announcements came before the
+    /// read. Nothing is invented either: a leader whose lease ran out without resigning shows
+    /// only as the next leader's `Elected`, and `Resigned` only follows its own term's
+    /// `Current`, `Resynced`, `Elected` or `Proclaimed`.
+    ///
+    /// Terms never go back for one client: `Current` and `Resynced` report no leader (`None`)
+    /// rather than one whose term is smaller than one this client has already seen lead (a
+    /// rollback of Redis' data, see [`leader`](Election::leader)); the stream then stands at
+    /// that greater term, and the next leader, whose term is greater still, comes as `Elected`.
     ///
     /// When messages may have been missed (the subscriber connection was re-established, this
     /// stream fell more than the connection's queue behind, or on a cluster with sharded pub/sub
@@ -294,26 +350,48 @@ impl Election {
     /// notices within about a second), the stream subscribes again,
     /// reads the leader again and yields [`LeaderChange::Resynced`] with it, then goes on.
     ///
-    /// An error (Redis unreachable while subscribing or reading the leader) is yielded as an
-    /// item and the stream tries again, waiting a little longer each time (up to 2 s); it ends
-    /// after yielding [`Error::Shutdown`] once the client is shut down, or after an
-    /// [`Error::InvalidArgument`] for an invalid name.
+    /// **While Redis does not answer**, the stream says so. It yields an [`Error::Redis`]
+    /// naming the election within the [command
+    /// timeout](crate::ClientBuilder::command_timeout) plus 1 s of Redis ceasing to answer
+    /// (killed, cut off, frozen, `CLIENT PAUSE`d): at once when its subscriber connection breaks
+    /// and cannot be re-established (on a cluster, within the command timeout, as a try then
+    /// goes unanswered); when the connection stays open to a server that answers
+    /// nothing, through a `PING` it sends on that connection after 1 s without a message. It
+    /// then tries again (subscribe, read the leader; each step within the command timeout),
+    /// waiting 50 ms before the first try and twice as long before each next one, up to 2 s,
+    /// and yields an error for every try that fails. Once a try succeeds, it yields
+    /// [`LeaderChange::Resynced`] and goes on. A connection that breaks and is re-established
+    /// at once (a killed connection, a quick restart) gives only the `Resynced`.
+    ///
+    /// The stream ends after yielding [`Error::Shutdown`] once the client is shut down, or
+    /// after an [`Error::InvalidArgument`] for an invalid name; after any other error it goes
+    /// on, so keep polling it (a `?` on its items would end the loop at the first outage).
     ///
     /// ```no_run
     /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
     /// use futures::StreamExt;
-    /// use lockkit::LeaderChange;
+    /// use lockkit::{Error, LeaderChange};
     ///
     /// let mut changes = client.election("scheduler").observe();
     /// while let Some(change) = changes.next().await {
-    ///     match change? {
-    ///         LeaderChange::Current(leader) | LeaderChange::Resynced(leader) => {
+    ///     match change {
+    ///         Ok(LeaderChange::Current(leader) | LeaderChange::Resynced(leader)) => {
     ///             println!("leader now: {leader:?}")
     ///         }
-    ///         LeaderChange::Elected(leader) => println!("{} leads, term {}", leader.value, leader.term),
-    ///         LeaderChange::Proclaimed(leader) => println!("the leader now says {}", leader.value),
-    ///         LeaderChange::Resigned { term } => println!("the leader of term {term} resigned"),
-    ///         _ => {}
+    ///         Ok(LeaderChange::Elected(leader)) => {
+    ///             println!("{} leads, term {}", leader.value, leader.term)
+    ///         }
+    ///         Ok(LeaderChange::Proclaimed(leader)) => {
+    ///             println!("the leader now says {}", leader.value)
+    ///         }
+    ///         Ok(LeaderChange::Resigned { term }) => {
+    ///             println!("the leader of term {term} resigned")
+    ///         }
+    ///         Ok(_) => {}
+    ///         // Redis does not answer: the stream tries again by itself.
+    ///         Err(Error::Redis(err)) => eprintln!("{err}; trying again"),
+    ///         // Shut down, or an invalid name: the stream has ended.
+    ///         Err(err) => return Err(err),
     ///     }
     /// }
     /// # Ok(()) }
@@ -325,6 +403,7 @@ impl Election {
             sync: Some(Reading::Initial),
             last: None,
             retry: None,
+            check: None,
             done: false,
         };
         Observer {
@@ -414,6 +493,11 @@ fn leader_key(keys: &ObjectKeys) -> &str {
     keys.aux("leader").unwrap_or_default()
 }
 
+/// The token counter's key (the election's second key): the terms are its tokens.
+fn token_key(keys: &ObjectKeys) -> &str {
+    keys.aux("token").unwrap_or_default()
+}
+
 /// A leader: its term (fencing token) and the value it announced.
 ///
 /// ```no_run
@@ -460,11 +544,14 @@ impl From<Record> for Leader {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaderChange {
-    /// The first item: the leader when the stream started (`None`: nobody led).
+    /// The first item: the leader when the stream started (`None`: nobody led, or only a
+    /// leader with a smaller term than this client has already seen lead; see
+    /// [`Election::leader`]).
     Current(Option<Leader>),
     /// After the stream may have missed changes (the subscriber connection was re-established,
-    /// the stream fell behind, or the change channel's slot moved): the leader now. Changes between the last item before it and
-    /// this one were not seen.
+    /// or did not answer; the stream fell behind; or the change channel's slot moved): the
+    /// leader now, `None` as in `Current`. Changes between the last item before it and this one
+    /// were not seen.
     Resynced(Option<Leader>),
     /// A new leader (a new, greater term) announced itself.
     Elected(Leader),
@@ -815,22 +902,53 @@ enum Reading {
     Resync,
 }
 
-/// The last announcement an observer delivered: `(term, version)`, or a resignation of `term`.
+/// Where an observer stands on the change channel: every message at or before it was published
+/// before what the observer delivered last, and is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Position {
     term: u64,
-    /// The record's version; `u64::MAX` once the term resigned (nothing of it comes after).
+    /// The record's version; [`UNANNOUNCED`] when nothing of `term` was delivered (a read found
+    /// its hold leading, not yet announced); [`OVER`] once the term resigned, or when a read
+    /// found nobody leading (nothing of it comes after).
     version: u64,
 }
+
+/// [`Position::version`] of a term that leads but was not announced to the observer.
+const UNANNOUNCED: u64 = 0;
+/// [`Position::version`] of a term that is over.
+const OVER: u64 = u64::MAX;
+
+impl Position {
+    /// Where a read of the leader left the change channel (see [`protocol::LeaderRead`]).
+    fn of(read: &LeaderRead) -> Self {
+        match read {
+            LeaderRead::Leads(record) => Position {
+                term: record.term,
+                version: record.version,
+            },
+            LeaderRead::Nobody(nobody) => Position {
+                term: nobody.term,
+                version: if nobody.over { OVER } else { UNANNOUNCED },
+            },
+        }
+    }
+}
+
+/// A boxed check of the subscriber connection (see [`CHECK_INTERVAL`]).
+type Check = Pin<Box<dyn Future<Output = Result<(), Error>> + Send>>;
 
 struct ObserveState {
     election: Election,
     listener: Option<Listener>,
     /// A read of the leader is due.
     sync: Option<Reading>,
+    /// Where the stream stands; `None` until its first read.
     last: Option<Position>,
     /// Wait this long before the next try (after an error).
     retry: Option<Duration>,
+    /// The check of the subscriber connection that runs while it is quiet; a new one (after
+    /// [`CHECK_INTERVAL`]) whenever a message arrives.
+    check: Option<Check>,
     done: bool,
 }
 
@@ -852,37 +970,32 @@ impl ObserveState {
                         () = tokio::time::sleep(wait) => {}
                     }
                 }
-                match self.synchronise().await {
-                    Ok(record) => {
+                let result = tokio::select! {
+                    () = shutdown.cancelled() => continue,
+                    result = self.synchronise() => result,
+                };
+                match result {
+                    Ok(read) => {
                         self.sync = None;
                         self.retry = None;
-                        self.last = record.as_ref().map(|record| Position {
-                            term: record.term,
-                            version: record.version,
-                        });
-                        let leader = record.map(Leader::from);
+                        self.check = None;
+                        let leader = self.admit(&read);
                         let change = match sync {
                             Reading::Initial => LeaderChange::Current(leader),
                             Reading::Resync => LeaderChange::Resynced(leader),
                         };
                         return Some((Ok(change), self));
                     }
-                    Err(err) => {
-                        if matches!(err, Error::Shutdown | Error::InvalidArgument(_)) {
-                            self.done = true;
-                        }
-                        self.retry = Some(
-                            self.retry
-                                .map_or(FIRST_RETRY, |wait| (wait * 2).min(MAX_RETRY)),
-                        );
-                        return Some((Err(err), self));
-                    }
+                    Err(err) => return Some((Err(self.failed(err)), self)),
                 }
             }
             let Some(listener) = self.listener.as_mut() else {
                 self.sync = Some(Reading::Resync);
                 continue;
             };
+            let check = self
+                .check
+                .get_or_insert_with(|| quiet_check(&self.election, listener));
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => continue,
@@ -907,8 +1020,26 @@ impl ObserveState {
                         return Some((Err(Error::Shutdown), self));
                     }
                 },
+                // The connection broke: read the leader again once it is back. The error is
+                // yielded only if that fails (a reconnection that fails, or no answer in time):
+                // a connection re-established at once (a killed connection, a server that
+                // restarted) is only a `Resynced`. On a cluster an error may be about another
+                // node's connection: there the check and the timeouts tell.
+                error = listener.errors.recv(), if listener.one_connection() => match error {
+                    Ok((err, _)) => {
+                        tracing::debug!(election = %self.election.name(), "the subscriber connection failed ({}); reading the leader again", crate::error::fred_reason(&err));
+                        self.sync = Some(Reading::Resync);
+                    }
+                    Err(RecvError::Lagged(_)) => self.sync = Some(Reading::Resync),
+                    Err(RecvError::Closed) => {
+                        self.done = true;
+                        return Some((Err(Error::Shutdown), self));
+                    }
+                },
                 message = listener.messages.recv() => match message {
                     Ok(message) => {
+                        // Any message shows that the connection works: the check starts again.
+                        self.check = None;
                         if &*message.channel != listener.channel() {
                             continue;
                         }
@@ -926,28 +1057,110 @@ impl ObserveState {
                         return Some((Err(Error::Shutdown), self));
                     }
                 },
+                checked = check => {
+                    self.check = None;
+                    if let Err(err) = checked {
+                        tracing::debug!(election = %self.election.name(), "the subscriber connection does not answer; reading the leader again: {}", crate::error::Chain(&err));
+                        self.sync = Some(Reading::Resync);
+                        return Some((Err(self.failed(err)), self));
+                    }
+                }
             }
         }
+    }
+
+    /// The error of a failed try, with the wait before the next one (or the end of the stream
+    /// after [`Error::Shutdown`] or an invalid name).
+    fn failed(&mut self, err: Error) -> Error {
+        if matches!(err, Error::Shutdown | Error::InvalidArgument(_)) {
+            self.done = true;
+        }
+        self.retry = Some(
+            self.retry
+                .map_or(FIRST_RETRY, |wait| (wait * 2).min(MAX_RETRY)),
+        );
+        err
     }
 
     /// Subscribes (again), waits for the confirmation, then reads the leader: every change
     /// published after the read reaches this observer.
-    async fn synchronise(&mut self) -> Result<Option<Record>, Error> {
-        match &self.listener {
-            Some(listener) => listener.resubscribe().await?,
-            None => {
-                let keys = self.election.keys()?;
-                let channel = protocol::changes_channel(keys);
-                let listener = self.election.inner().hub.listen(&channel).await?;
-                self.listener = Some(listener);
+    ///
+    /// Once subscribed: the connection events from before the try are covered by it, and
+    /// dropped. A failure of the subscriber connection during the try (an attempt to connect
+    /// again that failed; not on a cluster, where it may be another node's) ends it at once;
+    /// else the command timeout does. A reconnection during the try starts it again (up to
+    /// `MAX_RESTARTS` times), so that a connection that comes back while the observer tries
+    /// (the usual end of an outage) makes one `Resynced`, not two.
+    async fn synchronise(&mut self) -> Result<LeaderRead, Error> {
+        /// How often a reconnection starts a try again.
+        const MAX_RESTARTS: usize = 3;
+        let election = &self.election;
+        let Some(listener) = self.listener.as_mut() else {
+            let keys = election.keys()?;
+            let channel = protocol::changes_channel(keys);
+            let listen = election.inner().hub.listen(&channel);
+            let listener = election.within_command_timeout(listen).await?;
+            self.listener = Some(listener);
+            return self.election.record().await;
+        };
+        let one_connection = listener.one_connection();
+        let mut restarts = 0;
+        loop {
+            listener.errors = listener.errors.resubscribe();
+            listener.reconnects = listener.reconnects.resubscribe();
+            listener.moved = listener.moved.resubscribe();
+            let resubscribe = listener.resubscribe();
+            let attempt = async {
+                election.within_command_timeout(resubscribe).await?;
+                election.record().await
+            };
+            tokio::select! {
+                result = attempt => return result,
+                err = connection_error(&mut listener.errors), if one_connection => {
+                    return Err(crate::error::redis("observe")(err).naming(election.name()));
+                }
+                _ = listener.reconnects.recv(), if restarts < MAX_RESTARTS => {
+                    tracing::debug!(election = %election.name(), "subscriber connection re-established while reading the leader; reading again");
+                    restarts += 1;
+                }
             }
         }
-        self.election.record().await
     }
 
-    /// The change a message makes for this observer, if any: older than what it delivered, or
-    /// the same, is dropped.
+    /// What a read reports, and where it leaves the stream. A leader whose term is smaller than
+    /// one this client has seen lead (Redis went back to older data) is not reported: the stream
+    /// stands at that greater term, which is over for this data (the next leader's is greater).
+    fn admit(&mut self, read: &LeaderRead) -> Option<Leader> {
+        let floor = self.election.seen_term();
+        let mut position = Position::of(read);
+        let leader = match read {
+            LeaderRead::Leads(record) if self.election.see(record.term) => {
+                Some(Leader::from(record.clone()))
+            }
+            LeaderRead::Leads(_) | LeaderRead::Nobody(_) => None,
+        };
+        if position.term < floor {
+            tracing::debug!(
+                election = %self.election.name(),
+                read = position.term,
+                seen = floor,
+                "the election's data went back to a smaller term than this client saw lead; reporting no leader"
+            );
+            position = Position {
+                term: floor,
+                version: OVER,
+            };
+        }
+        self.last = Some(position);
+        leader
+    }
+
+    /// The change a message makes for this observer, if any. A message at or before where the
+    /// stream stands is dropped; so is a resignation of a term the stream has not delivered (it
+    /// was published before the read that started the stream: a term is announced before it
+    /// resigns).
     fn accept(&mut self, change: Change) -> Option<LeaderChange> {
+        let last = self.last?;
         match change {
             Change::Announced {
                 term,
@@ -955,29 +1168,60 @@ impl ObserveState {
                 value,
             } => {
                 let position = Position { term, version };
-                let change = match self.last {
-                    Some(last) if position <= last => return None,
-                    Some(last) if last.term == term => {
-                        LeaderChange::Proclaimed(Leader { term, value })
-                    }
-                    _ => LeaderChange::Elected(Leader { term, value }),
+                if position <= last {
+                    return None;
+                }
+                // Noted for this client's reads; an observer itself follows its channel's order.
+                self.election.see(term);
+                let change = if last.term == term && last.version != UNANNOUNCED {
+                    LeaderChange::Proclaimed(Leader { term, value })
+                } else {
+                    LeaderChange::Elected(Leader { term, value })
                 };
                 self.last = Some(position);
                 Some(change)
             }
             Change::Resigned { term } => {
-                let position = Position {
-                    term,
-                    version: u64::MAX,
-                };
-                if self.last.is_some_and(|last| position <= last) {
+                if last.term != term || last.version == UNANNOUNCED || last.version == OVER {
                     return None;
                 }
-                self.last = Some(position);
+                self.last = Some(Position {
+                    term,
+                    version: OVER,
+                });
                 Some(LeaderChange::Resigned { term })
             }
         }
     }
+}
+
+/// The next failure of the subscriber connection in `errors` (never, once the client is gone:
+/// the shutdown ends the stream).
+async fn connection_error(
+    errors: &mut tokio::sync::broadcast::Receiver<(
+        fred::error::Error,
+        Option<fred::types::config::Server>,
+    )>,
+) -> fred::error::Error {
+    loop {
+        match errors.recv().await {
+            Ok((err, _)) => return err,
+            Err(RecvError::Lagged(_)) => {}
+            Err(RecvError::Closed) => return std::future::pending().await,
+        }
+    }
+}
+
+/// Once the subscriber connection has been quiet for [`CHECK_INTERVAL`]: a `PING` on it, within
+/// the command timeout. A server that is frozen or paused breaks no connection and sends no
+/// error; only a request left unanswered shows it.
+fn quiet_check(election: &Election, listener: &Listener) -> Check {
+    let ping = listener.ping();
+    let election = election.clone();
+    Box::pin(async move {
+        tokio::time::sleep(CHECK_INTERVAL).await;
+        election.within_command_timeout(ping).await
+    })
 }
 
 #[cfg(test)]

@@ -174,6 +174,7 @@ impl WaiterHub {
         let listener = Listener {
             messages: self.inner.sub.message_rx(),
             reconnects: self.inner.sub.reconnect_rx(),
+            errors: self.inner.sub.error_rx(),
             moved: self.inner.moved.subscribe(),
             hub: Arc::clone(&self.inner),
             channel: channel.to_owned(),
@@ -232,6 +233,10 @@ pub(crate) struct Listener {
     pub(crate) messages: tokio::sync::broadcast::Receiver<fred::types::Message>,
     /// The subscriber connection's reconnects: messages may have been lost meanwhile.
     pub(crate) reconnects: tokio::sync::broadcast::Receiver<Server>,
+    /// The subscriber connection's errors: a connection that broke (`Some(server)`), an attempt
+    /// to connect again that failed (`None`). On a cluster they may be about any node's
+    /// connection (see [`Listener::one_connection`]).
+    pub(crate) errors: tokio::sync::broadcast::Receiver<(fred::error::Error, Option<Server>)>,
     /// Listened channels whose slot moved to another node (sharded mode): the old owner dropped
     /// the subscription, so messages may have been lost until the hub subscribed again.
     pub(crate) moved: tokio::sync::broadcast::Receiver<String>,
@@ -245,8 +250,49 @@ impl Listener {
 
     /// Subscribes to the channel again and waits for the confirmation (after a reconnect: the
     /// hub re-subscribes too, but a listener must know when it is done before it re-reads).
-    pub(crate) async fn resubscribe(&self) -> Result<(), Error> {
-        transport::subscribe(&self.hub, &self.channel).await
+    /// The future owns what it needs, so the listener's receivers stay free meanwhile.
+    pub(crate) fn resubscribe(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send + 'static {
+        let hub = Arc::clone(&self.hub);
+        let channel = self.channel.clone();
+        async move { transport::subscribe(&hub, &channel).await }
+    }
+
+    /// Whether the subscriber client has one connection (a standalone server, or the primary
+    /// that Sentinel names), so that each of its [`errors`](Listener::errors) is about the
+    /// connection that carries this channel; on a cluster it has one per node.
+    pub(crate) fn one_connection(&self) -> bool {
+        use fred::interfaces::ClientLike as _;
+        !self.hub.sub.is_clustered()
+    }
+
+    /// A `PING` on the subscriber connection that carries the channel's messages (on a cluster:
+    /// the node of the channel's slot in sharded mode, else the node the classic subscriptions
+    /// go to): whether that connection still answers. A connection can stay open to a server
+    /// that answers nothing (frozen, `CLIENT PAUSE`), which no connection event reports.
+    /// Bounded by fred's command timeout only; the caller puts its own deadline around it.
+    pub(crate) fn ping(
+        &self,
+    ) -> impl std::future::Future<Output = Result<(), Error>> + Send + 'static {
+        let hub = Arc::clone(&self.hub);
+        let channel = self.channel.clone();
+        async move {
+            use fred::interfaces::ClientLike as _;
+            use fred::types::{ClusterHash, CustomCommand, Value};
+            let answered = if hub.sub.is_clustered() {
+                let slot = if hub.sharded {
+                    lockkit_protocol::slot::key_slot(&channel)
+                } else {
+                    lockkit_protocol::slot::key_slot(hub.sub.id())
+                };
+                let ping = CustomCommand::new_static("PING", ClusterHash::Custom(slot), false);
+                hub.sub.custom::<Value, Vec<Value>>(ping, Vec::new()).await
+            } else {
+                hub.sub.ping::<Value>(None).await
+            };
+            answered.map(drop).map_err(crate::error::redis("observe"))
+        }
     }
 }
 
