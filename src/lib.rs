@@ -72,6 +72,29 @@ pub async fn client_with(url: &str, watchdog_timeout: Duration) -> lockkit::Clie
     }
 }
 
+/// The recheck interval of [`client_woken_only`]: longer than any test's hang guard.
+pub const NO_RECHECK: Duration = Duration::from_secs(3600);
+
+/// A client whose waiting calls do not look again on their own within a test's time (a
+/// [recheck interval](lockkit::ClientBuilder::recheck_interval) of an hour), for tests of what
+/// wakes a waiter: with the default interval (≈ 1.7 s), a waiter that missed its wake-up would
+/// still get in long before the test's hang guard, and the test could not fail. (Waiters of the
+/// lock kinds still look again every third of their keep-alive: that is their place in line.)
+///
+/// # Panics
+/// When it cannot connect.
+pub async fn client_woken_only(url: &str) -> lockkit::Client {
+    match lockkit::Client::builder()
+        .url(url)
+        .recheck_interval(NO_RECHECK)
+        .build()
+        .await
+    {
+        Ok(client) => client,
+        Err(err) => panic!("cannot connect to {url}: {err}"),
+    }
+}
+
 /// Fails a test that would otherwise hang: `future` must finish within `limit`. The limit is a
 /// hang guard, never a performance assertion; keep it far above the expected time.
 ///

@@ -7,7 +7,9 @@ use std::time::Duration;
 use fred::interfaces::{KeysInterface, PubsubInterface};
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::Error;
-use lockkit_suite::{client, client_with, raw, redis, spawned, unique, until_waiting, within};
+use lockkit_suite::{
+    client, client_with, client_woken_only, raw, redis, spawned, unique, until_waiting, within,
+};
 use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(30);
@@ -22,19 +24,18 @@ fn latch_keys(name: &str) -> lockkit::protocol::keys::ObjectKeys {
 /// Two waiters on each of three clients. At count 1 — even when made to re-check by a stray
 /// message — none of them returns; the last count-down releases all six, each after the flag that
 /// the test raises just before it. Without a message, these clients' waiters would re-check only
-/// every 40 s (a third of their 120 s watchdog timeout), after the test's 30 s hang guard: only the
-/// message that the count reached zero can release them in time.
+/// after an hour (their recheck interval), after the test's 30 s hang guard: only the message
+/// that the count reached zero can release them in time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_of_several_clients_are_released_exactly_when_the_count_reaches_zero() {
     let redis = redis().await;
     let url = redis.url();
     let name = unique("release-all");
     let counter = client(&url).await;
-    let slow_recheck = Duration::from_secs(120);
     let clients = [
-        client_with(&url, slow_recheck).await,
-        client_with(&url, slow_recheck).await,
-        client_with(&url, slow_recheck).await,
+        client_woken_only(&url).await,
+        client_woken_only(&url).await,
+        client_woken_only(&url).await,
     ];
     let latch = counter.count_down_latch(&name);
     assert!(latch.try_set_count(3).await.unwrap());
@@ -172,11 +173,12 @@ async fn wait_is_true_at_once_on_an_open_latch_and_false_when_it_times_out() {
 }
 
 /// The count vanishes without any message (here: deleted by hand). The waiter re-checks on its
-/// own — at the watchdog period, 100 ms for this client — instead of hanging.
+/// own — at its recheck interval, ≈ 1.7 s by default — instead of hanging. Its watchdog timeout
+/// (an hour) plays no part: before issue 27 a latch's waiter re-checked every third of it.
 #[tokio::test]
 async fn a_waiter_that_gets_no_message_still_sees_zero() {
     let redis = redis().await;
-    let waiter = client_with(&redis.url(), Duration::from_millis(300)).await;
+    let waiter = client_with(&redis.url(), Duration::from_secs(3600)).await;
     let name = unique("no-message");
     let latch = waiter.count_down_latch(&name);
     latch.try_set_count(1).await.unwrap();

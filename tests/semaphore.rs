@@ -8,7 +8,9 @@ use std::time::Duration;
 use fred::interfaces::LuaInterface;
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::{Error, ExpirablePermit, SemaphorePermit};
-use lockkit_suite::{client, client_with, raw, redis, spawned, unique, until_waiting, within};
+use lockkit_suite::{
+    client, client_with, client_woken_only, raw, redis, spawned, unique, until_waiting, within,
+};
 use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(30);
@@ -162,12 +164,13 @@ async fn never_more_holders_than_permits_across_three_clients() {
 }
 
 /// A release of 3 permits wakes 3 waiters. Every lease outlasts the waiters' patience, which
-/// outlasts the hang guard: only the release message can let all three in in time.
+/// outlasts the hang guard, and the waiters do not look again on their own: only the release
+/// message can let all three in in time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_of_k_permits_wakes_k_waiters() {
     let redis = redis().await;
     let holder = client(&redis.url()).await;
-    let waiters = client_with(&redis.url(), LEASE).await;
+    let waiters = client_woken_only(&redis.url()).await;
     let name = unique("wake-k");
     let sem = holder.semaphore(&name);
     sem.try_set_permits(3).await.unwrap();
@@ -306,7 +309,8 @@ async fn a_dropped_permit_and_a_cancelled_acquire_leave_nothing_taken() {
 async fn permits_are_set_once_and_added_or_removed_later() {
     let redis = redis().await;
     let admin = client(&redis.url()).await;
-    let waiters = client(&redis.url()).await;
+    // Looks again only when woken: a missing announcement would hang to the guard.
+    let waiters = client_woken_only(&redis.url()).await;
     let name = unique("admin");
     let sem = admin.semaphore(&name);
     assert_eq!(sem.available_permits().await.unwrap(), 0, "never set");
@@ -458,13 +462,14 @@ async fn an_acquire_replayed_after_a_lost_reply_takes_the_permits_once() {
 // === PermitExpirableSemaphore ===
 
 /// A permit taken by one client is released by id by another; a third client waiting for it is
-/// woken by the release (its lease would outlast the waiter's patience and the hang guard).
+/// woken by the release (its lease would outlast the waiter's patience and the hang guard, and
+/// the waiter does not look again on its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_permit_is_released_by_id_from_another_client() {
     let redis = redis().await;
     let taker = client(&redis.url()).await;
     let releaser = client(&redis.url()).await;
-    let waiter = client(&redis.url()).await;
+    let waiter = client_woken_only(&redis.url()).await;
     let name = unique("by-id");
     let sem = taker.permit_expirable_semaphore(&name);
     sem.try_set_permits(1).await.unwrap();

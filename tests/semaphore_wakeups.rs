@@ -8,13 +8,14 @@
 //! Every scenario: a semaphore of 2 permits, both held with a long fixed lease (so no lease end
 //! wakes anyone), waiters registered in a given order across one or two clients, then one permit
 //! released. A 1-permit waiter must get it. The waiters' own wait (`PATIENCE`) is far longer
-//! than the test's bound (`BOUND`): a waiter that is not woken by the release sleeps past the
-//! bound, and the test fails with a timeout instead of passing late.
+//! than the test's bound (`BOUND`), and their clients do not look again on their own
+//! (`client_woken_only`): a waiter that is not woken by the release sleeps past the bound, and
+//! the test fails with a timeout instead of passing late.
 
 use std::time::Duration;
 
 use lockkit::{Client, SemaphorePermit};
-use lockkit_suite::{client, spawned, unique, within};
+use lockkit_suite::{client, client_woken_only, spawned, unique, within};
 use tokio::task::JoinHandle;
 
 /// The waiters' patience: longer than the test's bound.
@@ -46,7 +47,7 @@ async fn a_freed_permit_reaches_a_one_permit_waiter(clients: usize, order: &[Wan
     let holder = client(&url).await;
     let mut waiters: Vec<Client> = Vec::new();
     for _ in 0..clients {
-        waiters.push(client(&url).await);
+        waiters.push(client_woken_only(&url).await);
     }
     let name = unique("wakeups");
     let semaphore = holder.semaphore(&name);

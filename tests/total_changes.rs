@@ -8,9 +8,10 @@
 //! were lost.
 //!
 //! In every scenario the holders **keep holding** (a release would wake the waiter and hide a
-//! missing announcement), with leases far longer than the test's hang guard (`BOUND`): a waiter
-//! that is not told sleeps until a holder's lease ends, past the guard, and the test fails with a
-//! timeout. Each scenario runs with a bounded `try_acquire` and with an unbounded `acquire`.
+//! missing announcement), with leases far longer than the test's hang guard (`BOUND`), and the
+//! waiting client does not look again on its own (`client_woken_only`): a waiter that is not told
+//! sleeps past the guard, and the test fails with a timeout. Each scenario runs with a bounded
+//! `try_acquire` and with an unbounded `acquire`.
 //!
 //! The latch has no such change: its count only goes down, and the count-down that reaches zero
 //! announces `all` already (`tests/count_down_latch.rs`); what happens when its key is lost is in
@@ -20,7 +21,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use lockkit::{Client, Error};
-use lockkit_suite::{client, spawned, unique, within};
+use lockkit_suite::{client, client_woken_only, spawned, unique, within};
 
 /// The waiters' own patience, for the bounded variant: longer than the guard.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -131,7 +132,7 @@ async fn add_permits_below_a_waiters_request_refuses_it_while_the_holder_still_h
     let redis = spawned().await;
     let (holder, waiting, admin) = (
         client(&redis.url()).await,
-        client(&redis.url()).await,
+        client_woken_only(&redis.url()).await,
         client(&redis.url()).await,
     );
     for wait in BOTH {
@@ -155,7 +156,10 @@ async fn add_permits_below_a_waiters_request_refuses_it_while_the_holder_still_h
 #[tokio::test]
 async fn a_waiter_that_still_fits_the_lowered_total_keeps_waiting_and_gets_its_permit() {
     let redis = spawned().await;
-    let (holder, waiting) = (client(&redis.url()).await, client(&redis.url()).await);
+    let (holder, waiting) = (
+        client(&redis.url()).await,
+        client_woken_only(&redis.url()).await,
+    );
     let name = unique("shrink-fits");
     let semaphore = holder.semaphore(&name);
     assert!(semaphore.try_set_permits(3).await.unwrap());
@@ -198,7 +202,10 @@ async fn a_waiter_that_still_fits_the_lowered_total_keeps_waiting_and_gets_its_p
 #[tokio::test]
 async fn add_permits_to_zero_refuses_a_permit_expirable_waiter_while_the_permit_is_held() {
     let redis = spawned().await;
-    let (holder, waiting) = (client(&redis.url()).await, client(&redis.url()).await);
+    let (holder, waiting) = (
+        client(&redis.url()).await,
+        client_woken_only(&redis.url()).await,
+    );
     for wait in BOTH {
         let name = unique("pes-shrink");
         let slots = holder.permit_expirable_semaphore(&name);
@@ -218,7 +225,7 @@ async fn a_total_set_after_the_keys_were_lost_refuses_a_waiter_that_asks_for_mor
     let redis = spawned().await;
     let (holder, waiting, admin) = (
         client(&redis.url()).await,
-        client(&redis.url()).await,
+        client_woken_only(&redis.url()).await,
         client(&redis.url()).await,
     );
     for wait in BOTH {
@@ -260,7 +267,7 @@ async fn an_acquire_that_sets_the_lost_total_again_refuses_a_waiter_that_asks_fo
     let redis = spawned().await;
     let (holder, waiting, other) = (
         client(&redis.url()).await,
-        client(&redis.url()).await,
+        client_woken_only(&redis.url()).await,
         client(&redis.url()).await,
     );
     for wait in BOTH {

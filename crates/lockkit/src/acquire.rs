@@ -3,8 +3,9 @@
 //! A primitive supplies an [`Attempt`]: one atomic try in Redis that either takes the object or
 //! says how long the current holder may still hold it. The loop does the rest, in the order that
 //! closes the lost-wakeup race (see [`crate::waiters`]): try; if busy, register on the channel and
-//! confirm the subscription; try again; sleep until woken, the holder's lease ends, or the
-//! deadline passes; repeat. On a channel that is subscribed already, the waiter registers before
+//! confirm the subscription; try again; sleep until woken, the holder's lease ends, the
+//! [recheck interval](crate::ClientBuilder::recheck_interval) passes, or the deadline passes;
+//! repeat. On a channel that is subscribed already, the waiter registers before
 //! its first try instead, and needs no second.
 //!
 //! # The bound
@@ -18,6 +19,20 @@
 //! ([`Attempt::attempt`] is cancel-safe); the call fails with an ambiguous [`Error::Redis`] that
 //! names the object and says how long it waited: Redis did not answer, which is not the same as
 //! "someone else holds it" (`Ok(None)`).
+//!
+//! # The outage bound of a wait
+//!
+//! A wait without a deadline (`lock()`, `acquire()`, `wait(Duration::MAX)`), and a long one,
+//! fails soon once Redis is gone, whatever the holder's lease says, because it never sleeps long
+//! without trying, and every try is bounded by the command timeout:
+//! - a lost connection (command or subscriber) wakes every waiter of the client at once
+//!   ([`crate::waiters`]): each tries now, and fails within the command timeout unless Redis is
+//!   back by then;
+//! - a Redis that stops answering without closing the connection (frozen, `CLIENT PAUSE`, a
+//!   black hole) closes nothing: every waiter looks again at least every
+//!   [recheck interval](crate::ClientBuilder::recheck_interval) ([`sleep_at_most`]), so it
+//!   fails within that interval plus the command timeout. The same look finds what no message
+//!   announces, such as permits freed by data loss.
 
 use std::future::Future;
 use std::time::Duration;
@@ -268,10 +283,16 @@ where
     // closes the lost-wakeup race is not needed.
     let (waiter, mut known) = match early {
         Some(waiter) => (waiter, Some(first)),
-        None => (
-            bound.run(client.hub.register(channel, tag, need)).await?,
-            None,
-        ),
+        None => {
+            // The subscription is given the command timeout at most, as a try is, however long
+            // the wait: it re-sends a `SUBSCRIBE` that could not be routed for several seconds
+            // (`exec::resend_unsent`), and a wait must not spend them on a Redis that is gone.
+            let subscribing = client
+                .exec
+                .command_deadline()
+                .run("subscribe", client.hub.register(channel, tag, need));
+            (bound.run(subscribing).await?, None)
+        }
     };
     let _waiting = metrics::Waiting::new(kind);
     // A lock a release granted this waiter while it slept: taken without a try.
@@ -307,10 +328,7 @@ where
         if deadline.is_some_and(|deadline| now >= deadline) {
             return Ok(None);
         }
-        // Without a known lease (a key without expiry), re-check at the watchdog period.
-        let bound = retry_in
-            .unwrap_or(client.settings.watchdog_timeout / 3)
-            .max(Duration::from_millis(1));
+        let bound = sleep_at_most(client, retry_in);
         let mut wake_at = now + bound;
         if let Some(deadline) = deadline {
             wake_at = wake_at.min(deadline);
@@ -321,6 +339,19 @@ where
             () = client.shutdown.cancelled() => return Err(Error::Shutdown),
         }
     }
+}
+
+/// How long a refused waiter sleeps at most before it looks again, woken or not: until the
+/// holder's lease ends (`retry_in`; unknown: `None`), and never longer than the client's
+/// [recheck interval](crate::ClientBuilder::recheck_interval), whatever the lease says. What no
+/// message announces is found by looking: permits or a latch freed by data loss, a Redis that
+/// stopped answering without closing the connection (the look fails within the command
+/// timeout). At least 1 ms.
+fn sleep_at_most(client: &ClientInner, retry_in: Option<Duration>) -> Duration {
+    let recheck = client.settings.recheck_interval;
+    retry_in
+        .map_or(recheck, |retry_in| retry_in.min(recheck))
+        .max(Duration::from_millis(1))
 }
 
 /// Logs the self-wait warning (once per acquire call: called before its first wait) when the
@@ -341,7 +372,7 @@ pub(crate) struct Backoff {
 
 /// Like [`acquire`], but waits by polling with capped exponential backoff and jitter instead of
 /// pub/sub (for the spin lock, where pub/sub traffic is unwelcome). Each pause is also bounded by
-/// the holder's remaining lease and the deadline.
+/// the holder's remaining lease, the recheck interval and the deadline.
 pub(crate) async fn acquire_polling<A>(
     client: &ClientInner,
     attempt: &A,
@@ -389,10 +420,7 @@ where
         }
         // Full jitter in [pause/2, pause], so pollers spread out.
         let jittered = pause / 2 + pause.mul_f64(jitter() / 2.0);
-        let mut wake_at = now
-            + retry_in.map_or(jittered, |ttl| {
-                jittered.min(ttl.max(Duration::from_millis(1)))
-            });
+        let mut wake_at = now + sleep_at_most(client, retry_in).min(jittered);
         if let Some(deadline) = deadline {
             wake_at = wake_at.min(deadline);
         }

@@ -33,6 +33,12 @@ const SUBSCRIBER_QUEUE: usize = 1024;
 const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_RENEW_BATCH: usize = 256;
+/// The default [recheck interval](ClientBuilder::recheck_interval): a third of a lock waiter's
+/// keep-alive (5 s), the period at which the locks' waiters keep their place in line.
+const DEFAULT_RECHECK_INTERVAL: Duration =
+    Duration::from_nanos(lockkit_protocol::lock::WAITER_KEEPALIVE.as_nanos() as u64 / 3);
+/// The shortest recheck interval accepted.
+const MIN_RECHECK_INTERVAL: Duration = Duration::from_millis(1);
 
 /// A connection to Redis that hands out locks.
 ///
@@ -249,6 +255,7 @@ pub struct ClientBuilder {
     key_prefix: String,
     command_timeout: Duration,
     connect_timeout: Duration,
+    recheck_interval: Duration,
     renew_batch: usize,
     pubsub: PubSubMode,
     replica_ack: (ReplicaAck, Duration),
@@ -265,6 +272,7 @@ impl std::fmt::Debug for ClientBuilder {
             .field("key_prefix", &self.key_prefix)
             .field("command_timeout", &self.command_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("recheck_interval", &self.recheck_interval)
             .field("renew_batch", &self.renew_batch)
             .field("pubsub", &self.pubsub)
             .field("replica_ack", &self.replica_ack)
@@ -282,6 +290,7 @@ impl Default for ClientBuilder {
             key_prefix: DEFAULT_PREFIX.to_owned(),
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            recheck_interval: DEFAULT_RECHECK_INTERVAL,
             renew_batch: DEFAULT_RENEW_BATCH,
             pubsub: PubSubMode::Auto,
             replica_ack: (ReplicaAck::None, Duration::ZERO),
@@ -339,6 +348,32 @@ impl ClientBuilder {
     /// timeout bounds each reconnection's handshake later.
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// How often a waiting call looks again on its own when nothing woke it (default 5 s / 3 ≈
+    /// 1.7 s, the period at which a lock's waiters keep their place in line; accepted from 1 ms
+    /// to 365 days). Every waiting call of every primitive ([`Lock::lock`](crate::Lock::lock),
+    /// [`Semaphore::acquire`](crate::Semaphore::acquire),
+    /// [`CountDownLatch::wait`](crate::CountDownLatch::wait), every `try_*` with a `wait`, ...)
+    /// looks again at least this often, whatever the holder's lease says. It bounds what no
+    /// message announces:
+    /// - permits, a lock or a latch freed by **data loss** (`FLUSHALL`, an eviction, a restart
+    ///   without the data): a waiter finds them free within this interval, never a lease later;
+    /// - a Redis that **stops answering without closing the connection** (a frozen process, a
+    ///   `CLIENT PAUSE`, a network that swallows packets): a waiting call fails within this
+    ///   interval plus the [command timeout](ClientBuilder::command_timeout).
+    ///
+    /// A lost connection needs no look: it wakes every waiting call of the client at once, and
+    /// each fails within the command timeout unless Redis is back by then (see the guide's
+    /// "Bounds while Redis is down").
+    ///
+    /// Each look is one script call per waiting call. Raise it to lower the load of thousands of
+    /// waiters, at the price of those two bounds; the waiters of a [`Lock`], [`FencedLock`],
+    /// [`FairLock`], [`MultiLock`] and [`Election`] keep looking at least every third of their
+    /// keep-alive whatever it says, since their place in line lives on it.
+    pub fn recheck_interval(mut self, interval: Duration) -> Self {
+        self.recheck_interval = interval;
         self
     }
 
@@ -457,6 +492,12 @@ impl ClientBuilder {
                     "{what} {value:?} is outside (0s, {MAX_LEASE:?}]"
                 )));
             }
+        }
+        if self.recheck_interval < MIN_RECHECK_INTERVAL || self.recheck_interval > MAX_LEASE {
+            return Err(Error::InvalidArgument(format!(
+                "recheck interval {:?} is outside {MIN_RECHECK_INTERVAL:?}..={MAX_LEASE:?}",
+                self.recheck_interval
+            )));
         }
         let (min_ttl, max_ttl) = (
             lockkit_protocol::fenced_lock::MIN_COUNTER_TTL,
@@ -604,13 +645,16 @@ impl ClientBuilder {
                 clustered,
             },
         );
-        let hub = WaiterHub::start(sub, sharded, closed.clone());
+        // Both connections' losses wake every waiter (see `WaiterHub::start`).
+        let command_errors = fred::interfaces::EventInterface::error_rx(exec.redis());
+        let hub = WaiterHub::start(sub, command_errors, sharded, closed.clone());
         tracing::debug!(client = %id, url = %redact(&url), ?pubsub, "lockkit client connected");
         Ok(Client {
             inner: Arc::new(ClientInner::new(
                 id,
                 Settings {
                     watchdog_timeout: self.watchdog_timeout,
+                    recheck_interval: self.recheck_interval,
                     namespace,
                     pubsub,
                     replica_ack,

@@ -26,8 +26,8 @@ use crate::watchdog::Watchdog;
 ///
 /// All clients of one deployment must use the same mode: a waiter subscribed with `SSUBSCRIBE`
 /// does not hear a `PUBLISH`, and the other way round. A missed notification costs a waiter at
-/// most the holder's remaining lease (it re-checks then), never a hang, but it turns event-driven
-/// waiting into waiting out leases.
+/// most the [recheck interval](crate::ClientBuilder::recheck_interval) (it looks again then),
+/// never a hang, but it turns event-driven waiting into polling.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lockkit::Error> {
@@ -63,6 +63,9 @@ pub enum PubSubMode {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub(crate) watchdog_timeout: Duration,
+    /// The longest a waiting call sleeps without looking again
+    /// ([`ClientBuilder::recheck_interval`](crate::ClientBuilder::recheck_interval)).
+    pub(crate) recheck_interval: Duration,
     pub(crate) namespace: Namespace,
     /// The resolved mode: [`PubSubMode::Classic`] or [`PubSubMode::Sharded`], never `Auto`.
     pub(crate) pubsub: PubSubMode,

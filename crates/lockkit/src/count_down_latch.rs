@@ -32,8 +32,9 @@ use crate::semaphore::key_refs;
 ///
 /// # Waiting
 /// A waiting task subscribes to the latch's channel; the count-down that reaches zero wakes every
-/// waiter of every client at once. Should that message be lost (a reconnect), waiters re-check the
-/// count at least every third of the client's watchdog timeout (10 s by default).
+/// waiter of every client at once. Should that message be lost (a reconnect), or the count be
+/// lost with the data (an absent count is zero: the latch is open), waiters re-check the count at
+/// least every [recheck interval](crate::ClientBuilder::recheck_interval) (≈ 1.7 s by default).
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -163,7 +164,11 @@ impl CountDownLatch {
     /// Returns `true` at once when the latch is already at zero (or was never set).
     ///
     /// `timeout = Duration::ZERO` only checks. A `timeout` too long to represent as a deadline
-    /// (`Duration::MAX`) waits without bound.
+    /// (`Duration::MAX`) waits without bound while Redis answers. In an outage it fails with
+    /// [`Error::Redis`] within the [command timeout](crate::ClientBuilder::command_timeout) once
+    /// a connection to Redis is lost, or the
+    /// [recheck interval](crate::ClientBuilder::recheck_interval) plus the command timeout when
+    /// Redis stops answering (frozen, paused).
     ///
     /// # Cancel safety
     /// Cancel-safe: a dropped wait leaves nothing behind.
@@ -225,7 +230,8 @@ async fn read_count(object: &Object, keys: &ObjectKeys) -> Result<u64, Error> {
 }
 
 /// "The count is zero", as an attempt of the shared acquire loop: succeeds when the count is zero;
-/// otherwise busy with no known bound, so a lost message costs at most the loop's fallback period.
+/// otherwise busy with no known bound, so a lost message costs at most the client's recheck
+/// interval.
 struct ZeroAttempt<'a> {
     object: &'a Object,
     keys: &'a ObjectKeys,

@@ -133,6 +133,11 @@ impl Election {
     /// then announces `value` (any string, the empty one included) and returns the leader's
     /// guard. Leadership is held in watchdog mode: renewed for as long as the guard lives.
     ///
+    /// In an outage it fails with [`Error::Redis`] within the
+    /// [command timeout](crate::ClientBuilder::command_timeout) once a connection to Redis is
+    /// lost, or the [recheck interval](crate::ClientBuilder::recheck_interval) plus the command
+    /// timeout when Redis stops answering (frozen, paused), never the leader's lease later.
+    ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future leaves no candidacy and no leadership behind (a
     /// leadership already granted is resigned in the background).

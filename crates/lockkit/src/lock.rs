@@ -199,6 +199,11 @@ impl Lock {
 
     /// Waits as long as it takes, then holds the lock in watchdog mode.
     ///
+    /// In an outage it fails with [`Error::Redis`] within the
+    /// [command timeout](crate::ClientBuilder::command_timeout) once a connection to Redis is
+    /// lost, or the [recheck interval](crate::ClientBuilder::recheck_interval) plus the command
+    /// timeout when Redis stops answering (frozen, paused), never a holder's lease later.
+    ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future at any point leaves no hold behind (a hold the acquire
     /// script may already have taken is released in the background).

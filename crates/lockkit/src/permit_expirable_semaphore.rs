@@ -155,6 +155,11 @@ impl PermitExpirableSemaphore {
 
     /// Waits as long as it takes, then holds one permit for `lease`.
     ///
+    /// In an outage it fails with [`Error::Redis`] within the
+    /// [command timeout](crate::ClientBuilder::command_timeout) once a connection to Redis is
+    /// lost, or the [recheck interval](crate::ClientBuilder::recheck_interval) plus the command
+    /// timeout when Redis stops answering (frozen, paused), never a holder's lease later.
+    ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future at any point leaves no permit taken (a permit the acquire
     /// script may already have taken is given back in the background).

@@ -71,8 +71,10 @@ pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
 ///
 /// # Waiting
 /// A task that finds too few permits free subscribes to the semaphore's channel and sleeps until
-/// permits come back (a release of `k` permits wakes `k` waiters of each client), or at most until
-/// the earliest holder's lease would end. It never polls. A woken waiter that finds too few
+/// permits come back (a release of `k` permits wakes `k` waiters of each client), or at most the
+/// client's [recheck interval](crate::ClientBuilder::recheck_interval) (≈ 1.7 s by default),
+/// whatever the holders' leases say: permits that come back without a message (a lease that ran
+/// out, data loss) reach a waiter within that interval. A woken waiter that finds too few
 /// permits for itself hands the wake-up on to a waiter of its client that asks for fewer, so a
 /// freed permit is not wasted on a waiter that cannot use it.
 ///
@@ -203,6 +205,11 @@ impl Semaphore {
     }
 
     /// Waits as long as it takes, then holds `permits` permits in watchdog mode.
+    ///
+    /// In an outage it fails with [`Error::Redis`] within the
+    /// [command timeout](crate::ClientBuilder::command_timeout) once a connection to Redis is
+    /// lost, or the [recheck interval](crate::ClientBuilder::recheck_interval) plus the command
+    /// timeout when Redis stops answering (frozen, paused), never a holder's lease later.
     ///
     /// # Cancel safety
     /// Cancel-safe: dropping the future at any point leaves no permits taken (permits the acquire

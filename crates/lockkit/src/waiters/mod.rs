@@ -38,6 +38,14 @@
 //! waiter is woken to re-check; after a reconnect, once the hub has subscribed again to every
 //! channel it tracks. The rules and their reasons are in [`wake`].
 //!
+//! **Outages.** When either of the client's connections is lost (closed, broken, or a
+//! reconnection failed), every waiter of the client is woken at once, whatever channel it waits
+//! on: its next try then fails within the command timeout if Redis is still gone, so no waiter
+//! sleeps through an outage until a holder's lease would have ended. This is the one place where
+//! a lost connection reaches the waiters, for every primitive. A Redis that stops answering
+//! without closing anything (frozen, paused) sends no event: the waiters' own looks at least
+//! every recheck interval find it ([`crate::acquire`]).
+//!
 //! **Registering first.** Step 2 costs a script call on every wait, wasted unless a release
 //! slipped in between the first try and step 1. When the channel is subscribed already
 //! (confirmed, and not retired), the waiter registers **before** its first try instead
@@ -65,6 +73,11 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
 use table::{WaitTable, WaiterId};
+
+/// The connection errors of one fred client ([`EventInterface::error_rx`]): a connection
+/// closed or broken, a reconnection that failed.
+pub(crate) type ConnectionErrors =
+    tokio::sync::broadcast::Receiver<(fred::error::Error, Option<Server>)>;
 
 /// The client's waiter hub.
 pub(crate) struct WaiterHub {
@@ -97,11 +110,17 @@ struct HubInner {
 
 impl WaiterHub {
     /// Starts the hub on a connected subscriber client; `closed` stops it and closes the
-    /// connection.
-    /// `sharded` selects sharded pub/sub (`SSUBSCRIBE`).
+    /// connection. `command_errors` are the connection errors of the client's command
+    /// connection: like the subscriber connection's own, each wakes every waiter
+    /// ([`transport::dispatch`]). `sharded` selects sharded pub/sub (`SSUBSCRIBE`).
     ///
     /// Must be called inside a tokio runtime (the client's `build`): the hub runs there.
-    pub(crate) fn start(sub: SubscriberClient, sharded: bool, closed: CancellationToken) -> Self {
+    pub(crate) fn start(
+        sub: SubscriberClient,
+        command_errors: ConnectionErrors,
+        sharded: bool,
+        closed: CancellationToken,
+    ) -> Self {
         let runtime = tokio::runtime::Handle::current();
         let inner = Arc::new(HubInner {
             sub: sub.clone(),
@@ -114,7 +133,16 @@ impl WaiterHub {
             listened: Mutex::new(HashMap::new()),
             moved: tokio::sync::broadcast::channel(64).0,
         });
-        runtime.spawn(transport::dispatch(Arc::downgrade(&inner), sub, closed));
+        let lost = transport::Lost {
+            subscriber: sub.error_rx(),
+            commands: command_errors,
+        };
+        runtime.spawn(transport::dispatch(
+            Arc::downgrade(&inner),
+            sub,
+            lost,
+            closed,
+        ));
         Self { inner }
     }
 

@@ -27,7 +27,9 @@
 //!
 //! When messages may have been lost (the broadcast channel lagged, or the subscriber connection
 //! was re-established) every waiter is woken to re-check; after a reconnect, once the hub has
-//! subscribed again to every channel it tracks.
+//! subscribed again to every channel it tracks. When a connection of the client (subscriber or
+//! command) is lost, every waiter is woken too, so that it tries at once and fails within the
+//! command timeout if Redis is gone ([`connection_lost`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Weak};
@@ -44,7 +46,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::table::Retire;
 use super::wake::{Fallbacks, FALLBACK_DELAY};
-use super::{slots, HubInner};
+use super::{slots, ConnectionErrors, HubInner};
 use crate::error::{redis, Error};
 use crate::exec::resend_unsent;
 
@@ -150,12 +152,28 @@ pub(super) async fn unlisten(hub: Weak<HubInner>, channel: String) {
     }
 }
 
+/// The connection errors the dispatcher watches: each wakes every waiter ([`connection_lost`]).
+pub(super) struct Lost {
+    /// The subscriber connection's.
+    pub(super) subscriber: ConnectionErrors,
+    /// The command connection's (every node's, on a cluster).
+    pub(super) commands: ConnectionErrors,
+}
+
 /// Routes release messages to waiters until `closed`, then closes the subscriber connection.
+/// A lost connection (`lost`) wakes every waiter.
 pub(super) async fn dispatch(
     hub: Weak<HubInner>,
     sub: SubscriberClient,
+    lost: Lost,
     closed: CancellationToken,
 ) {
+    let Lost {
+        subscriber: mut subscriber_errors,
+        commands: mut command_errors,
+    } = lost;
+    // A stream that closed (its client is gone) is no longer watched.
+    let (mut subscriber_open, mut commands_open) = (true, true);
     let mut messages = sub.message_rx();
     let mut reconnects = sub.reconnect_rx();
     let mut cluster_changes = sub.cluster_change_rx();
@@ -196,6 +214,12 @@ pub(super) async fn dispatch(
                     }
                 }
                 Err(RecvError::Closed) => break,
+            },
+            error = subscriber_errors.recv(), if subscriber_open => {
+                subscriber_open = connection_lost(&hub, "subscriber", error);
+            },
+            error = command_errors.recv(), if commands_open => {
+                commands_open = connection_lost(&hub, "command", error);
             },
             change = cluster_changes.recv(), if sharded => match change {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
@@ -288,6 +312,37 @@ async fn resubscribe_sharded(hub: &HubInner) {
             );
         }
     }
+}
+
+/// One of the client's connections (`which`) was lost, or could not be re-established: every
+/// waiter of the client is woken, whatever channel it waits on. Each tries again at once: while
+/// Redis is gone its try fails within the command timeout and so does its wait, instead of
+/// sleeping until a holder's lease would have ended; after a blip, it finds the object as it is
+/// and sleeps again (and once the subscriber connection is back, [`resubscribe`] wakes everyone
+/// once more). Returns whether the stream is still open.
+fn connection_lost(
+    hub: &Weak<HubInner>,
+    which: &'static str,
+    error: Result<(fred::error::Error, Option<fred::types::config::Server>), RecvError>,
+) -> bool {
+    let shown = match &error {
+        Ok((error, _)) => error.to_string(),
+        Err(RecvError::Lagged(missed)) => format!("{missed} connection errors"),
+        Err(RecvError::Closed) => return false,
+    };
+    let Some(hub) = hub.upgrade() else {
+        return false;
+    };
+    let mut table = hub.channels.lock();
+    if table.waiting() > 0 {
+        tracing::debug!(
+            connection = which,
+            waiters = table.waiting(),
+            "a connection to Redis was lost ({shown}); waking every waiter to try again"
+        );
+        table.wake_all();
+    }
+    true
 }
 
 /// The `Lagged` handler: release messages were dropped, so every waiter re-checks.
