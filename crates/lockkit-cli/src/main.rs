@@ -578,13 +578,28 @@ async fn watch_election(
             _ = &mut interrupted => break,
             change = changes.next() => change,
         };
+        let elapsed = started.elapsed().as_secs_f64();
         let change = match change {
             Some(Ok(change)) => change,
             // The client shut down (it does not while watching), or the stream ended.
             Some(Err(Error::Shutdown)) | None => break,
+            // Redis is unreachable: the observer says so and tries again (backing off), then
+            // yields `Resynced` once it is back. Watching goes on, as an operator expects of a
+            // watch through an outage; the line says what happened.
+            Some(Err(err @ Error::Redis(_))) => {
+                if cli.json {
+                    println!(
+                        "{}",
+                        json!({"change": "error", "error": err.to_string(), "elapsed_s": elapsed})
+                    );
+                } else {
+                    println!("[+{elapsed:.3}s] election {name:?}: {err}; still watching");
+                }
+                let _ = std::io::stdout().flush();
+                continue;
+            }
             Some(Err(err)) => return Err(err.into()),
         };
-        let elapsed = started.elapsed().as_secs_f64();
         if cli.json {
             let mut line = change_json(&change);
             if let Some(map) = line.as_object_mut() {

@@ -867,3 +867,48 @@ async fn watch_and_inspect_of_an_election_on_a_cluster() {
     assert_eq!(object(&found, "election")["leader"]["value"], "pod-a");
     leadership.resign().await.unwrap();
 }
+
+/// `watch` of an election rides out an outage (issue 27 §3.14): while Redis is down it prints
+/// what went wrong and keeps watching, and once Redis is back it says changes may have been
+/// missed, with the leader then. (It used to end at the first error the observer yielded.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_of_an_election_keeps_watching_through_an_outage() {
+    let mut redis = server().await;
+    let url = redis.url();
+    let mut watch = Command::new(BIN)
+        .args([
+            "--url", &url, "--json", "watch", "--kind", "election", "ride", "--count", "1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let first = next_json(&mut lines).await;
+    assert_eq!(first["change"], "current", "{first}");
+
+    redis.kill();
+    let error = next_json(&mut lines).await;
+    assert_eq!(error["change"], "error", "{error}");
+    assert!(
+        error["error"]
+            .as_str()
+            .is_some_and(|text| text.contains("ride")),
+        "the error names the election: {error}"
+    );
+    redis.start_again().await.unwrap();
+    // Errors while Redis stays down may repeat; then the resync.
+    let resynced = loop {
+        let line = next_json(&mut lines).await;
+        if line["change"] != "error" {
+            break line;
+        }
+    };
+    assert_eq!(resynced["change"], "resynced", "{resynced}");
+    assert_eq!(resynced["leader"], Value::Null, "{resynced}");
+    let status = within("watch to stop after the resync", watch.wait())
+        .await
+        .unwrap();
+    assert!(status.success());
+}
