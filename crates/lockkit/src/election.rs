@@ -756,7 +756,8 @@ impl Drop for Leadership {
         let Some(mut guard) = self.guard.take() else {
             return;
         };
-        // Let go of now: this task campaigning again while the resignation runs is no self-wait.
+        // Let go of it now: this task campaigning again while the resignation runs is no
+        // self-wait.
         guard.forget_taken();
         // Resign, then release, in the background; without a runtime the guard's own drop
         // releases (and the record is left to name a hold that is gone: no one is reported).
