@@ -1052,3 +1052,578 @@ async fn i27_after_flushall_a_new_leader_leads_at_once_and_the_old_one_learns_at
     assert!(matches!(a.resign().await, Err(Error::NotHeld { .. })));
     b.resign().await.unwrap();
 }
+
+// === issue 27, §1: the leader record's lifetime, re-sent proclaims, the lead loop ===
+
+/// The election's keys (the default prefix).
+fn election_keys(name: &str) -> lockkit::protocol::keys::ObjectKeys {
+    lockkit::protocol::keys::Namespace::default()
+        .object(Kind::Election, name)
+        .unwrap()
+}
+
+/// A client with these watchdog and token counter TTLs.
+async fn client_ttl(url: &str, watchdog: Duration, counter_ttl: Duration) -> lockkit::Client {
+    lockkit::Client::builder()
+        .url(url)
+        .watchdog_timeout(watchdog)
+        .token_counter_ttl(counter_ttl)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// The leader record's `field`.
+async fn record_field(url: &str, name: &str, field: &str) -> Option<String> {
+    use fred::interfaces::HashesInterface;
+    let keys = election_keys(name);
+    lockkit_suite::raw(url)
+        .await
+        .hget(keys.aux("leader").unwrap(), field)
+        .await
+        .unwrap()
+}
+
+/// At one instant (one `MULTI`): the expiry of the leader's hold (from its marker's value in the
+/// main key) and the leader record's `PEXPIRETIME`.
+async fn hold_and_record_expiry(
+    addr: std::net::SocketAddr,
+    name: &str,
+    marker: &str,
+) -> (i64, i64) {
+    let keys = election_keys(name);
+    let replies = lockkit_testkit::send_commands(
+        addr,
+        &[
+            vec!["MULTI"],
+            vec!["HGET", &keys.key, marker],
+            vec!["PEXPIRETIME", keys.aux("leader").unwrap()],
+            vec!["EXEC"],
+        ],
+    )
+    .await
+    .unwrap();
+    let exec = replies[3].as_array().expect("an EXEC reply");
+    let hold = exec[0].as_str().expect("the hold is there");
+    let hold_expiry = hold.split(' ').next().unwrap().parse().unwrap();
+    (hold_expiry, exec[1].as_int().unwrap())
+}
+
+/// Issue 27, §1.1: the leader record lives exactly as long as the leadership it names. It expires
+/// with its hold (not after the token counter TTL), and every renewal of the hold moves the
+/// record's expiry with it. Measured on server state: the hold's expiry (in the main key) and the
+/// record's `PEXPIRETIME`, read in one `MULTI`.
+#[tokio::test]
+async fn the_leader_record_expires_with_its_hold_and_follows_every_renewal() {
+    let server = spawned().await;
+    let name = unique("election-record-lifetime");
+    let leader_client = client_ttl(
+        &server.url(),
+        Duration::from_millis(900),
+        Duration::from_secs(60),
+    )
+    .await;
+    let leadership = leader_client.election(&name).campaign("a").await.unwrap();
+    let marker = record_field(&server.url(), &name, "marker").await.unwrap();
+    let (hold, record) = hold_and_record_expiry(server.addr(), &name, &marker).await;
+    assert_eq!(record, hold, "the record expires with the hold");
+    // Three renewals (every 300 ms): the record's expiry follows each.
+    let mut last = hold;
+    for renewal in 0..3 {
+        let (hold, record) = within(HANG, "the next renewal", async {
+            loop {
+                let (hold, record) = hold_and_record_expiry(server.addr(), &name, &marker).await;
+                if hold > last {
+                    return (hold, record);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+        assert_eq!(
+            record, hold,
+            "renewal {renewal}: the record follows the hold"
+        );
+        last = hold;
+    }
+    assert!(!leadership.is_lost());
+    leadership.resign().await.unwrap();
+}
+
+/// Issue 27, §1.1: a leader that leads longer than the token counter TTL (60 s, the shortest the
+/// builder accepts) without proclaiming is still the leader for everyone: `leader()` names it, a
+/// new observer starts from it, and an observer running since its election receives its next
+/// proclaim (before, the record expired after the TTL: `leader()` said `None`, the new observer
+/// `Current(None)`, and the record came back at version 1, which the running observer dropped as
+/// older than what it had delivered). The wait past the TTL is the TTL under test.
+#[tokio::test]
+async fn a_leader_that_leads_longer_than_the_token_counter_ttl_stays_the_leader_for_everyone() {
+    let server = spawned().await;
+    let name = unique("election-long-leader");
+    let ttl = Duration::from_secs(60);
+    let leader_client = client_ttl(&server.url(), Duration::from_secs(3), ttl).await;
+    let watcher = client(&server.url()).await;
+    let mut running = watcher.election(&name).observe();
+    assert_eq!(next(&mut running).await, LeaderChange::Current(None));
+    let leadership = leader_client.election(&name).campaign("a").await.unwrap();
+    let term = leadership.term();
+    assert_eq!(
+        next(&mut running).await,
+        LeaderChange::Elected(leader(term, "a"))
+    );
+    let clock = |reply: lockkit_testkit::RespValue| lockkit_suite::server_ms(&reply);
+    let elected_at = clock(server.command(&["TIME"]).await.unwrap());
+    tokio::time::sleep(ttl + Duration::from_secs(1)).await;
+    let now = clock(server.command(&["TIME"]).await.unwrap());
+    assert!(now > elected_at + ttl.as_millis() as u64, "past the TTL");
+    assert!(!leadership.is_lost(), "renewed all along");
+
+    assert_eq!(
+        watcher.election(&name).leader().await.unwrap(),
+        Some(leader(term, "a")),
+        "leader() after the TTL"
+    );
+    let mut late = watcher.election(&name).observe();
+    assert_eq!(
+        next(&mut late).await,
+        LeaderChange::Current(Some(leader(term, "a"))),
+        "a new observer after the TTL"
+    );
+    leadership.proclaim("a2").await.unwrap();
+    leadership.resign().await.unwrap();
+    for observer in [&mut running, &mut late] {
+        assert_eq!(
+            next(observer).await,
+            LeaderChange::Proclaimed(leader(term, "a2")),
+            "the proclaim after the TTL is delivered"
+        );
+        assert_eq!(next(observer).await, LeaderChange::Resigned { term });
+    }
+}
+
+/// A fred client subscribed to `channel`, and its messages.
+async fn tap(
+    url: &str,
+    channel: &str,
+) -> (
+    fred::clients::Client,
+    tokio::sync::broadcast::Receiver<fred::types::Message>,
+) {
+    use fred::interfaces::{EventInterface, PubsubInterface};
+    let listener = lockkit_suite::raw(url).await;
+    let messages = listener.message_rx();
+    listener.subscribe(channel).await.unwrap();
+    (listener, messages)
+}
+
+/// Every message `channel` carried up to an `end` published on it now (so a message that should
+/// not be there shows up before it).
+async fn carried(
+    addr: std::net::SocketAddr,
+    messages: &mut tokio::sync::broadcast::Receiver<fred::types::Message>,
+    channel: &str,
+) -> Vec<String> {
+    lockkit_testkit::send_command(addr, &["PUBLISH", channel, "end"])
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    within(HANG, "the end of the channel's messages", async {
+        loop {
+            let message = messages.recv().await.unwrap();
+            let text = message.value.as_string().unwrap_or_default();
+            if text == "end" {
+                return;
+            }
+            seen.push(text);
+        }
+    })
+    .await;
+    seen
+}
+
+/// Issue 27, §1.2: the reply to `proclaim("v2")` is lost with its connection (the proxy cuts it
+/// after the request went through) and fred sends the call again. The value is announced once:
+/// one `l:` message, one record version more, observers see `Proclaimed(v2)` once.
+#[tokio::test]
+async fn a_proclaim_whose_reply_is_lost_is_announced_once() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let name = unique("election-resent-proclaim");
+    let channel = lockkit::protocol::election::changes_channel(&election_keys(&name));
+    // No renewal round during the test: only the proclaim carries the value through the proxy.
+    let leader_client = client_with(&proxy.url(), Duration::from_secs(3600)).await;
+    let watcher = client(&server.url()).await;
+    let (_tap, mut messages) = tap(&server.url(), &channel).await;
+    let mut observer = watcher.election(&name).observe();
+    assert_eq!(next(&mut observer).await, LeaderChange::Current(None));
+    let leadership = leader_client.election(&name).campaign("v1").await.unwrap();
+    let term = leadership.term();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Elected(leader(term, "v1"))
+    );
+
+    let value = unique("v2");
+    proxy.cut_after_request_containing(value.as_str());
+    within(HANG, "a proclaim across a cut", leadership.proclaim(&value))
+        .await
+        .unwrap();
+    assert!(proxy.triggered(), "the reply was really lost");
+    assert_eq!(
+        carried(server.addr(), &mut messages, &channel).await,
+        vec![format!("l:{term}:1:v1"), format!("l:{term}:2:{value}")],
+        "announced once"
+    );
+    assert_eq!(
+        record_field(&server.url(), &name, "version")
+            .await
+            .as_deref(),
+        Some("2")
+    );
+    leadership.resign().await.unwrap();
+    assert_eq!(
+        next(&mut observer).await,
+        LeaderChange::Proclaimed(leader(term, &value))
+    );
+    assert_eq!(next(&mut observer).await, LeaderChange::Resigned { term });
+}
+
+/// Issue 27, §1.2, the script itself: `election_proclaim` run twice through fred with the same
+/// arguments (the same request id) answers `{1}` both times, writes and publishes once.
+#[tokio::test]
+async fn election_proclaim_run_twice_with_the_same_request_changes_nothing_the_second_time() {
+    use fred::interfaces::HashesInterface;
+    use fred::types::scripts::Script as FredScript;
+    let server = spawned().await;
+    let name = unique("election-proclaim-twice");
+    let keys = election_keys(&name);
+    let channel = lockkit::protocol::election::changes_channel(&keys);
+    let leader_client = client(&server.url()).await;
+    let leadership = leader_client.election(&name).campaign("v1").await.unwrap();
+    let record_key = keys.aux("leader").unwrap().to_owned();
+    let raw = lockkit_suite::raw(&server.url()).await;
+    let record: HashMap<String, String> = raw.hgetall(&record_key).await.unwrap();
+    let (_tap, mut messages) = tap(&server.url(), &channel).await;
+    let script = FredScript::from_lua(lockkit::protocol::election::PROCLAIM.source());
+    let args = vec![
+        record["marker"].clone(),
+        record["owner"].clone(),
+        leadership.term().to_string(),
+        "v2".to_owned(),
+        channel.clone(),
+        "0".to_owned(),
+        "request-7".to_owned(),
+    ];
+    let record_keys = vec![keys.key.clone(), record_key.clone()];
+    let mut replies = Vec::new();
+    let mut states = Vec::new();
+    for _ in 0..2 {
+        let reply: Vec<i64> = script
+            .evalsha_with_reload(&raw, record_keys.clone(), args.clone())
+            .await
+            .unwrap();
+        replies.push(reply);
+        let state: HashMap<String, String> = raw.hgetall(&record_key).await.unwrap();
+        states.push(state);
+    }
+    assert_eq!(replies, vec![vec![1], vec![1]], "answered as the first did");
+    assert_eq!(states[0], states[1], "the second run wrote nothing");
+    assert_eq!(states[1]["version"], "2");
+    assert_eq!(states[1]["value"], "v2");
+    assert_eq!(
+        carried(server.addr(), &mut messages, &channel).await,
+        vec![format!("l:{}:2:v2", leadership.term())],
+        "published once"
+    );
+    leadership.resign().await.unwrap();
+}
+
+/// What a `lead` body in these tests reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Led {
+    /// A pod's body started leading in this term.
+    Started(&'static str, u64),
+    /// A pod's body saw `lost()`.
+    Lost(&'static str, u64),
+}
+
+/// A pod that runs the guide's lead loop ("The lead loop" in docs/guide.md) as users copy it:
+/// `select!` on the work and on `lost()`, then return `Ok(())`. Its work (`run_scheduler`)
+/// reports that it started and runs until stopped.
+fn guide_pod(
+    client: &lockkit::Client,
+    name: &str,
+    pod: &'static str,
+    events: tokio::sync::mpsc::UnboundedSender<Led>,
+) -> tokio::task::JoinHandle<Result<(), Error>> {
+    let election = client.election(name);
+    tokio::spawn(async move {
+        election
+            .lead(pod, move |leadership| {
+                let events = events.clone();
+                async move {
+                    let run_scheduler = |term: u64| {
+                        let events = events.clone();
+                        async move {
+                            let _ = events.send(Led::Started(pod, term));
+                            std::future::pending::<()>().await;
+                        }
+                    };
+                    tokio::select! {
+                        () = run_scheduler(leadership.term()) => {}
+                        () = leadership.lost() => {
+                            let _ = events.send(Led::Lost(pod, leadership.term()));
+                        }
+                    }
+                    Ok::<(), lockkit::Error>(())
+                }
+            })
+            .await
+    })
+}
+
+/// The next event of the pods, failing at once if a pod's `lead` returns meanwhile.
+async fn next_led(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<Led>,
+    pods: &mut [&mut tokio::task::JoinHandle<Result<(), Error>>],
+) -> Led {
+    within(HANG, "the pods' next event", async {
+        let finished = futures::future::select_all(pods.iter_mut().map(|pod| &mut **pod));
+        tokio::select! {
+            event = events.recv() => event.expect("the pods report"),
+            (result, pod, _) = finished => panic!("pod {pod}'s lead returned: {result:?}"),
+        }
+    })
+    .await
+}
+
+/// Issue 27, §1.5: the guide's lead loop, copied as users copy it (its body returns `Ok(())` when
+/// `lost()` fires), keeps the service led after a `FLUSHALL`: the pod whose leadership Redis lost
+/// campaigns again (a body that returns after its leadership was lost is a loss, not an end), a
+/// pod leads again with a greater term, the other waits in line, and neither `lead` returns.
+/// (Before, the deposed pod's `lead` resigned and returned `Ok(())`: it never campaigned again.)
+#[tokio::test]
+async fn the_guides_lead_loop_keeps_the_service_led_after_a_flushall() {
+    let server = spawned().await;
+    let name = unique("election-guide-flushall");
+    let watchdog = Duration::from_millis(900);
+    let (a, b) = (
+        client_with(&server.url(), watchdog).await,
+        client_with(&server.url(), watchdog).await,
+    );
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut pod_a = guide_pod(&a, &name, "a", events_tx.clone());
+    let first = next_led(&mut events, &mut [&mut pod_a]).await;
+    let Led::Started("a", t1) = first else {
+        panic!("{first:?}");
+    };
+    let mut pod_b = guide_pod(&b, &name, "b", events_tx);
+    until_waiters_in_redis(&a, Kind::Election, &name, 1).await;
+
+    let flushed = server.command(&["FLUSHALL"]).await.unwrap();
+    assert!(!flushed.is_error(), "{flushed:?}");
+    assert_eq!(
+        next_led(&mut events, &mut [&mut pod_a, &mut pod_b]).await,
+        Led::Lost("a", t1)
+    );
+    let again = next_led(&mut events, &mut [&mut pod_a, &mut pod_b]).await;
+    let Led::Started(pod, t2) = again else {
+        panic!("{again:?}");
+    };
+    assert!(t2 > t1, "term {t2} after {t1}");
+    // The other pod campaigns too: it waits in line, its lead still running.
+    within(HANG, "the other pod back in line", async {
+        tokio::select! {
+            () = until_waiters_in_redis(&a, Kind::Election, &name, 1) => {}
+            result = &mut pod_a => panic!("pod a's lead returned: {result:?}"),
+            result = &mut pod_b => panic!("pod b's lead returned: {result:?}"),
+        }
+    })
+    .await;
+    assert_eq!(
+        a.election(&name).leader().await.unwrap(),
+        Some(leader(t2, pod))
+    );
+    a.shutdown().await.unwrap();
+    b.shutdown().await.unwrap();
+    for pod in [pod_a, pod_b] {
+        let ended = within(HANG, "lead to end with the shutdown", pod).await;
+        assert!(matches!(ended, Ok(Err(Error::Shutdown))), "{ended:?}");
+    }
+}
+
+/// Issue 27, §1.5: `lead` rides out a Redis outage. Redis is killed while a pod leads: its
+/// leadership is lost, its campaigns fail (each logged) and are tried again with a backoff, and
+/// once Redis is back the pod leads again, with a greater term. (Before, the first failed
+/// campaign ended `lead`: the pod never led again.)
+#[tokio::test]
+async fn lead_rides_out_a_redis_restart_and_leads_again() {
+    let warnings = lockkit_suite::Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    let mut server = spawned().await;
+    let name = unique("election-lead-restart");
+    let pod = lockkit::Client::builder()
+        .url(server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .command_timeout(Duration::from_secs(1))
+        .build()
+        .await
+        .unwrap();
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut lead = guide_pod(&pod, &name, "a", events_tx);
+    let first = next_led(&mut events, &mut [&mut lead]).await;
+    let Led::Started("a", t1) = first else {
+        panic!("{first:?}");
+    };
+
+    server.kill();
+    assert_eq!(
+        next_led(&mut events, &mut [&mut lead]).await,
+        Led::Lost("a", t1)
+    );
+    within(HANG, "a campaign to fail while Redis is down", async {
+        loop {
+            if warnings
+                .take()
+                .iter()
+                .any(|w| w.contains("campaign failed") && w.contains(&name))
+            {
+                return;
+            }
+            if lead.is_finished() {
+                panic!("lead returned: {:?}", (&mut lead).await);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(!lead.is_finished(), "lead goes on through the outage");
+
+    server.start_again().await.unwrap();
+    let again = next_led(&mut events, &mut [&mut lead]).await;
+    let Led::Started("a", t2) = again else {
+        panic!("{again:?}");
+    };
+    assert!(t2 > t1, "term {t2} after {t1}");
+    assert_eq!(
+        pod.election(&name).leader().await.unwrap(),
+        Some(leader(t2, "a"))
+    );
+    pod.shutdown().await.unwrap();
+    let ended = within(HANG, "lead to end with the shutdown", lead).await;
+    assert!(matches!(ended, Ok(Err(Error::Shutdown))), "{ended:?}");
+}
+
+/// Issue 27, §1.5: `lead` ends with `Error::Shutdown` when its client shuts down, whether the pod
+/// leads (the shutdown ends its leadership: the body returns, and the campaign that follows
+/// reports the shutdown) or waits in line.
+#[tokio::test]
+async fn lead_returns_shutdown_when_the_client_shuts_down() {
+    let redis = redis().await;
+    let name = unique("election-lead-shutdown");
+    let (a, b) = (client(&redis.url()).await, client(&redis.url()).await);
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut leading = guide_pod(&a, &name, "a", events_tx.clone());
+    let first = next_led(&mut events, &mut [&mut leading]).await;
+    assert!(matches!(first, Led::Started("a", _)), "{first:?}");
+    let waiting = guide_pod(&b, &name, "b", events_tx);
+    until_waiters_in_redis(&a, Kind::Election, &name, 1).await;
+
+    b.shutdown().await.unwrap();
+    let ended = within(HANG, "the waiting pod's lead", waiting).await;
+    assert!(matches!(ended, Ok(Err(Error::Shutdown))), "{ended:?}");
+    a.shutdown().await.unwrap();
+    let ended = within(HANG, "the leading pod's lead", leading).await;
+    assert!(matches!(ended, Ok(Err(Error::Shutdown))), "{ended:?}");
+}
+
+/// The self-wait warnings about the election `name` among `warnings`.
+fn election_self_waits(warnings: &[String], name: &str) -> Vec<String> {
+    warnings
+        .iter()
+        .filter(|w| w.contains(name) && w.contains("acquired itself"))
+        .cloned()
+        .collect()
+}
+
+/// Issue 27, §1.6: campaigning again after a loss is no self-wait. A task whose leadership was
+/// lost campaigns again while another pod leads, so it waits: no "this task waits for election
+/// …, which it acquired itself" warning, whether it still holds its lost `Leadership` (Redis lost
+/// it: `FLUSHALL`) or it runs `lead`, which campaigns again by itself (its pod was cut off past
+/// its lease; the next campaign's first try reaches Redis once the other pod leads, while the
+/// lost leadership's background resignation is still under way).
+#[tokio::test]
+async fn campaigning_again_after_a_lost_leadership_is_no_self_wait() {
+    let warnings = lockkit_suite::Warnings::default();
+    let _subscriber = tracing::subscriber::set_default(warnings.clone());
+    let server = spawned().await;
+    let watchdog = Duration::from_millis(900);
+    let (a, b) = (
+        client_with(&server.url(), watchdog).await,
+        client_with(&server.url(), watchdog).await,
+    );
+
+    // The lost leadership is still held (its guard alive) when its task campaigns again.
+    let name = unique("election-no-self-wait");
+    let election = a.election(&name);
+    let lost = election.campaign("a").await.unwrap();
+    assert!(server.command(&["FLUSHALL"]).await.is_ok());
+    within(HANG, "the loss", lost.lost()).await;
+    let other = within(HANG, "b's campaign", b.election(&name).campaign("b"))
+        .await
+        .unwrap();
+    let again = election
+        .try_campaign("a again", Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    assert!(again.is_none(), "b leads");
+    let seen = warnings.take();
+    assert_eq!(election_self_waits(&seen, &name), Vec::<String>::new());
+    other.resign().await.unwrap();
+    drop(lost);
+
+    // `lead`, its pod cut off past its lease while the other pod waits in line.
+    let name = unique("election-lead-no-self-wait");
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let cut_off = lockkit::Client::builder()
+        .url(proxy.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .command_timeout(Duration::from_secs(30))
+        .build()
+        .await
+        .unwrap();
+    let (events_tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut lead = guide_pod(&cut_off, &name, "a", events_tx);
+    let first = next_led(&mut events, &mut [&mut lead]).await;
+    let Led::Started("a", t1) = first else {
+        panic!("{first:?}");
+    };
+    let election = b.election(&name);
+    let other = tokio::spawn(async move { election.campaign("b").await });
+    until_waiters_in_redis(&b, Kind::Election, &name, 1).await;
+    proxy.pause();
+    assert_eq!(
+        next_led(&mut events, &mut [&mut lead]).await,
+        Led::Lost("a", t1)
+    );
+    let other = within(HANG, "b leads", other).await.unwrap().unwrap();
+    proxy.resume();
+    within(HANG, "a back in line", async {
+        tokio::select! {
+            () = until_waiters_in_redis(&b, Kind::Election, &name, 1) => {}
+            result = &mut lead => panic!("lead returned: {result:?}"),
+        }
+    })
+    .await;
+    other.resign().await.unwrap();
+    let again = next_led(&mut events, &mut [&mut lead]).await;
+    assert!(
+        matches!(again, Led::Started("a", t2) if t2 > t1),
+        "{again:?}"
+    );
+    let seen = warnings.take();
+    assert_eq!(election_self_waits(&seen, &name), Vec::<String>::new());
+    cut_off.shutdown().await.unwrap();
+    let ended = within(HANG, "lead to end with the shutdown", lead).await;
+    assert!(matches!(ended, Ok(Err(Error::Shutdown))), "{ended:?}");
+}

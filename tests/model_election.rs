@@ -12,6 +12,13 @@
 //! Budget: `LOCKKIT_MODEL_CASES` cases (default `lockkit_suite::model_io::DEFAULT_CASES`);
 //! `LOCKKIT_MODEL_SEED` replays a run. A failure prints the seed and the shrunk program.
 //!
+//! Issue 27: the leader record's expiry is compared exactly (it is its hold's, moved by the
+//! election's renewal, `election_renew`, which the `Renew` step runs on all six keys), and a
+//! `Resend` step sends the last proclaim again with its request id (a reply lost and re-sent):
+//! it must change and publish nothing. Revert check: with `election_proclaim` back to the token
+//! counter TTL (`PEXPIRE`), or without its request-id check, both tests fail within their first
+//! cases (the record's expiry, resp. a second `l:` message heard).
+//!
 //! Revert check (issue 22): with `election_proclaim` stripped of its live-hold check, with
 //! `election_resign` not comparing the record's term (and marker), or with `election_leader`
 //! stripped of its live-hold check, both tests fail, 3 runs of 3 each, at the first such call
@@ -43,8 +50,6 @@ use proptest::test_runner::{Config, RngSeed, TestCaseError, TestError, TestRunne
 /// Cases in CI; `LOCKKIT_MODEL_CASES` runs more.
 /// A lease that outlives any program.
 const LONG_MS: u64 = 60_000;
-/// The record TTL the scripts are given (the client's token counter TTL, one day by default).
-const RECORD_TTL_MS: u64 = 86_400_000;
 
 // === the generated operations ===
 
@@ -64,6 +69,10 @@ enum Op {
     /// A proclaim by an earlier campaign with its term (or, never elected, the last term minted:
     /// a non-leader's proclaim).
     Proclaim { call: usize, value: usize },
+    /// The last proclaim sent again, with the same request id (its reply was lost and fred
+    /// re-sent it): it must change and publish nothing, and answer as the first did while the
+    /// record still carries it.
+    Resend,
     /// A proclaim under a term that is not the campaign's own (off by `by`).
     WrongTerm { call: usize, by: i64, value: usize },
     /// `resign()`: the resign script with the campaign's term, then the fenced release.
@@ -103,6 +112,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(cand, lease_ms, keepalive_ms, value)| Op::Campaign { cand, lease_ms, keepalive_ms, value }),
         4 => any::<usize>().prop_map(|call| Op::Retry { call }),
         5 => (any::<usize>(), 0usize..5).prop_map(|(call, value)| Op::Proclaim { call, value }),
+        2 => Just(Op::Resend),
         1 => (any::<usize>(), prop_oneof![Just(-1i64), Just(1i64), Just(-1000i64)], 0usize..5)
             .prop_map(|(call, by, value)| Op::WrongTerm { call, by, value }),
         4 => any::<usize>().prop_map(|call| Op::Resign { call }),
@@ -281,7 +291,7 @@ fn normalize(raw: &[RawKey], roles: &[&str]) -> Vec<RawKey> {
                 _ => k.items.clone(),
             };
             let expire_at = match *role {
-                "main" | "token" => k.expire_at,
+                "main" | "token" | "leader" => k.expire_at,
                 _ if k.ty == "none" => k.expire_at,
                 _ => ANY,
             };
@@ -305,9 +315,11 @@ fn model_keys(model: &ElectionSpec, roles: &[&str], now: u64) -> Vec<RawKey> {
                         format!("owner={}", r.owner),
                         format!("term={}", r.term),
                         format!("value={}", r.value),
+                        format!("request={}", r.request),
                     ];
                     items.sort();
-                    key("hash", items, ANY)
+                    // It expires with its hold: the model knows when.
+                    key("hash", items, as_i64(r.expiry))
                 }
                 None => absent(),
             },
@@ -327,6 +339,7 @@ enum Call {
         owner: String,
         term: u64,
         value: String,
+        request: String,
     },
     Resign {
         marker: String,
@@ -358,7 +371,8 @@ fn apply(model: &mut ElectionSpec, call: &Call, now: Now) -> Expected {
             owner,
             term,
             value,
-        } => Expected::Flag(model.proclaim(now, marker, owner, *term, value)),
+            request,
+        } => Expected::Flag(model.proclaim(now, marker, owner, *term, value, request)),
         Call::Resign { marker, term } => Expected::Flag(model.resign(now, marker, *term)),
         Call::Release(marker) => Expected::Release(model.release(now, marker)),
         Call::Leader => Expected::Leader(model.leader(now).ok_or_else(|| model.nobody(now))),
@@ -466,6 +480,10 @@ struct Program<'a> {
     subscriber: Subscriber,
     snapshot: Option<(Vec<Dump>, ElectionSpec)>,
     sequence: u64,
+    /// Proclaim requests so far (each gets the next id).
+    requests: u64,
+    /// The last proclaim sent, for [`Op::Resend`].
+    last_proclaim: Option<Call>,
     log: Vec<String>,
 }
 
@@ -485,7 +503,6 @@ impl<'a> Program<'a> {
         let changes = election::changes_channel(&keys);
         let channels = CLIENTS.map(|client| format!("{}:{client}", keys.channel));
         let mut model = ElectionSpec::new(&changes);
-        model.record_ttl_ms = RECORD_TTL_MS;
         let mut subscriber = Subscriber::connect(env.server.addr()).await;
         for channel in [&keys.channel, &changes, &channels[0], &channels[1]] {
             assert!(subscriber.listen(channel, true).await.is_empty());
@@ -502,6 +519,8 @@ impl<'a> Program<'a> {
             subscriber,
             snapshot: None,
             sequence: 0,
+            requests: 0,
+            last_proclaim: None,
             log: Vec::new(),
         }
     }
@@ -550,9 +569,10 @@ impl<'a> Program<'a> {
                 self.lock_keys(),
                 vec![marker.clone(), self.keys.channel.clone(), flag],
             ),
+            // The election's renewal takes every key of the election (the record last).
             Call::Renew(marker, lease) => (
-                &lock::RENEW,
-                vec![self.keys.key.clone()],
+                &election::RENEW,
+                self.keys.keys.clone(),
                 vec![marker.clone(), lease.to_string()],
             ),
             Call::Cancel(entry) => (
@@ -571,6 +591,7 @@ impl<'a> Program<'a> {
                 owner,
                 term,
                 value,
+                request,
             } => (
                 &election::PROCLAIM,
                 self.record_keys(),
@@ -581,7 +602,7 @@ impl<'a> Program<'a> {
                     value.clone(),
                     self.changes.clone(),
                     flag,
-                    RECORD_TTL_MS.to_string(),
+                    request.clone(),
                 ],
             ),
             Call::Resign { marker, term } => (
@@ -597,8 +618,17 @@ impl<'a> Program<'a> {
         }
     }
 
+    /// A new proclaim request id.
+    fn next_request(&mut self) -> String {
+        self.requests += 1;
+        self.requests.to_string()
+    }
+
     /// Runs one script call on Redis and on the model; `Err` says how they disagree.
     async fn call(&mut self, call: &Call) -> Result<Expected, String> {
+        if matches!(call, Call::Proclaim { .. }) {
+            self.last_proclaim = Some(call.clone());
+        }
         let redis = &self.env.redis;
         let (script, keys, args) = self.script(call);
         let t0 = time(redis).await;
@@ -695,11 +725,7 @@ impl<'a> Program<'a> {
                 }
                 "waiting" => self.model.lock.waiting.expiry = Some(at),
                 "timeouts" => self.model.lock.timeouts.expiry = Some(at),
-                "leader" => {
-                    if let Some(record) = &mut self.model.record {
-                        record.expiry = at;
-                    }
-                }
+                // The leader record's expiry is its hold's: the model predicts it.
                 _ => {}
             }
         }
@@ -721,6 +747,7 @@ impl<'a> Program<'a> {
                 owner: req.owner.clone(),
                 term,
                 value: self.calls[index].value.clone(),
+                request: self.next_request(),
             };
             let expected = self.call(&proclaim).await?;
             self.env.count(&outcome(&expected, &proclaim));
@@ -762,12 +789,15 @@ impl<'a> Program<'a> {
                 owner: c.req.owner.clone(),
                 term: self.term_of(&c),
                 value: VALUES[*value].to_owned(),
+                request: self.next_request(),
             }),
+            Op::Resend => self.last_proclaim.clone(),
             Op::WrongTerm { call, by, value } => self.pick(*call).map(|c| Call::Proclaim {
                 marker: c.req.marker.clone(),
                 owner: c.req.owner.clone(),
                 term: self.term_of(&c).saturating_add_signed(*by),
                 value: VALUES[*value].to_owned(),
+                request: self.next_request(),
             }),
             Op::Resign { call } => {
                 if let Some(c) = self.pick(*call) {
@@ -954,6 +984,7 @@ fn contended_election_agrees_with_its_model() {
             .prop_map(|(cand, lease_ms, keepalive_ms, value)| Op::Campaign { cand, lease_ms, keepalive_ms, value }),
         5 => any::<usize>().prop_map(|call| Op::Retry { call }),
         5 => (any::<usize>(), 0usize..5).prop_map(|(call, value)| Op::Proclaim { call, value }),
+        2 => Just(Op::Resend),
         6 => any::<usize>().prop_map(|call| Op::Resign { call }),
         4 => Just(Op::Leader),
         2 => any::<usize>().prop_map(|call| Op::Cancel { call }),

@@ -5,13 +5,18 @@
 //! `election_resign`, `election_leader`):
 //!
 //! - Leadership *is* a fenced hold of the election's main key: the fenced lock's acquire,
-//!   release, renew, cancel and force-unlock run unchanged on the election's first five keys, so
+//!   release, cancel and force-unlock run unchanged on the election's first five keys, and its
+//!   renew (`election_renew`: `lock_renew`, then the record follows its hold, see below), so
 //!   the candidates are served in FIFO order by the direct grant, every hold has its own lease,
 //!   and the **term is the hold's fencing token**: terms strictly increase and never repeat, also
 //!   after a restore ([`HashLock`] with [`LockKind::Fenced`] is that part of the state).
-//! - The leader record (a HASH `term`, `value`, `marker`, `owner` at the `leader` key, expiring
-//!   the record TTL after the last proclaim; since issue 22's second protocol commit also
-//!   `version`, the count of its announcements): *"`election_proclaim` … if field `<marker>` of main
+//! - The leader record (a HASH `term`, `value`, `marker`, `owner` at the `leader` key; since
+//!   issue 22's second protocol commit also `version`, the count of its announcements; since
+//!   issue 27 also `request`, the id of the proclaim call that wrote it last, and it expires with
+//!   the hold it names: every proclaim sets it to expire at the hold's own expiry and
+//!   `election_renew` moves it with the hold's, so it lives exactly as long as the leadership;
+//!   a proclaim whose request id and marker the record already carries, a re-sent one, answers
+//!   1 and changes and publishes nothing): *"`election_proclaim` … if field `<marker>` of main
 //!   is a live hold of `owner` (as `live` reads it) and its token is `term`: HSET record, PEXPIRE, PUBLISH
 //!   `l:<term>:<value>`, return 1; else 0"*, the message now `l:<term>:<version>:<value>`. A proclaim by anyone who is not the live holder of
 //!   that term changes nothing and publishes nothing.
@@ -49,7 +54,10 @@ pub struct LeaderRecord {
     /// How many announcements the record has carried (each proclaim adds one; it starts again
     /// only once the record is deleted or expires).
     pub version: u64,
-    /// When Redis deletes the record (server ms): the record TTL after the last proclaim.
+    /// The id of the proclaim request that wrote it last.
+    pub request: String,
+    /// When Redis deletes the record (server ms): its hold's own expiry, as of the last proclaim
+    /// or renewal of that hold.
     pub expiry: u64,
 }
 
@@ -63,8 +71,6 @@ pub struct ElectionSpec {
     pub record: Option<LeaderRecord>,
     /// The change channel (`<prefix>:election:{name}:changes`).
     pub channel: String,
-    /// The record TTL the scripts are given ([`crate::lock::COUNTER_TTL_MS`] unless set).
-    pub record_ttl_ms: u64,
     /// Every term a grant or an acquire handed out, in order (for [`ElectionSpec::check`]).
     pub terms: Vec<u64>,
 }
@@ -76,7 +82,6 @@ impl ElectionSpec {
             lock: HashLock::new(LockKind::Fenced),
             record: None,
             channel: channel.to_owned(),
-            record_ttl_ms: crate::lock::COUNTER_TTL_MS,
             terms: Vec::new(),
         }
     }
@@ -126,9 +131,25 @@ impl ElectionSpec {
         released
     }
 
-    /// The watchdog's renewal of one hold.
+    /// The watchdog's renewal of one hold (`election_renew`): the lock's renewal, then the
+    /// record, when it names this hold, expires with it.
     pub fn renew(&mut self, now: u64, marker: &str, lease_ms: u64) -> bool {
-        self.lock.renew(now, marker, lease_ms)
+        self.expire_record(now);
+        let renewed = self.lock.renew(now, marker, lease_ms);
+        if renewed {
+            let expiry = self
+                .lock
+                .holds
+                .get(marker)
+                .filter(|hold| live(hold.expiry, now))
+                .map(|hold| hold.expiry);
+            if let (Some(record), Some(expiry)) = (self.record.as_mut(), expiry) {
+                if record.marker == marker {
+                    record.expiry = expiry;
+                }
+            }
+        }
+        renewed
     }
 
     /// A waiting campaign gives up (the fenced cancel).
@@ -164,9 +185,12 @@ impl ElectionSpec {
         });
     }
 
-    /// `election_proclaim`: when `marker` is a live hold of `owner` whose token is `term`, the record
-    /// becomes `(term, value, marker, owner)` for the record TTL and `l:<term>:<value>` is
-    /// published (`true`); else nothing changes (`false`). Nothing is settled.
+    /// `election_proclaim` of the request `request`: when the record already carries `marker`'s
+    /// `request` (a re-sent request whose first run announced), nothing changes (`true`); else
+    /// when `marker` is a live hold of `owner` whose token is `term`, the record becomes `(term,
+    /// value, marker, owner, request)`, expiring with the hold, and `l:<term>:<version>:<value>`
+    /// is published (`true`); else nothing changes (`false`). Nothing is settled.
+    #[allow(clippy::too_many_arguments)] // the script's ARGV, one each
     pub fn proclaim(
         &mut self,
         now: Now,
@@ -174,11 +198,22 @@ impl ElectionSpec {
         owner: &str,
         term: u64,
         value: &str,
+        request: &str,
     ) -> bool {
         self.expire(now);
+        if self
+            .record
+            .as_ref()
+            .is_some_and(|r| r.marker == marker && r.request == request)
+        {
+            return true;
+        }
         if !self.leads(marker, owner, term, now.ms) {
             return false;
         }
+        let Some(expiry) = self.lock.holds.get(marker).map(|hold| hold.expiry) else {
+            return false;
+        };
         let version = self.record.as_ref().map_or(0, |r| r.version) + 1;
         self.record = Some(LeaderRecord {
             term,
@@ -186,7 +221,8 @@ impl ElectionSpec {
             marker: marker.to_owned(),
             owner: owner.to_owned(),
             version,
-            expiry: now.keys_ms.min(now.ms) + self.record_ttl_ms,
+            request: request.to_owned(),
+            expiry,
         });
         self.publish(format!("l:{term}:{version}:{value}"));
         true
@@ -578,15 +614,23 @@ mod tests {
         e.lock.listen("changes", true);
         e.lock.listen("ch b", true);
         let t1 = term(e.campaign(at(1), &req("a", "#a", 1_000, 0)));
-        assert!(e.proclaim(at(2), "#a", "a", t1, "pod-a"));
+        assert!(e.proclaim(at(2), "#a", "a", t1, "pod-a", "1"));
         assert_eq!(e.leader(at(3)), Some((t1, 1, "pod-a".to_owned())));
+        // The record expires with the hold, and follows its renewal.
+        assert_eq!(e.record.as_ref().map(|r| r.expiry), Some(1_001));
+        assert!(e.renew(3, "#a", 1_000));
+        assert_eq!(e.record.as_ref().map(|r| r.expiry), Some(1_003));
+        // The same request again (re-sent): nothing changes, nothing is published.
+        let before = e.record.clone();
+        assert!(e.proclaim(at(3), "#a", "a", t1, "pod-a", "1"));
+        assert_eq!(e.record, before);
         // b waits in line; a proclaim by b (not the holder) changes nothing.
         assert!(matches!(
             e.campaign(at(4), &req("b", "#b", 1_000, 5_000)),
             Ok(Acquired::Busy { .. })
         ));
-        assert!(!e.proclaim(at(5), "#b", "b", t1, "pod-b"));
-        assert!(!e.proclaim(at(5), "#a", "a", t1 + 1, "pod-x"));
+        assert!(!e.proclaim(at(5), "#b", "b", t1, "pod-b", "1"));
+        assert!(!e.proclaim(at(5), "#a", "a", t1 + 1, "pod-x", "2"));
         assert_eq!(payloads(&mut e), [format!("l:{t1}:1:pod-a")]);
         // Resign: record gone, r:<term>, then the release grants b at once.
         assert!(!e.resign(at(6), "#a", t1 + 7));
@@ -599,12 +643,12 @@ mod tests {
         assert!(sent[1].starts_with("g:1:7001:"), "{sent:?}");
         let t2 = term(e.campaign(at(8), &req("b", "#b", 1_000, 5_000)));
         assert!(t2 > t1);
-        assert!(e.proclaim(at(9), "#b", "b", t2, "pod-b"));
+        assert!(e.proclaim(at(9), "#b", "b", t2, "pod-b", "1"));
         assert!(e.check(9).is_ok());
-        // b's lease lapses: the record is no longer reported, though it is still there.
+        // b's lease lapses: the record goes with it.
         assert_eq!(e.leader(at(1_100)), None);
-        assert!(e.record.is_some());
-        assert!(!e.proclaim(at(1_100), "#b", "b", t2, "late"));
+        assert!(e.record.is_none());
+        assert!(!e.proclaim(at(1_100), "#b", "b", t2, "late", "2"));
     }
 
     #[test]

@@ -3,22 +3,31 @@
 //!
 //! An election's leadership **is** a fenced hold of its main key: the election's first five keys
 //! ([`Kind::Election`](crate::keys::Kind::Election): main, `token`, `handoff`, `waiting`,
-//! `timeouts`) have the fenced lock's layout, and the fenced lock's acquire, release, renew,
-//! cancel and force-unlock scripts ([`crate::fenced_lock`], [`crate::lock`]) run on them
-//! unchanged. So candidates wait in FIFO order and are granted leadership directly by the
-//! previous leader's release, every leadership has a lease of its own (watchdog or fixed), and
-//! the **term** is the hold's fencing token: strictly increasing, never repeated, also after a
-//! restore from an older snapshot.
+//! `timeouts`) have the fenced lock's layout, and the fenced lock's acquire, release, cancel and
+//! force-unlock scripts ([`crate::fenced_lock`], [`crate::lock`]) run on them unchanged; its
+//! renewal is the lock's, with the leader record following the hold ([`RENEW`]). So candidates
+//! wait in FIFO order and are granted leadership directly by the previous leader's release,
+//! every leadership has a lease of its own (watchdog or fixed), and the **term** is the hold's
+//! fencing token: strictly increasing, never repeated, also after a restore from an older
+//! snapshot.
 //!
 //! The sixth key, `<prefix>:election.leader:{name}`, is the **leader record**: a HASH with
-//! `term`, `value`, `marker` (the leader's hold marker) and `owner`. A new leader writes it with
-//! [`PROCLAIM`] right after its election (and again to announce a new value); [`RESIGN`] deletes
-//! it; [`LEADER`] reads it, and answers only while the record's hold is live and carries the
-//! record's term (a leader that died leaves a record that names nobody). The record expires after
-//! the client's token counter TTL, pushed on by every proclaim. Its `version` counts the
-//! announcements it carried, so that announcements of one term are ordered: an observer that read
-//! the record can tell an older message of the same term (still in flight when it read) from a
-//! newer one.
+//! `term`, `value`, `marker` (the leader's hold marker), `owner`, `version` and `request`. A new
+//! leader writes it with [`PROCLAIM`] right after its election (and again to announce a new
+//! value); [`RESIGN`] deletes it; [`LEADER`] reads it, and answers only while the record's hold is
+//! live and carries the record's term (a leader that died leaves a record that names nobody).
+//!
+//! The record lives **exactly as long as the hold it names**: every proclaim sets it to expire
+//! with the hold (`PEXPIREAT` the hold's own expiry), and the election's renewal ([`RENEW`], the
+//! watchdog's `lock_renew` for the election's holds) moves the record's expiry with its hold's.
+//! So a leader that leads for days without proclaiming keeps its record, and a leader that died
+//! leaves none past its lease.
+//!
+//! Its `version` counts the announcements it carried, so that announcements of one term are
+//! ordered: an observer that read the record can tell an older message of the same term (still in
+//! flight when it read) from a newer one. Its `request` is the id of the proclaim call that wrote
+//! it last: a proclaim re-sent after its reply was lost finds its own id there and changes and
+//! publishes nothing (idempotent per request, as every script that may be re-sent).
 //!
 //! When no announced leader leads, [`LEADER`] answers with a position on the change channel
 //! instead ([`Nobody`]): the term of a live hold that has not announced itself, or the token
@@ -48,8 +57,13 @@ use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// The leader announces its value: after its election, and for every new value under the same
-/// term. Replies `{1}` (done) or `{0}` (not the leader any more); see [`decode_proclaim`].
+/// term. Replies `{1}` (done, or done already by an earlier send of the same request) or `{0}`
+/// (not the leader any more); see [`decode_proclaim`].
 pub static PROCLAIM: Script = with_prelude!(["hold_lib", "election_lib"], "election_proclaim");
+/// The watchdog's renewal of leaderships: `lock_renew` on the election's keys (all six per hold),
+/// and each leader record of a renewed hold expires with it. Replies as
+/// [`lock::RENEW`](crate::lock::RENEW); see [`decode_renew`](crate::lock::decode_renew).
+pub static RENEW: Script = with_prelude!(["hold_lib", "election_lib"], "election_renew");
 /// The leader of a term steps down: its record goes and `r:<term>` is published. Replies `{1}`
 /// or `{0}` (the record is another term's); see [`decode_resign`]. The hold itself is then given
 /// back with the fenced lock's release.
@@ -336,7 +350,7 @@ mod tests {
 
     #[test]
     fn scripts_document_their_contract() {
-        for script in [&PROCLAIM, &RESIGN, &LEADER] {
+        for script in [&PROCLAIM, &RESIGN, &LEADER, &RENEW] {
             let src = crate::lock::strip_preludes(script.source());
             assert_ne!(src, script.source(), "the helpers first");
             assert!(src.starts_with(&format!("-- {}:", script.name())));

@@ -53,6 +53,7 @@ fn all_scripts() -> Vec<&'static Script> {
         &election::PROCLAIM,
         &election::RESIGN,
         &election::LEADER,
+        &election::RENEW,
     ]
 }
 

@@ -21,6 +21,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -29,7 +30,6 @@ use futures::Stream;
 use lockkit_protocol::election::{self as protocol, Change, LeaderRead, Record};
 use lockkit_protocol::fenced_lock::{ACQUIRE, RELEASE};
 use lockkit_protocol::keys::{Kind, ObjectKeys};
-use lockkit_protocol::lock::RENEW;
 use lockkit_protocol::DecodeError;
 use tokio::sync::broadcast::error::RecvError;
 
@@ -42,20 +42,22 @@ use crate::object::Object;
 use crate::waiters::Listener;
 
 /// The election's flavour of the reentrant lock: the fenced lock's scripts on the election's
-/// keys (their first five are the fenced lock's).
+/// keys (their first five are the fenced lock's), and the election's renewal, which keeps the
+/// leader record alive exactly as long as the hold it names.
 static ELECTION: Flavor = Flavor {
     kind: Kind::Election,
     acquire: &ACQUIRE,
     holds: HoldKind {
         kind: Kind::Election,
         release: &RELEASE,
-        renew: &RENEW,
+        // The lock's renewal, with the leader record's expiry following the hold's.
+        renew: &protocol::RENEW,
     },
     leave: &FENCED_LEAVE,
 };
 
 /// The longest an [`Observer`] waits before it tries again after it failed to subscribe or to
-/// read the leader.
+/// read the leader, and [`Election::lead`] after a campaign failed.
 const MAX_RETRY: Duration = Duration::from_secs(2);
 /// The first such wait.
 const FIRST_RETRY: Duration = Duration::from_millis(50);
@@ -82,7 +84,10 @@ const CHECK_INTERVAL: Duration = Duration::from_secs(1);
 ///   paused or cut off past its lease), [`Leadership::lost`] resolves, and another candidate
 ///   leads within one lease.
 /// - [`lead`](Election::lead) is the loop a service that should always have a leader runs:
-///   campaign, run the body while leading, stop it when leadership is lost, campaign again.
+///   campaign, run the body while leading, stop it when leadership is lost, campaign again,
+///   also through Redis outages (with a backoff), until the client shuts down.
+/// - The leader record (what [`leader`](Election::leader) and observers read) lives exactly as
+///   long as the leadership it names: renewed with it, gone with it.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -240,6 +245,7 @@ impl Election {
                 term,
                 value: parking_lot::Mutex::new(String::new()),
                 proclaiming: tokio::sync::Mutex::new(()),
+                requests: AtomicU64::new(0),
             }),
             guard: Some(guard),
             _leading: crate::metrics::Leading::new(Kind::Election.segment()),
@@ -417,23 +423,37 @@ impl Election {
     }
 
     /// Leads for as long as the service runs: campaigns (watchdog mode), runs `body` while
-    /// leading, and when leadership is lost drops the body's future and campaigns again. When
-    /// the body returns, resigns and returns its result.
+    /// leading, and when leadership is lost stops the body and campaigns again. It returns only
+    /// when the body returns *while still leading* (it then resigns and returns the body's
+    /// result), on [`Error::Shutdown`], or on an error that trying again cannot cure.
     ///
-    /// This is client-go's leader-election loop without the callbacks: the body is
+    /// This is client-go's leader-election loop (`RunOrDie`) without the callbacks: the body is
     /// `OnStartedLeading`, its end (returned or dropped) `OnStoppedLeading`;
     /// [`observe`](Election::observe) gives `OnNewLeader`.
     ///
-    /// The body gets a [`LeadershipHandle`] (term, value, [`lost`](LeadershipHandle::lost)). The
-    /// body's future is polled before the lost signal, so a body that `select!`s on
-    /// [`lost`](LeadershipHandle::lost) can stop cleanly first; but a body that *returns* ends
-    /// `lead` (that is what returning means). To be stopped and led again, let it be dropped.
+    /// The body gets a [`LeadershipHandle`] (term, value, [`lost`](LeadershipHandle::lost)).
+    /// When leadership is lost (its lease ran out, Redis lost it: a restart, a `FLUSHALL`, a
+    /// stall longer than the lease):
+    /// - a body that `select!`s on [`lost`](LeadershipHandle::lost) and returns, as in the
+    ///   example below, is a loss, not an end: a body that returns once its leadership is
+    ///   [lost](LeadershipHandle::is_lost) has its result dropped, and `lead` campaigns again;
+    /// - a body still running is dropped (the body's future is polled before the lost signal,
+    ///   so a body that watches `lost()` can stop cleanly first), and `lead` campaigns again.
+    ///
+    /// **Redis outages.** A campaign that fails with [`Error::Redis`] (Redis unreachable, a
+    /// command timeout, a failover under way) or [`Error::NotReplicated`] is tried again, after
+    /// a pause that starts at 50 ms and doubles up to 2 s (back to 50 ms after a campaign that
+    /// succeeds); each failure is logged as a warning. So `lead` rides out an outage of any
+    /// length and leads again once Redis is back (after the old leadership's lease, if Redis
+    /// kept it).
     ///
     /// # Errors
-    /// The body's error, or a campaign's error converted with `E: From<Error>`
-    /// ([`Error::Redis`] when Redis fails, [`Error::Shutdown`], [`Error::InvalidArgument`]):
-    /// `lead` does not retry a campaign that failed (but campaigns again when leadership was
-    /// lost before its announcement, [`Error::NotHeld`] from a campaign). A resignation that fails after the body
+    /// Converted with `E: From<Error>`: [`Error::Shutdown`] once the client is shut down (also
+    /// while leading: the shutdown ends the leadership, and the next campaign reports it; and
+    /// while pausing between campaigns); [`Error::InvalidArgument`] for an invalid name,
+    /// [`Error::WrongType`] when the election's keys hold something else, and any other error
+    /// a campaign returns that is not one of those tried again above. Or the body's own error,
+    /// when it returns one while still leading. A resignation that fails after the body
     /// returned is logged (the leadership then runs out its lease), and the body's result is
     /// returned.
     ///
@@ -441,11 +461,12 @@ impl Election {
     /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
     /// # async fn consume_queue(_term: u64) {}
     /// let election = client.election("queue-consumer");
+    /// // Returns only on shutdown (or if `consume_queue` ever returns while leading).
     /// election
     ///     .lead("pod-a", |leadership| async move {
     ///         tokio::select! {
     ///             () = consume_queue(leadership.term()) => {}
-    ///             () = leadership.lost() => {}
+    ///             () = leadership.lost() => {} // leadership lost: `lead` campaigns again
     ///         }
     ///         Ok::<(), lockkit::Error>(())
     ///     })
@@ -459,11 +480,30 @@ impl Election {
         E: From<Error>,
     {
         let value = value.into();
+        let shutdown = self.inner().shutdown.clone();
+        let mut retry: Option<Duration> = None;
         loop {
             let leadership = match self.campaign(value.clone()).await {
-                Ok(leadership) => leadership,
+                Ok(leadership) => {
+                    retry = None;
+                    leadership
+                }
                 // Lost between its grant and its announcement: campaign again.
                 Err(Error::NotHeld { .. }) => continue,
+                Err(err @ (Error::Redis(_) | Error::NotReplicated { .. })) => {
+                    let wait = retry.map_or(FIRST_RETRY, |wait| (wait * 2).min(MAX_RETRY));
+                    retry = Some(wait);
+                    tracing::warn!(
+                        election = %self.name(),
+                        retry_in = ?wait,
+                        "campaign failed; campaigning again: {}",
+                        crate::error::Chain(&err)
+                    );
+                    tokio::select! {
+                        () = shutdown.cancelled() => return Err(Error::Shutdown.into()),
+                        () = tokio::time::sleep(wait) => continue,
+                    }
+                }
                 Err(err) => return Err(err.into()),
             };
             let lost = leadership.lost();
@@ -471,6 +511,15 @@ impl Election {
             tokio::select! {
                 biased;
                 result = run => {
+                    if leadership.is_lost() {
+                        // The natural body returns once `lost()` fired: a loss, not an end.
+                        tracing::warn!(
+                            election = %self.name(),
+                            term = leadership.term(),
+                            "leadership lost; the body returned, campaigning again"
+                        );
+                        continue;
+                    }
                     match leadership.resign().await {
                         Ok(()) | Err(Error::NotHeld { .. }) => {}
                         Err(err) => tracing::warn!(
@@ -577,6 +626,9 @@ struct Shared {
     value: parking_lot::Mutex<String>,
     /// One proclaim at a time, so the local value is the last one announced.
     proclaiming: tokio::sync::Mutex<()>,
+    /// Proclaim calls so far: the next one's request id (with the hold's marker, it names one
+    /// call in the leader record, so a re-sent call changes nothing).
+    requests: AtomicU64,
 }
 
 impl Shared {
@@ -588,6 +640,8 @@ impl Shared {
         let term = self.term.to_string();
         let channel = protocol::changes_channel(keys);
         let owner = self.hold.owner.as_deref().unwrap_or_default();
+        // One id per call, the same for every send of it (fred re-sends it after a reconnect).
+        let request = (self.requests.fetch_add(1, Ordering::Relaxed) + 1).to_string();
         let reply = inner
             .exec
             .ints(
@@ -601,10 +655,7 @@ impl Shared {
                     &value,
                     &channel,
                     inner.exec.publish_flag(),
-                    inner
-                        .exec
-                        .counter_ttl_arg(Kind::Election)
-                        .unwrap_or_default(),
+                    &request,
                 ],
                 Resend::Allowed,
             )
@@ -710,12 +761,17 @@ impl Leadership {
     /// Announces `value` in place of the current one, under the same term: observers see
     /// [`LeaderChange::Proclaimed`], [`Election::leader`] returns it.
     ///
+    /// A call whose connection broke before its answer came is sent again; the call is
+    /// idempotent: a second delivery of one call finds the first one's mark in the leader record
+    /// and changes and publishes nothing, so observers see the value once, under one record
+    /// version, and the call answers as the first delivery did.
+    ///
     /// # Errors
     /// [`Error::NotHeld`] when this client does not lead any more (its lease ran out). The
-    /// value is then not announced, with one exception: a call whose connection broke is sent
-    /// again, and if the lease ran out in between, the first send may have announced the value
-    /// (observers saw it under this term) before the answer says `NotHeld`. Either way the
-    /// leadership is over. [`Error::Redis`], [`Error::Shutdown`].
+    /// value is then not announced, with one exception: if the lease ran out between a first
+    /// delivery that announced the value and the second one (the record expires with the
+    /// leadership), the answer says `NotHeld` although observers saw the value under this term.
+    /// Either way the leadership is over. [`Error::Redis`], [`Error::Shutdown`].
     ///
     /// ```no_run
     /// # async fn demo(leadership: lockkit::Leadership) -> Result<(), lockkit::Error> {
@@ -789,9 +845,12 @@ impl Leadership {
 
 impl Drop for Leadership {
     fn drop(&mut self) {
-        let Some(guard) = self.guard.take() else {
+        let Some(mut guard) = self.guard.take() else {
             return;
         };
+        // Let go of it now: this task campaigning again while the resignation runs is no
+        // self-wait.
+        guard.forget_taken();
         // Resign, then release, in the background; without a runtime the guard's own drop
         // releases (and the record is left to name a hold that is gone: no one is reported).
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {

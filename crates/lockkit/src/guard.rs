@@ -155,12 +155,7 @@ impl HoldGuard {
         }
         if owner::is_lock_kind(self.hold.kind.kind) {
             let taker = Taker::current();
-            self.client.taken.insert(
-                taker,
-                &self.hold.keys,
-                self.hold.seq,
-                self.hold.owner.clone(),
-            );
+            self.client.taken.insert(taker, &self.hold);
             self.taker = Some(taker);
         }
         Ok(self)
@@ -197,6 +192,16 @@ impl HoldGuard {
             acknowledged: outcome.acknowledged,
             required: outcome.required,
         })
+    }
+
+    /// Forgets the hold in the per-task registry of holds taken ([`owner::Taken`]) now, ahead
+    /// of the guard's drop: for a guard whose release goes on in the background after its owner
+    /// let go of it (a dropped [`Leadership`](crate::Leadership) resigns first, then drops the
+    /// guard), so that its task campaigning again is not taken for a self-wait.
+    pub(crate) fn forget_taken(&mut self) {
+        if let Some(taker) = self.taker.take() {
+            self.client.taken.remove(taker, self.hold.seq);
+        }
     }
 
     /// Releases the hold now.

@@ -764,6 +764,11 @@ impl LockGuard {
         self.guard.hold()
     }
 
+    /// See [`HoldGuard::forget_taken`].
+    pub(crate) fn forget_taken(&mut self) {
+        self.guard.forget_taken();
+    }
+
     /// The lock's name.
     pub fn name(&self) -> &str {
         &self.guard.hold().name

@@ -22,7 +22,10 @@
 //! - **Holds taken per task.** [`Taken`] remembers, per tokio task (per thread outside a task),
 //!   the lock holds that task acquired and has not released, whatever task their guards moved
 //!   to. It serves two things: the self-wait warning (a task about to wait for a lock it holds
-//!   itself is the likely self-deadlock) and `hold_count()` outside a scope.
+//!   itself is the likely self-deadlock) and `hold_count()` outside a scope. A hold known lost
+//!   (its lease ran out, or renewal found it gone) cannot make its task wait for itself: the
+//!   warning ignores it (an election's `lead` that campaigns again after a loss is no
+//!   self-wait).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -31,8 +34,10 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::keys::Kind;
 use parking_lot::Mutex;
+
+use crate::hold::Hold;
 
 thread_local! {
     /// The innermost holder's scope of the future being polled on this thread, with the tokio
@@ -226,9 +231,7 @@ impl Taker {
 /// A hold the taker has not released yet.
 #[derive(Debug)]
 struct TakenHold {
-    seq: u64,
-    keys: Arc<ObjectKeys>,
-    owner: Option<Arc<str>>,
+    hold: Arc<Hold>,
 }
 
 /// The lock holds each task took and has not released (see the module notes). Kept per taker
@@ -240,18 +243,10 @@ pub(crate) struct Taken {
 }
 
 impl Taken {
-    /// Records that `taker` took hold `seq` of the object at `keys` as `owner`.
-    pub(crate) fn insert(
-        &self,
-        taker: Taker,
-        keys: &Arc<ObjectKeys>,
-        seq: u64,
-        owner: Option<Arc<str>>,
-    ) {
+    /// Records that `taker` took `hold`.
+    pub(crate) fn insert(&self, taker: Taker, hold: &Arc<Hold>) {
         self.holds.lock().entry(taker).or_default().push(TakenHold {
-            seq,
-            keys: Arc::clone(keys),
-            owner,
+            hold: Arc::clone(hold),
         });
     }
 
@@ -259,19 +254,23 @@ impl Taken {
     pub(crate) fn remove(&self, taker: Taker, seq: u64) {
         let mut holds = self.holds.lock();
         if let Some(list) = holds.get_mut(&taker) {
-            list.retain(|hold| hold.seq != seq);
+            list.retain(|taken| taken.hold.seq != seq);
             if list.is_empty() {
                 holds.remove(&taker);
             }
         }
     }
 
-    /// Whether the calling task took a hold of the object at `key` that is not released yet.
+    /// Whether the calling task took a hold of the object at `key` that is not released yet
+    /// and not known lost.
     pub(crate) fn current_holds(&self, key: &str) -> bool {
         self.holds
             .lock()
             .get(&Taker::current())
-            .is_some_and(|list| list.iter().any(|hold| hold.keys.key == key))
+            .is_some_and(|list| {
+                list.iter()
+                    .any(|taken| taken.hold.key() == key && !taken.hold.is_lost())
+            })
     }
 
     /// The distinct owners of the holds of `key` the calling task took and has not released.
@@ -279,8 +278,8 @@ impl Taken {
         let holds = self.holds.lock();
         let mut owners: Vec<Arc<str>> = Vec::new();
         if let Some(list) = holds.get(&Taker::current()) {
-            let of_key = list.iter().filter(|hold| hold.keys.key == key);
-            for owner in of_key.filter_map(|hold| hold.owner.as_ref()) {
+            let of_key = list.iter().filter(|taken| taken.hold.key() == key);
+            for owner in of_key.filter_map(|taken| taken.hold.owner.as_ref()) {
                 if !owners.contains(owner) {
                     owners.push(Arc::clone(owner));
                 }
@@ -290,7 +289,8 @@ impl Taken {
     }
 
     /// Logs the self-wait warning when the calling task is about to wait for `key`, a lock it
-    /// took itself and has not released.
+    /// took itself and has not released (a hold known lost does not count: it is not renewed,
+    /// so it cannot keep its own task waiting).
     pub(crate) fn warn_if_waiting_on_itself(&self, kind: Kind, key: &str, name: &str) {
         if self.current_holds(key) {
             tracing::warn!(
@@ -469,15 +469,39 @@ mod tests {
         assert_eq!(b, None);
     }
 
-    #[tokio::test]
-    async fn taken_holds_are_per_task_and_forgotten_on_removal() {
-        let taken = Arc::new(Taken::default());
+    static LOCK_HOLDS: crate::hold::HoldKind = crate::hold::HoldKind {
+        kind: Kind::Lock,
+        release: &lockkit_protocol::lock::RELEASE,
+        renew: &lockkit_protocol::lock::RENEW,
+    };
+
+    /// A granted watchdog-mode hold `seq` of lock `k` as `owner`, live for a minute.
+    fn hold(seq: u64, owner: &str) -> Arc<Hold> {
         let keys = match lockkit_protocol::keys::Namespace::default().object(Kind::Lock, "k") {
             Ok(keys) => Arc::new(keys),
             Err(err) => panic!("keys: {err}"),
         };
-        let key = keys.key.clone();
-        taken.insert(Taker::current(), &keys, 1, Some(arc("c:1")));
+        let hold = Hold::new(
+            seq,
+            arc("k"),
+            &LOCK_HOLDS,
+            keys,
+            format!("#{seq}"),
+            Some(arc(owner)),
+            std::time::Duration::from_secs(60),
+            true,
+        );
+        hold.confirmed_at(tokio::time::Instant::now());
+        hold.granted();
+        Arc::new(hold)
+    }
+
+    #[tokio::test]
+    async fn taken_holds_are_per_task_and_forgotten_on_removal() {
+        let taken = Arc::new(Taken::default());
+        let held = hold(1, "c:1");
+        let key = held.key().to_owned();
+        taken.insert(Taker::current(), &held);
         assert!(taken.current_holds(&key));
         assert!(!taken.current_holds("another key"));
         assert_eq!(taken.current_owners(&key), vec![arc("c:1")]);
@@ -489,5 +513,19 @@ mod tests {
         assert!(!other, "another task took nothing");
         taken.remove(Taker::current(), 1);
         assert!(!taken.current_holds(&key));
+    }
+
+    /// A hold known lost cannot keep its task waiting: no self-wait. Its owner is still one of
+    /// the task's (`hold_count` asks Redis, which knows whether it is gone).
+    #[tokio::test]
+    async fn a_hold_known_lost_is_no_self_wait() {
+        let taken = Taken::default();
+        let held = hold(1, "c:1");
+        let key = held.key().to_owned();
+        taken.insert(Taker::current(), &held);
+        assert!(taken.current_holds(&key));
+        held.mark_lost("the test");
+        assert!(!taken.current_holds(&key));
+        assert_eq!(taken.current_owners(&key), vec![arc("c:1")]);
     }
 }
