@@ -785,6 +785,17 @@ impl HashLock {
     /// `now`): `true` when the hold is live, after extending it to `now + lease` (never
     /// shortening; `lease` 0 only checks). An ended hold is never revived.
     pub fn renew(&mut self, now: u64, marker: &str, lease_ms: u64) -> bool {
+        self.renew_to(now, marker, (lease_ms > 0).then(|| now + lease_ms))
+    }
+
+    /// The confirmation of a granted hold (the renew script's `@<until>` form): as
+    /// [`renew`](HashLock::renew), extending the hold to the instant `until_ms` itself (its
+    /// grant's time + its lease: a lease counted from the grant, not from the confirmation).
+    pub fn renew_until(&mut self, now: u64, marker: &str, until_ms: u64) -> bool {
+        self.renew_to(now, marker, Some(until_ms))
+    }
+
+    fn renew_to(&mut self, now: u64, marker: &str, target: Option<u64>) -> bool {
         self.expire_keys(now);
         if self.foreign {
             return false;
@@ -792,8 +803,8 @@ impl HashLock {
         self.settle(now, None);
         match self.holds.get_mut(marker) {
             Some(hold) => {
-                if lease_ms > 0 && hold.expiry < now + lease_ms {
-                    hold.expiry = now + lease_ms;
+                if let Some(target) = target {
+                    hold.expiry = hold.expiry.max(target);
                 }
                 true
             }

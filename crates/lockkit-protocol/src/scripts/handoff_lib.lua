@@ -15,7 +15,8 @@
 -- request's channel, to that one client. The message is the grant: the waiter owns the lock when
 -- it hears it, with no second round trip. A grant nobody heard (the client is gone, or has not
 -- subscribed yet) is undone at once and the next request gets it. A grant starts on probation: it
--- expires after min(lease, PROBATION_MS) unless its client confirms it (renews it to its lease), so
+-- expires after min(lease, PROBATION_MS) unless its client confirms it (renews it to its lease
+-- counted from the grant: `now` in the message + lease, lock_renew.lua's `@<server ms>`), so
 -- a grant to a client that died unseen costs the others at most the probation, never a lease.
 -- Needs hold_lib.lua's now_ms, settle, take and live_hold in front.
 
