@@ -123,14 +123,23 @@ pub(crate) static PLAIN: Flavor = Flavor {
 /// [`LockGuard::is_lost`], [`LockGuard::lost`].
 ///
 /// # Waiting
-/// A task that finds the lock taken joins the lock's waiting set in Redis, subscribes to the
-/// lock's release channel and sleeps until a release wakes it, or at most until the holder's
-/// lease would end; while it waits it retries every third of
-/// [`WAITER_KEEPALIVE`](lockkit_protocol::lock::WAITER_KEEPALIVE) to show it is still there. A
-/// release reserves the free lock for a few milliseconds for the owner that has waited longest, so
-/// waiters are not starved by newcomers. A waiter that gives up (its `wait` ran out, its future
-/// was dropped, the client shut down) leaves the set at once and hands on a reservation it was
-/// given; one whose process died is dropped once its keep-alive has passed.
+/// A task that finds the lock taken joins the lock's waiting set in Redis, subscribes to its
+/// client's own channel for the lock and sleeps until a release wakes it, or at most until the
+/// holder's lease would end; while it waits it retries every third of
+/// [`WAITER_KEEPALIVE`](lockkit_protocol::lock::WAITER_KEEPALIVE) to show it is still there.
+/// A release that frees the lock **grants** it, in the same script, to the call that has waited
+/// longest: that call holds the lock from then on (its own hold, its own lease, counted from the
+/// grant) and returns as soon as its client hears so, without another round trip. Nobody can
+/// barge in between, not a newcomer and not the task that just unlocked, so waiters are served
+/// in the order in which they first found the lock taken. A grant is on probation for
+/// [`GRANT_PROBATION`](lockkit_protocol::lock::GRANT_PROBATION) (5 s) until the waiter's client
+/// confirms it, which it does by itself: a grant to a client that died unseen costs the others
+/// that long at most, never a lease. A waiter that gives up (its `wait` ran out, its future was
+/// dropped, on the runtime or off it, the client shut down) leaves the set at once and gives
+/// back a grant that was on its way to it; one whose client died is skipped by the next release
+/// once its connection is closed, and dropped once its keep-alive has passed. (Only a
+/// [`MultiLock`](crate::MultiLock) waiting for several locks at once is not granted a lock: a
+/// release reserves it for the multi-lock for a few milliseconds instead.)
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -510,10 +519,11 @@ impl Member<'_> {
         self.attempt.queued.granted();
     }
 
-    /// The call's round failed before it came to this member, which it had seen free or
-    /// reserved for it: a reservation it holds goes on to the next waiter now, rather than
-    /// keeping the lock from everyone until its window ends. The member joins the line again
-    /// with its next look.
+    /// The call cannot take this member now, which it had seen free or reserved for it (its
+    /// round failed before it came to it, or another member was still busy when the handoff
+    /// window ended): a reservation it holds goes on to the next waiter now, rather than keeping
+    /// the lock from everyone until its window ends, and so does one that lapsed meanwhile,
+    /// which would otherwise wake nobody. The member joins the line again with its next look.
     pub(crate) async fn pass(&self) {
         self.attempt.queued.leave_now().await;
     }

@@ -268,7 +268,10 @@ end
 
 -- Takes the request `member` out of the waiting set because its call stopped waiting
 -- (lock_cancel.lua): a grant made to it and not yet claimed is given back, and a reservation made
--- for its owner ends; either way the lock goes to the next request. Returns {1} when the request
+-- for its owner ends; either way the lock goes to the next request. So does a free lock that is
+-- reserved for nobody while requests wait: a reservation that lapsed unused (a multi-lock member
+-- whose other members were still busy passes it on this way once its window has passed; nothing
+-- else would wake the next request before its keep-alive retry). Returns {1} when the request
 -- was there (waiting, granted or reserved), {0} otherwise.
 local function cancel_request(key, handoff, waiting, timeouts, member, sharded, counter)
   local removed = redis.call('ZREM', timeouts, member) + redis.call('ZREM', waiting, member)
@@ -285,10 +288,10 @@ local function cancel_request(key, handoff, waiting, timeouts, member, sharded, 
   end
   if redis.call('GET', handoff) == owner then
     redis.call('DEL', handoff)
-    if redis.call('EXISTS', key) == 0 then
-      hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
-    end
     removed = 1
+  end
+  if redis.call('EXISTS', key) == 0 and redis.call('EXISTS', handoff) == 0 then
+    hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
   end
   if removed > 0 then
     return {1}
