@@ -129,3 +129,285 @@ async fn an_unlock_dropped_in_flight_still_releases() {
     .unwrap();
     assert!(got.is_some());
 }
+
+// ================================================================================================
+// Issue 27 §2, item 8: an acquire future dropped outside any tokio runtime (on a plain thread)
+// leaves its place in line at once, as one dropped on the runtime does. Its entry used to stay
+// until its keep-alive ran out: a lock's next waiter then waited for the probation of a grant
+// made to the dropped call, a fair lock's up to its own timeout.
+//
+// Each test polls the acquire future on the runtime until its entry is in Redis, moves it to a
+// plain thread and drops it there. The ordering checked, on the server's clock: the entry is
+// gone, and the next waiter holds the lock, before the dropped call's keep-alive deadline (the
+// earliest the entry would have gone on its own).
+// ================================================================================================
+
+/// The server's clock (ms).
+async fn server_clock(server: &lockkit_testkit::RedisServer) -> u64 {
+    let time = lockkit_testkit::send_command(server.addr(), &["TIME"])
+        .await
+        .unwrap();
+    lockkit_suite::server_ms(&time)
+}
+
+/// The members of the waiting structure `key` (a ZSET or, for a fair lock's queue, a LIST).
+async fn members(server: &lockkit_testkit::RedisServer, key: &str) -> Vec<String> {
+    let kind = lockkit_testkit::send_command(server.addr(), &["TYPE", key])
+        .await
+        .unwrap();
+    let range = match kind.as_str() {
+        Some("list") => "LRANGE",
+        _ => "ZRANGE",
+    };
+    let items = lockkit_testkit::send_command(server.addr(), &[range, key, "0", "-1"])
+        .await
+        .unwrap();
+    items
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .map(|item| item.as_str().expect("a member").to_owned())
+        .collect()
+}
+
+/// The keep-alive deadline (server ms) of the one entry of client `id` in the ZSET `timeouts`.
+async fn deadline_of(server: &lockkit_testkit::RedisServer, timeouts: &str, id: &str) -> u64 {
+    let entry = members(server, timeouts)
+        .await
+        .into_iter()
+        .find(|member| member.contains(id))
+        .expect("the dropped call's entry is in line");
+    let score = lockkit_testkit::send_command(server.addr(), &["ZSCORE", timeouts, &entry])
+        .await
+        .unwrap();
+    score.as_str().expect("a score").parse().expect("ms")
+}
+
+/// Polls `future` on this task until `queued` resolves; it must not finish first.
+async fn poll_until_queued<F>(future: &mut F, queued: impl std::future::Future<Output = ()>)
+where
+    F: std::future::Future + Unpin,
+    F::Output: std::fmt::Debug,
+{
+    within(HANG, "the acquire to join the line", async {
+        tokio::select! {
+            out = future => panic!("finished before it was in line: {out:?}"),
+            () = queued => {}
+        }
+    })
+    .await;
+}
+
+/// Drops `value` on a plain thread, outside any tokio runtime.
+fn drop_outside_any_runtime<T: Send + 'static>(value: T) {
+    std::thread::spawn(move || {
+        assert!(
+            tokio::runtime::Handle::try_current().is_err(),
+            "no runtime on this thread"
+        );
+        drop(value);
+    })
+    .join()
+    .expect("the drop did not panic");
+}
+
+/// Waits until client `id` has no entry in `key` any more, and checks that this happened before
+/// `deadline` (server ms): the entry was taken out, it did not run out.
+async fn left_before(
+    server: &lockkit_testkit::RedisServer,
+    key: &str,
+    id: &str,
+    deadline: u64,
+    what: &str,
+) {
+    within(HANG, "the dropped call to leave the line", async {
+        while members(server, key).await.iter().any(|m| m.contains(id)) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let now = server_clock(server).await;
+    assert!(
+        now < deadline,
+        "{what}: the dropped call's entry only went when its keep-alive ran out ({now} >= \
+         {deadline})"
+    );
+}
+
+/// A `Lock`'s waiter dropped off the runtime leaves; the release grants the next waiter at once.
+#[tokio::test]
+async fn a_lock_wait_dropped_outside_a_runtime_leaves_the_line() {
+    let server = spawned().await;
+    let holder = client(&server.url()).await;
+    let dropped = client(&server.url()).await;
+    let next = client(&server.url()).await;
+    let name = unique("drop-off-runtime-lock");
+    let keys = lockkit::protocol::keys::Namespace::default()
+        .lock(&name)
+        .unwrap();
+    let (waiting, timeouts) = (keys.aux("waiting").unwrap(), keys.aux("timeouts").unwrap());
+    let held = holder.lock(&name).lock().await.unwrap();
+    let mut wait = Box::pin({
+        let lock = dropped.lock(&name);
+        async move { lock.lock().await }
+    });
+    poll_until_queued(
+        &mut wait,
+        lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &name, 1),
+    )
+    .await;
+    let next_wait = tokio::spawn({
+        let lock = next.lock(&name);
+        async move { lock.lock().await }
+    });
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &name, 2).await;
+    let deadline = deadline_of(&server, timeouts, dropped.id()).await;
+
+    drop_outside_any_runtime(wait);
+    left_before(&server, waiting, dropped.id(), deadline, "Lock").await;
+    // The release grants the lock to the next waiter, in the same script.
+    held.unlock().await.unwrap();
+    let holders = holder.inspect(Some(Kind::Lock), &name).await.unwrap();
+    assert!(
+        holders[0].holders[0]
+            .owner
+            .starts_with(&format!("{}:", next.id())),
+        "granted to the next waiter, not to the dropped call: {holders:?}"
+    );
+    let got = within(HANG, "the next waiter", next_wait)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(server_clock(&server).await < deadline);
+    got.unlock().await.unwrap();
+}
+
+/// A `FairLock`'s waiter dropped off the runtime leaves its queue; the next waiter is named next
+/// and takes the lock before the dropped one's keep-alive would have run out.
+#[tokio::test]
+async fn a_fair_lock_wait_dropped_outside_a_runtime_leaves_the_queue() {
+    let server = spawned().await;
+    let holder = client(&server.url()).await;
+    let dropped = client(&server.url()).await;
+    let next = client(&server.url()).await;
+    let name = unique("drop-off-runtime-fair");
+    let keys = lockkit::protocol::keys::Namespace::default()
+        .object(Kind::FairLock, &name)
+        .unwrap();
+    let (queue, timeouts) = (
+        keys.aux("queue").unwrap().to_owned(),
+        keys.aux("timeouts").unwrap().to_owned(),
+    );
+    let held = holder.fair_lock(&name).lock().await.unwrap();
+    let mut wait = Box::pin({
+        let lock = dropped.fair_lock(&name);
+        async move { lock.lock().await }
+    });
+    poll_until_queued(
+        &mut wait,
+        lockkit_suite::until_waiters_in_redis(&holder, Kind::FairLock, &name, 1),
+    )
+    .await;
+    let next_wait = tokio::spawn({
+        let lock = next.fair_lock(&name);
+        async move { lock.lock().await }
+    });
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::FairLock, &name, 2).await;
+    let deadline = deadline_of(&server, &timeouts, dropped.id()).await;
+
+    drop_outside_any_runtime(wait);
+    left_before(&server, &queue, dropped.id(), deadline, "FairLock").await;
+    held.unlock().await.unwrap();
+    let got = within(HANG, "the next waiter", next_wait)
+        .await
+        .unwrap()
+        .unwrap();
+    let now = server_clock(&server).await;
+    assert!(
+        now < deadline,
+        "FairLock: the next waiter got the lock only once the dropped call's keep-alive ran out"
+    );
+    got.unlock().await.unwrap();
+}
+
+/// An election's campaign dropped off the runtime while it waits leaves the line: the leader's
+/// resignation makes the next candidate the leader at once.
+#[tokio::test]
+async fn a_campaign_dropped_outside_a_runtime_leaves_the_line() {
+    let server = spawned().await;
+    let leader = client(&server.url()).await;
+    let dropped = client(&server.url()).await;
+    let next = client(&server.url()).await;
+    let name = unique("drop-off-runtime-election");
+    let keys = lockkit::protocol::keys::Namespace::default()
+        .object(Kind::Election, &name)
+        .unwrap();
+    let (waiting, timeouts) = (
+        keys.aux("waiting").unwrap().to_owned(),
+        keys.aux("timeouts").unwrap().to_owned(),
+    );
+    let leading = leader.election(&name).campaign("a").await.unwrap();
+    let mut campaign = Box::pin({
+        let election = dropped.election(&name);
+        async move { election.campaign("dropped").await }
+    });
+    poll_until_queued(
+        &mut campaign,
+        lockkit_suite::until_waiters_in_redis(&leader, Kind::Election, &name, 1),
+    )
+    .await;
+    let next_campaign = tokio::spawn({
+        let election = next.election(&name);
+        async move { election.campaign("next").await }
+    });
+    lockkit_suite::until_waiters_in_redis(&leader, Kind::Election, &name, 2).await;
+    let deadline = deadline_of(&server, &timeouts, dropped.id()).await;
+
+    drop_outside_any_runtime(campaign);
+    left_before(&server, &waiting, dropped.id(), deadline, "Election").await;
+    leading.resign().await.unwrap();
+    let leads = within(HANG, "the next candidate", next_campaign)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        server_clock(&server).await < deadline,
+        "Election: the next candidate led only once the dropped campaign's keep-alive ran out"
+    );
+    assert_eq!(leads.value(), "next");
+    leads.resign().await.unwrap();
+}
+
+/// A leadership dropped off the runtime (as a campaign future dropped during its announcement
+/// drops the one it just built) resigns: its record goes, as when it is dropped on the runtime.
+#[tokio::test]
+async fn a_leadership_dropped_outside_a_runtime_resigns() {
+    let server = spawned().await;
+    let leader = client(&server.url()).await;
+    let name = unique("drop-off-runtime-leadership");
+    let keys = lockkit::protocol::keys::Namespace::default()
+        .object(Kind::Election, &name)
+        .unwrap();
+    let record = keys.aux("leader").unwrap().to_owned();
+    let leading = leader.election(&name).campaign("a").await.unwrap();
+    let exists = |server: &lockkit_testkit::RedisServer| {
+        let addr = server.addr();
+        let record = record.clone();
+        async move {
+            lockkit_testkit::send_command(addr, &["EXISTS", &record])
+                .await
+                .unwrap()
+                .as_int()
+                == Some(1)
+        }
+    };
+    assert!(exists(&server).await, "the leader's record");
+    drop_outside_any_runtime(leading);
+    within(HANG, "the resignation", async {
+        while exists(&server).await {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(leader.election(&name).leader().await.unwrap().is_none());
+}

@@ -236,3 +236,259 @@ async fn a_wait_that_runs_out_leaves_the_line_before_it_returns() {
     assert!(objects.is_empty() || objects[0].waiters.is_empty());
     proxy.resume();
 }
+
+// ================================================================================================
+// Issue 27 §2, item 7: a granted fixed lease lasts the lease asked for, counted from the grant.
+//
+// A fixed lease longer than the probation is granted on probation and confirmed at half of it.
+// The confirmation used to renew the hold to `confirmation + lease`, so a granted
+// `try_lock(wait, Some(8 s))` held the lock 10.5 s after its grant (uncontended: 8 s). Measured
+// on the server: the grant instant is bracketed by the server's clock read just before and just
+// after the release that made it, and the hold's own expiry (its marker in the lock hash) is read
+// right after the grant and after the confirmation.
+// ================================================================================================
+
+/// The fixed lease of these tests: longer than the probation, so the grant is confirmed.
+const FIXED: Duration = Duration::from_secs(8);
+
+fn millis(duration: Duration) -> u64 {
+    u64::try_from(duration.as_millis()).expect("fits")
+}
+
+/// The server's clock (ms).
+async fn server_clock(server: &RedisServer) -> u64 {
+    let time = lockkit_testkit::send_command(server.addr(), &["TIME"])
+        .await
+        .unwrap();
+    lockkit_suite::server_ms(&time)
+}
+
+/// The expiries (server ms) of the holds in the lock hash `key`, from their markers.
+async fn hold_expiries(server: &RedisServer, key: &str) -> Vec<u64> {
+    let fields = lockkit_testkit::send_command(server.addr(), &["HGETALL", key])
+        .await
+        .unwrap();
+    let fields: Vec<String> = fields
+        .as_array()
+        .expect("HGETALL is an array")
+        .iter()
+        .map(|v| v.as_str().expect("a bulk string").to_owned())
+        .collect();
+    fields
+        .chunks(2)
+        .filter_map(|pair| lockkit::protocol::lock::HoldEntry::parse(&pair[0], &pair[1]))
+        .map(|hold| hold.expiry_ms)
+        .collect()
+}
+
+/// The key's remaining time to live in ms (`-2`: gone).
+async fn pttl(server: &RedisServer, key: &str) -> i64 {
+    lockkit_testkit::send_command(server.addr(), &["PTTL", key])
+        .await
+        .unwrap()
+        .as_int()
+        .expect("PTTL is an integer")
+}
+
+/// Runs the release that grants the waiting call, bracketed by the server's clock: the grant was
+/// made at a server instant in the returned range.
+async fn bracket_grant(
+    server: &RedisServer,
+    release: impl std::future::Future<Output = ()>,
+) -> std::ops::RangeInclusive<u64> {
+    let before = server_clock(server).await;
+    release.await;
+    let after = server_clock(server).await;
+    before..=after
+}
+
+/// The grant's hold, measured on the server: right after the grant it lives until the end of
+/// its probation (grant + 5 s); once confirmed, until grant + `FIXED`, not confirmation +
+/// `FIXED`. Returns the confirmed expiry.
+async fn granted_for_the_lease_asked(
+    server: &RedisServer,
+    key: &str,
+    granted: std::ops::RangeInclusive<u64>,
+    what: &str,
+) -> u64 {
+    let probation = millis(GRANT_PROBATION);
+    let [on_probation] = hold_expiries(server, key).await[..] else {
+        panic!("{what}: one hold, the grant's");
+    };
+    let grant = on_probation - probation;
+    assert!(
+        granted.contains(&grant),
+        "{what}: on probation until the grant + {probation} ms: granted at {grant}, the release \
+         ran in {granted:?}"
+    );
+    // The confirmation moves the hold's expiry, once.
+    let confirmed = within(HANG, "the confirmation", async {
+        loop {
+            match hold_expiries(server, key).await[..] {
+                [expiry] if expiry != on_probation => return expiry,
+                [_] => tokio::time::sleep(Duration::from_millis(20)).await,
+                ref other => panic!("{what}: the grant's hold went away: {other:?}"),
+            }
+        }
+    })
+    .await;
+    assert_eq!(
+        confirmed,
+        grant + millis(FIXED),
+        "{what}: confirmed to the grant + the lease asked for (the grant was at {grant}); \
+         {} ms longer than asked",
+        confirmed as i64 - (grant + millis(FIXED)) as i64
+    );
+    // The key lives exactly as long as its one hold (PTTL is read on Redis' cached clock: ±2 ms).
+    let key_end = server_clock(server).await as i64 + pttl(server, key).await;
+    assert!(
+        (key_end - confirmed as i64).abs() <= 2,
+        "{what}: the key expires with the hold: {key_end} vs {confirmed}"
+    );
+    confirmed
+}
+
+/// The guard's own (local) deadline follows the lease counted from the grant: while Redis still
+/// holds the lock for another second the guard is not lost, and once Redis has dropped it the
+/// guard knows.
+async fn the_guard_knows_when_it_ends(
+    server: &RedisServer,
+    key: &str,
+    is_lost: impl Fn() -> bool,
+    what: &str,
+) {
+    within(HANG, "the lease to end", async {
+        loop {
+            let left = pttl(server, key).await;
+            if left == -2 {
+                assert!(
+                    is_lost(),
+                    "{what}: Redis dropped the hold at the end of its lease, the guard still \
+                     reports it held"
+                );
+                return;
+            }
+            if left > 1_000 {
+                assert!(
+                    !is_lost(),
+                    "{what}: lost while Redis holds it for {left} ms more"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+}
+
+/// `Lock::try_lock(wait, Some(8 s))` granted by a release holds the lock 8 s from the grant.
+#[tokio::test]
+async fn a_granted_fixed_lease_of_a_lock_lasts_the_lease_asked_from_the_grant() {
+    let server = spawned().await;
+    let holder = client(&server.url()).await;
+    let waiter = client(&server.url()).await;
+    let name = unique("granted-fixed-lease");
+    let key = lockkit_suite::lock_key(&name);
+    let held = holder.lock(&name).lock().await.unwrap();
+    let wait = tokio::spawn({
+        let lock = waiter.lock(&name);
+        async move { lock.try_lock(HANG, Some(FIXED)).await }
+    });
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &name, 1).await;
+    let granted_at = bracket_grant(&server, async { held.unlock().await.unwrap() }).await;
+    let granted = within(HANG, "the grant", wait)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted");
+    granted_for_the_lease_asked(&server, &key, granted_at, "Lock").await;
+    the_guard_knows_when_it_ends(&server, &key, || granted.is_lost(), "Lock").await;
+}
+
+/// The same for a `FencedLock`.
+#[tokio::test]
+async fn a_granted_fixed_lease_of_a_fenced_lock_lasts_the_lease_asked_from_the_grant() {
+    let server = spawned().await;
+    let holder = client(&server.url()).await;
+    let waiter = client(&server.url()).await;
+    let name = unique("granted-fixed-fenced");
+    let key = lockkit::protocol::keys::Namespace::default()
+        .object(Kind::FencedLock, &name)
+        .unwrap()
+        .key;
+    let held = holder.fenced_lock(&name).lock().await.unwrap();
+    let wait = tokio::spawn({
+        let lock = waiter.fenced_lock(&name);
+        async move { lock.try_lock(HANG, Some(FIXED)).await }
+    });
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::FencedLock, &name, 1).await;
+    let granted_at = bracket_grant(&server, async { held.unlock().await.unwrap() }).await;
+    let granted = within(HANG, "the grant", wait)
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("granted");
+    granted_for_the_lease_asked(&server, &key, granted_at, "FencedLock").await;
+    the_guard_knows_when_it_ends(&server, &key, || granted.is_lost(), "FencedLock").await;
+}
+
+/// The same for an election's `campaign_with_lease`: a candidate that becomes leader when the
+/// leader resigns leads for the lease asked, from that moment.
+#[tokio::test]
+async fn a_granted_fixed_lease_of_an_election_lasts_the_lease_asked_from_the_grant() {
+    let server = spawned().await;
+    let leader = client(&server.url()).await;
+    let candidate = client(&server.url()).await;
+    let name = unique("granted-fixed-election");
+    let key = lockkit::protocol::keys::Namespace::default()
+        .object(Kind::Election, &name)
+        .unwrap()
+        .key;
+    let leading = leader.election(&name).campaign("a").await.unwrap();
+    let campaign = tokio::spawn({
+        let election = candidate.election(&name);
+        async move { election.campaign_with_lease("b", FIXED).await }
+    });
+    lockkit_suite::until_waiters_in_redis(&leader, Kind::Election, &name, 1).await;
+    let granted_at = bracket_grant(&server, async { leading.resign().await.unwrap() }).await;
+    let leads = within(HANG, "the grant", campaign).await.unwrap().unwrap();
+    granted_for_the_lease_asked(&server, &key, granted_at, "Election").await;
+    the_guard_knows_when_it_ends(&server, &key, || leads.is_lost(), "Election").await;
+}
+
+/// `#[locked(lease = "8s")]` takes the lock with `try_lock(wait, Some(lease))`: granted by a
+/// release, its body holds the lock for 8 s from the grant.
+#[tokio::test]
+async fn a_granted_fixed_lease_of_a_locked_fn_lasts_the_lease_asked_from_the_grant() {
+    #[lockkit::locked(client = client, key = "{name}", wait = "60s", lease = "8s")]
+    async fn under_the_lock(
+        client: &lockkit::Client,
+        name: &str,
+        entered: tokio::sync::oneshot::Sender<()>,
+        leave: tokio::sync::oneshot::Receiver<()>,
+    ) -> Result<(), lockkit::Error> {
+        let _ = (client, name);
+        entered.send(()).unwrap();
+        leave.await.unwrap();
+        Ok(())
+    }
+
+    let server = spawned().await;
+    let holder = client(&server.url()).await;
+    let waiter = client(&server.url()).await;
+    let name = unique("granted-fixed-locked");
+    let key = lockkit_suite::lock_key(&name);
+    assert_eq!(millis(FIXED), 8_000, "the macro's lease");
+    let held = holder.lock(&name).lock().await.unwrap();
+    let (entered, inside) = tokio::sync::oneshot::channel();
+    let (leave, left) = tokio::sync::oneshot::channel();
+    let body = tokio::spawn({
+        let name = name.clone();
+        async move { under_the_lock(&waiter, &name, entered, left).await }
+    });
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &name, 1).await;
+    let granted_at = bracket_grant(&server, async { held.unlock().await.unwrap() }).await;
+    within(HANG, "the body to run", inside).await.unwrap();
+    granted_for_the_lease_asked(&server, &key, granted_at, "#[locked]").await;
+    leave.send(()).unwrap();
+    within(HANG, "the body", body).await.unwrap().unwrap();
+}

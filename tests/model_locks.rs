@@ -116,10 +116,13 @@ enum Op {
     ReleaseHeld {
         hold: usize,
     },
-    /// The watchdog's batched renewal (lease `None`: check only).
+    /// The watchdog's batched renewal (lease `None`: check only). `until` (the hash locks): the
+    /// confirmation's form, `@<server ms>`, extending to an instant (the last step's server
+    /// time + the lease) rather than to now + lease.
     Renew {
         holds: Vec<usize>,
         lease: Option<Lease>,
+        until: bool,
     },
     /// A waiting call gives up.
     Cancel {
@@ -179,8 +182,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (0usize..2, any::<bool>()).prop_map(|(client, on)| Op::Listen { client, on }),
         3 => any::<usize>().prop_map(|hold| Op::Release { hold }),
         5 => any::<usize>().prop_map(|hold| Op::ReleaseHeld { hold }),
-        2 => (prop::collection::vec(any::<usize>(), 1..4), prop::option::of(lease()))
-            .prop_map(|(holds, lease)| Op::Renew { holds, lease }),
+        2 => (prop::collection::vec(any::<usize>(), 1..4), prop::option::of(lease()), prop::bool::weighted(0.3))
+            .prop_map(|(holds, lease, until)| Op::Renew { holds, lease, until }),
         2 => any::<usize>().prop_map(|call| Op::Cancel { call }),
         2 => Just(Op::CancelFirst),
         2 => any::<usize>().prop_map(|hold| Op::ReleaseThenCancelFirst { hold }),
@@ -360,10 +363,28 @@ enum Model {
 enum Call {
     Acquire(Request),
     Release(String),
-    Renew(Vec<(String, u64)>),
+    Renew(Vec<(String, Renewal)>),
     Cancel(String),
     ForceUnlock,
     HoldCount(String),
+}
+
+/// What a renewal asks for one hold (the renew script's `ARGV[2i]`).
+#[derive(Debug, Clone, Copy)]
+enum Renewal {
+    /// `<ms>`: now + lease (0: only check).
+    Lease(u64),
+    /// `@<server ms>`: that instant (a granted hold's confirmation).
+    Until(u64),
+}
+
+impl Renewal {
+    fn arg(self) -> String {
+        match self {
+            Renewal::Lease(ms) => ms.to_string(),
+            Renewal::Until(at) => format!("@{at}"),
+        }
+    }
 }
 
 /// What the model says a script call answers.
@@ -385,9 +406,15 @@ impl Model {
         match (self, call) {
             (Model::Hash(m), Call::Acquire(req)) => Expected::Acquire(m.acquire(now, req)),
             (Model::Hash(m), Call::Release(marker)) => Expected::Release(m.release(now, marker)),
-            (Model::Hash(m), Call::Renew(holds)) => {
-                Expected::Renew(holds.iter().map(|(h, l)| m.renew(ms, h, *l)).collect())
-            }
+            (Model::Hash(m), Call::Renew(holds)) => Expected::Renew(
+                holds
+                    .iter()
+                    .map(|(h, renewal)| match *renewal {
+                        Renewal::Lease(l) => m.renew(ms, h, l),
+                        Renewal::Until(at) => m.renew_until(ms, h, at),
+                    })
+                    .collect(),
+            ),
             (Model::Hash(m), Call::Cancel(waiter)) => Expected::Cancel(m.cancel(now, waiter)),
             (Model::Hash(m), Call::ForceUnlock) => Expected::Flag(m.force_unlock(now)),
             (Model::Hash(m), Call::HoldCount(owner)) => {
@@ -397,9 +424,15 @@ impl Model {
                 Expected::SpinAcquire(m.acquire(ms, &req.marker, req.lease_ms))
             }
             (Model::Spin(m), Call::Release(marker)) => Expected::SpinRelease(m.release(ms, marker)),
-            (Model::Spin(m), Call::Renew(holds)) => {
-                Expected::Renew(holds.iter().map(|(h, l)| m.renew(ms, h, *l)).collect())
-            }
+            (Model::Spin(m), Call::Renew(holds)) => Expected::Renew(
+                holds
+                    .iter()
+                    .map(|(h, renewal)| match *renewal {
+                        Renewal::Lease(l) => m.renew(ms, h, l),
+                        Renewal::Until(_) => unreachable!("the spin lock's renewal takes leases"),
+                    })
+                    .collect(),
+            ),
             (Model::Spin(m), Call::ForceUnlock) => Expected::Flag(m.force_unlock(ms)),
             (Model::Spin(_), Call::Cancel(_) | Call::HoldCount(_)) => {
                 unreachable!("not a spin-lock operation")
@@ -680,6 +713,9 @@ struct Sequence<'a> {
     log: Vec<String>,
     /// Steps left before the foreign value is deleted.
     foreign_for: Option<usize>,
+    /// The server's clock (ms) after the last step: `Op::Renew`'s `until` instants are counted
+    /// from it.
+    clock_ms: u64,
 }
 
 impl<'a> Sequence<'a> {
@@ -722,6 +758,7 @@ impl<'a> Sequence<'a> {
             sequence: 0,
             log: Vec::new(),
             foreign_for: None,
+            clock_ms: 0,
         }
     }
 
@@ -807,12 +844,22 @@ impl<'a> Sequence<'a> {
             Op::Release { hold } if !self.calls.is_empty() => Some(Call::Release(
                 self.calls[hold % self.calls.len()].marker.clone(),
             )),
-            Op::Renew { holds, lease } if !self.calls.is_empty() => Some(Call::Renew(
+            Op::Renew {
+                holds,
+                lease,
+                until,
+            } if !self.calls.is_empty() => Some(Call::Renew(
                 holds
                     .iter()
                     .map(|h| {
                         let marker = self.calls[h % self.calls.len()].marker.clone();
-                        (marker, lease.map_or(0, Lease::ms))
+                        let renewal = match lease {
+                            Some(lease) if *until && self.prim != Prim::Spin => {
+                                Renewal::Until(self.clock_ms + lease.ms())
+                            }
+                            lease => Renewal::Lease(lease.map_or(0, Lease::ms)),
+                        };
+                        (marker, renewal)
                     })
                     .collect(),
             )),
@@ -849,11 +896,11 @@ impl<'a> Sequence<'a> {
     /// The script and its KEYS and ARGV for a call.
     fn script(&self, call: &Call) -> (&'static Script, Vec<String>, Vec<String>) {
         let channel = self.keys.channel.clone();
-        let hash_renew = |holds: &[(String, u64)], renew: &'static Script| {
+        let hash_renew = |holds: &[(String, Renewal)], renew: &'static Script| {
             let keys = vec![self.keys.key.clone(); holds.len()];
             let args = holds
                 .iter()
-                .flat_map(|(m, l)| [m.clone(), l.to_string()])
+                .flat_map(|(m, renewal)| [m.clone(), renewal.arg()])
                 .collect();
             (renew, keys, args)
         };
@@ -1015,6 +1062,7 @@ impl<'a> Sequence<'a> {
         }
         let got = self.heard().await;
         let (raw, now) = read_state(redis, &self.keys.keys).await;
+        self.clock_ms = now;
         let mut candidates = vec![];
         match (&call, ran) {
             (Some(call), Some((actual, t0, t1))) => {
@@ -1526,8 +1574,8 @@ fn contended_op() -> impl Strategy<Value = Op> {
         2 => Just(Op::CancelFirst),
         2 => any::<usize>().prop_map(|hold| Op::ReleaseThenCancelFirst { hold }),
         3 => (0usize..2, any::<bool>()).prop_map(|(client, on)| Op::Listen { client, on }),
-        1 => (prop::collection::vec(any::<usize>(), 1..3), prop::option::of(lease()))
-            .prop_map(|(holds, lease)| Op::Renew { holds, lease }),
+        1 => (prop::collection::vec(any::<usize>(), 1..3), prop::option::of(lease()), prop::bool::weighted(0.3))
+            .prop_map(|(holds, lease, until)| Op::Renew { holds, lease, until }),
         1 => Just(Op::ForceUnlock),
         3 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
         2 => Just(Op::LapseHolds),

@@ -602,3 +602,83 @@ async fn a_cancelled_multi_lock_leaves_every_members_line() {
             .unwrap();
     }
 }
+
+// ================================================================================================
+// Issue 27 §2, item 9: a reservation a multi-lock cannot use goes on to the next waiter at once.
+//
+// A release reserves a free lock for a multi-lock waiting in its line (for the handoff window).
+// When another of the multi-lock's locks is still busy, that reservation used to lapse silently:
+// since the direct grant nobody else is told, and the next waiter found the lock free only at its
+// own keep-alive retry (every 1.7 s). The multi-lock now hands it on when the window ends.
+// ================================================================================================
+
+/// Two multi-locks over {a, b} and a plain waiter wait for `a`, in that order, while `b` stays
+/// held. When `a` is released it is reserved for the first multi-lock, which cannot use it (`b`
+/// is busy) and hands it on to the second, which cannot either and hands it on to the plain
+/// waiter: `a` is granted to it. The plain waiter's client is cut off meanwhile (its connections
+/// stay open, nothing gets through), so it cannot have taken `a` by a retry of its own: only the
+/// handoffs can have made it the holder.
+#[tokio::test]
+async fn a_reservation_a_multi_lock_cannot_use_goes_on_to_the_next_waiter() {
+    use lockkit::protocol::keys::Kind;
+
+    let server = spawned().await;
+    let proxy = lockkit_testkit::FaultProxy::start(server.addr())
+        .await
+        .unwrap();
+    let holder = client(&server.url()).await;
+    let (first, second) = (client(&server.url()).await, client(&server.url()).await);
+    let plain = client(&proxy.url()).await;
+    let (a, b) = (unique("reserved-a"), unique("reserved-b"));
+    let held_a = holder.lock(&a).lock().await.unwrap();
+    let held_b = holder.lock(&b).lock().await.unwrap();
+    let multi = |client: &lockkit::Client| {
+        let both = client.multi_lock([client.lock(&a), client.lock(&b)]);
+        tokio::spawn(async move { both.lock().await })
+    };
+    let first_wait = multi(&first);
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &a, 1).await;
+    let second_wait = multi(&second);
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &a, 2).await;
+    let plain_wait = tokio::spawn({
+        let lock = plain.lock(&a);
+        async move { lock.lock().await }
+    });
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &a, 3).await;
+    lockkit_suite::until_waiters_in_redis(&holder, Kind::Lock, &b, 2).await;
+
+    proxy.pause();
+    held_a.unlock().await.unwrap();
+    let owner = within(HANG, "`a` to be handed on to the plain waiter", async {
+        loop {
+            let objects = holder.inspect(Some(Kind::Lock), &a).await.unwrap();
+            if let Some(holder) = objects.first().and_then(|o| o.holders.first()) {
+                return holder.owner.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(
+        owner.starts_with(&format!("{}:", plain.id())),
+        "`a` went to the plain waiter, the next in line after both multi-locks: {owner}"
+    );
+    assert!(
+        !first_wait.is_finished() && !second_wait.is_finished(),
+        "`b` is held"
+    );
+    proxy.resume();
+    let got = within(HANG, "the plain waiter", plain_wait)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!got.is_lost());
+
+    // Both multi-locks get their turn once `a` and `b` are free again.
+    got.unlock().await.unwrap();
+    held_b.unlock().await.unwrap();
+    for wait in [first_wait, second_wait] {
+        let both = within(HANG, "a multi-lock", wait).await.unwrap().unwrap();
+        both.unlock().await.unwrap();
+    }
+}

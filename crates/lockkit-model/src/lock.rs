@@ -43,10 +43,14 @@
 //!     the next acquire that finds it grants it to the head of the line and waits itself, unless
 //!     it is the head"* (or the lock is reserved for its own owner). The handover stops at a
 //!     request of the caller's owner (past unheard requests ahead of it): the caller then takes
-//!     the lock itself, as the scripts do. A re-entry does not leave the waiting set;
+//!     the lock itself, as the scripts do. A re-entry does not leave the waiting set; *"the next
+//!     cancel that finds it (not reserved for anyone) hands it on too"* (issue 27: a multi-lock
+//!     member passes on a reservation that lapsed unused);
 //!   - a waiter that gives up: *"its cancel (`lock_cancel`, …) finds its marker's hold and gives
 //!     it back, and the lock goes on"*; a reservation for its owner ends too. A force-unlock of a
 //!     held lock ends a reservation and hands the lock over.
+//!   - a granted hold's confirmation (the renew script's `@<server ms>` form,
+//!     [`HashLock::renew_until`]) extends it to *"grant + lease, not confirmation + lease"*.
 //! - The `FairLock` queue (guide, "How the order is kept"): granted only to the head of the queue
 //!   or to anyone while it is empty, re-entry past the queue, a zero-wait try never queues,
 //!   waiters at the head whose deadline passed are dropped first, a waiter that gives up leaves.
@@ -785,6 +789,17 @@ impl HashLock {
     /// `now`): `true` when the hold is live, after extending it to `now + lease` (never
     /// shortening; `lease` 0 only checks). An ended hold is never revived.
     pub fn renew(&mut self, now: u64, marker: &str, lease_ms: u64) -> bool {
+        self.renew_to(now, marker, (lease_ms > 0).then(|| now + lease_ms))
+    }
+
+    /// The confirmation of a granted hold (the renew script's `@<until>` form): as
+    /// [`renew`](HashLock::renew), extending the hold to the instant `until_ms` itself (its
+    /// grant's time + its lease: a lease counted from the grant, not from the confirmation).
+    pub fn renew_until(&mut self, now: u64, marker: &str, until_ms: u64) -> bool {
+        self.renew_to(now, marker, Some(until_ms))
+    }
+
+    fn renew_to(&mut self, now: u64, marker: &str, target: Option<u64>) -> bool {
         self.expire_keys(now);
         if self.foreign {
             return false;
@@ -792,8 +807,8 @@ impl HashLock {
         self.settle(now, None);
         match self.holds.get_mut(marker) {
             Some(hold) => {
-                if lease_ms > 0 && hold.expiry < now + lease_ms {
-                    hold.expiry = now + lease_ms;
+                if let Some(target) = target {
+                    hold.expiry = hold.expiry.max(target);
                 }
                 true
             }
@@ -805,7 +820,8 @@ impl HashLock {
     /// `FencedLock`: `waiter` is its call's entry ([`Request::entry`]); the entry leaves the
     /// waiting set, a grant to the call that it did not claim (a live hold of its marker) is
     /// given back, a reservation for its owner ends, and the lock, if that freed it, is handed
-    /// over. `true` when anything was removed or given back.
+    /// over; so is a free lock reserved for nobody (a reservation that lapsed unused: a
+    /// multi-lock member passes it on this way). `true` when anything was removed or given back.
     pub fn cancel(&mut self, now: Now, waiter: &str) -> Result<bool, WrongType> {
         self.expire_keys(now.keys_ms.min(now.ms));
         if self.kind == LockKind::Fair {
@@ -844,9 +860,9 @@ impl HashLock {
         {
             self.handoff = None;
             removed = true;
-            if !self.key_exists() {
-                self.hand_over(now, None);
-            }
+        }
+        if !self.key_exists() && self.handoff.is_none() {
+            self.hand_over(now, None);
         }
         Ok(removed)
     }

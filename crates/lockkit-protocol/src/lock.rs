@@ -62,8 +62,8 @@ pub const HANDOFF_WINDOW: std::time::Duration = std::time::Duration::from_millis
 
 /// How long a grant lasts until its client confirms it: a release grants the lock to the
 /// longest-waiting request with a lease of `min(lease, GRANT_PROBATION)`, and the client renews
-/// it to its whole lease (a renewal, or its next try) while it still holds it, once half of the
-/// probation has passed. So a grant to a client that died without closing its connection costs
+/// it to its whole lease counted from the grant (grant time + lease, with [`RENEW`]'s
+/// `@<server ms>` form), while it still holds it, once half of the probation has passed. So a grant to a client that died without closing its connection costs
 /// the other waiters at most this long, never a whole lease. Equal to [`WAITER_KEEPALIVE`]: a
 /// dead client's request is dropped after that long anyway.
 pub const GRANT_PROBATION: std::time::Duration = WAITER_KEEPALIVE;

@@ -10,7 +10,7 @@
 //! | `all`    | every waiter should re-check (a latch reached zero, a mode changed) |
 //! | `w:<id>` | the waiter with this id is next (fair lock); nobody else |
 //! | `p:<id>` | the lock is reserved for the waiter with this id (a multi-lock member) for the handoff window: its client wakes it |
-//! | `taken`  | the waiter a lock was reserved for took it: nobody else need try |
+//! | `taken`  | the waiter a lock was reserved for took it: nobody else need try (no script sends it since the direct grant; still understood) |
 //! | `g:<count>:<token>:<now>:<expiry>:<id>` | the lock **is granted** to the waiter with this id (its hold marker): it holds it now, with `count` holds, fencing token `token` (0: none), granted at server time `now` until server time `expiry` (Unix ms) |
 //!
 //! A lock's and fenced lock's messages (`g:`, `p:`) go to the waiting client's own channel, so
@@ -30,12 +30,13 @@ pub enum Wake {
     All,
     /// Wake only the waiter with this id.
     Waiter(String),
-    /// The lock is reserved for the waiter with this id (for the handoff window): wake it if it
-    /// is among them; else wake one waiter once the window has passed, unless
-    /// [`Taken`](Wake::Taken) comes first (a reserved waiter whose client died costs one window).
+    /// The lock is reserved for the waiter with this id (a multi-lock member, for the handoff
+    /// window): wake it if it is among them; else wake one waiter once the window has passed,
+    /// unless a newer message comes first. Sent only to the reserved waiter's own client.
     Prefer(String),
     /// The reserved waiter took the lock: wake nobody, and cancel the pending wake-up a
-    /// [`Prefer`](Wake::Prefer) naming another client's waiter armed.
+    /// [`Prefer`](Wake::Prefer) naming another waiter armed. No script sends it since the direct
+    /// grant (reservations are announced to the reserved waiter's client only); still decoded.
     Taken,
     /// The lock is granted to the waiter with this id (a hold marker): it owns it now.
     Grant {

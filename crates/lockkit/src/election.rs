@@ -851,21 +851,22 @@ impl Drop for Leadership {
         // Let go of it now: this task campaigning again while the resignation runs is no
         // self-wait.
         guard.forget_taken();
-        // Resign, then release, in the background; without a runtime the guard's own drop
-        // releases (and the record is left to name a hold that is gone: no one is reported).
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let shared = Arc::clone(&self.shared);
-            runtime.spawn(async move {
-                if let Err(err) = shared.resign().await {
-                    tracing::debug!(
-                        election = %shared.election.name(),
-                        "background resignation failed: {}",
-                        crate::error::Chain(&err)
-                    );
-                }
-                drop(guard);
-            });
-        }
+        // Resign, then release, in the background, through the client's runtime (the guard,
+        // or a campaign future announcing, may be dropped outside any runtime). Should the
+        // client's runtime be gone, the guard's own drop releases (and the record is left to
+        // name a hold that is gone: no one is reported).
+        let shared = Arc::clone(&self.shared);
+        let runtime = shared.election.inner().hub.runtime().clone();
+        runtime.spawn(async move {
+            if let Err(err) = shared.resign().await {
+                tracing::debug!(
+                    election = %shared.election.name(),
+                    "background resignation failed: {}",
+                    crate::error::Chain(&err)
+                );
+            }
+            drop(guard);
+        });
     }
 }
 

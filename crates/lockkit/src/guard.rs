@@ -119,9 +119,13 @@ impl HoldGuard {
 
     /// As [`granted`](HoldGuard::granted), for a hold a release granted this waiter (direct
     /// grant) that lives at least until `deadline` (local, conservative) and is on probation
-    /// until then: when its lease is longer, it is confirmed (renewed to its lease) once half of
-    /// the probation has passed, if it is still held.
-    pub(crate) fn granted_until(self, deadline: Instant) -> Result<Self, Error> {
+    /// until then: when its lease is longer, it is confirmed once half of the probation has
+    /// passed, if it is still held, to `lease_end`: its lease counted from the grant.
+    pub(crate) fn granted_until(
+        self,
+        deadline: Instant,
+        lease_end: crate::watchdog::LeaseEnd,
+    ) -> Result<Self, Error> {
         self.hold.confirmed_until(deadline);
         let guard = self.register()?;
         let probation = lockkit_protocol::lock::GRANT_PROBATION;
@@ -130,6 +134,7 @@ impl HoldGuard {
                 guard.client.exec.clone(),
                 Arc::clone(&guard.hold),
                 probation / 2,
+                lease_end,
             );
         }
         Ok(guard)

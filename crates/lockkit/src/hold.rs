@@ -66,7 +66,9 @@ const RELEASE_ATTEMPTS: u32 = 3;
 ///   decoded by [`ReleaseReply`];
 /// - renew (batched): for the i-th hold, `KEYS[stride·(i−1)+1 ..= stride·i]` = its keys and
 ///   `ARGV[2i−1]`, `ARGV[2i]` = its marker and lease in ms (`0`: only check); reply: one `1`/`0`
-///   per hold (present / gone).
+///   per hold (present / gone). The lock kinds' renew script (`lock_renew`) also takes
+///   `@<server ms>` for `ARGV[2i]`, an instant to extend to: the confirmation of a granted hold
+///   ([`crate::watchdog::confirm_later`]).
 #[derive(Debug)]
 pub(crate) struct HoldKind {
     pub(crate) kind: Kind,

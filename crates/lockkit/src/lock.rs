@@ -22,6 +22,7 @@ use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
 use crate::owner;
 use crate::queued::{Leave, Queued};
+use crate::watchdog::LeaseEnd;
 
 /// What distinguishes the reentrant hash locks that share this file's machinery: their kind
 /// (key segment), acquire script and hold kind. Their data layout and replies are the same.
@@ -122,14 +123,23 @@ pub(crate) static PLAIN: Flavor = Flavor {
 /// [`LockGuard::is_lost`], [`LockGuard::lost`].
 ///
 /// # Waiting
-/// A task that finds the lock taken joins the lock's waiting set in Redis, subscribes to the
-/// lock's release channel and sleeps until a release wakes it, or at most until the holder's
-/// lease would end; while it waits it retries every third of
-/// [`WAITER_KEEPALIVE`](lockkit_protocol::lock::WAITER_KEEPALIVE) to show it is still there. A
-/// release reserves the free lock for a few milliseconds for the owner that has waited longest, so
-/// waiters are not starved by newcomers. A waiter that gives up (its `wait` ran out, its future
-/// was dropped, the client shut down) leaves the set at once and hands on a reservation it was
-/// given; one whose process died is dropped once its keep-alive has passed.
+/// A task that finds the lock taken joins the lock's waiting set in Redis, subscribes to its
+/// client's own channel for the lock and sleeps until a release wakes it, or at most until the
+/// holder's lease would end; while it waits it retries every third of
+/// [`WAITER_KEEPALIVE`](lockkit_protocol::lock::WAITER_KEEPALIVE) to show it is still there.
+/// A release that frees the lock **grants** it, in the same script, to the call that has waited
+/// longest: that call holds the lock from then on (its own hold, its own lease, counted from the
+/// grant) and returns as soon as its client hears so, without another round trip. Nobody can
+/// barge in between, not a newcomer and not the task that just unlocked, so waiters are served
+/// in the order in which they first found the lock taken. A grant is on probation for
+/// [`GRANT_PROBATION`](lockkit_protocol::lock::GRANT_PROBATION) (5 s) until the waiter's client
+/// confirms it, which it does by itself: a grant to a client that died unseen costs the others
+/// that long at most, never a lease. A waiter that gives up (its `wait` ran out, its future was
+/// dropped, on the runtime or off it, the client shut down) leaves the set at once and gives
+/// back a grant that was on its way to it; one whose client died is skipped by the next release
+/// once its connection is closed, and dropped once its keep-alive has passed. (Only a
+/// [`MultiLock`](crate::MultiLock) waiting for several locks at once is not granted a lock: a
+/// release reserves it for the multi-lock for a few milliseconds instead.)
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -514,10 +524,11 @@ impl Member<'_> {
         self.attempt.queued.granted();
     }
 
-    /// The call's round failed before it came to this member, which it had seen free or
-    /// reserved for it: a reservation it holds goes on to the next waiter now, rather than
-    /// keeping the lock from everyone until its window ends. The member joins the line again
-    /// with its next look.
+    /// The call cannot take this member now, which it had seen free or reserved for it (its
+    /// round failed before it came to it, or another member was still busy when the handoff
+    /// window ended): a reservation it holds goes on to the next waiter now, rather than keeping
+    /// the lock from everyone until its window ends, and so does one that lapsed meanwhile,
+    /// which would otherwise wake nobody. The member joins the line again with its next look.
     pub(crate) async fn pass(&self) {
         self.attempt.queued.leave_now().await;
     }
@@ -635,14 +646,23 @@ impl Attempt for LockAttempt<'_> {
     /// The lock is this call's already: the release that freed it made the call's request the
     /// holder and said so on this client's channel. The local deadline of the grant's expiry is
     /// read against the latest refused try: the server's clock then was at most what it said
-    /// when that try was sent, so the deadline is never later than Redis' own.
+    /// when that try was sent, so the deadline is never later than Redis' own. The hold's lease
+    /// is counted from the grant (the server's time in the message), as an uncontended acquire's
+    /// is counted from its script: the confirmation of a longer lease asks for grant + lease.
     async fn claim(&self, grant: Grant) -> Result<Option<LockGuard>, Error> {
         let Some((sent, server_ms)) = *self.anchor.lock() else {
             // No refused try to read the grant against (cannot happen: the request joined with
             // one): a try finds the granted hold.
             return Ok(None);
         };
-        let deadline = sent + Duration::from_millis(grant.expiry_ms.saturating_sub(server_ms));
+        let local = |server: u64| sent + Duration::from_millis(server.saturating_sub(server_ms));
+        let deadline = local(grant.expiry_ms);
+        let lease_ms = u64::try_from(lease_millis(self.lease)).unwrap_or(u64::MAX);
+        let lease_end_ms = grant.now_ms.saturating_add(lease_ms);
+        let lease_end = LeaseEnd {
+            server_ms: lease_end_ms,
+            local: local(lease_end_ms),
+        };
         if Instant::now() >= deadline {
             // Heard too late (the message was held up past the grant's probation): the hold may
             // be gone, and another waiter may hold the lock. Try instead, as the same call.
@@ -651,7 +671,10 @@ impl Attempt for LockAttempt<'_> {
         let guard = self.hold_guard();
         // The grant took the request out of the waiting set.
         self.queued.granted();
-        let guard = guard.granted_until(deadline)?.replicated().await?;
+        let guard = guard
+            .granted_until(deadline, lease_end)?
+            .replicated()
+            .await?;
         Ok(Some(LockGuard::new(guard, grant.hold_count, grant.token)))
     }
 }

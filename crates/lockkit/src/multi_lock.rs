@@ -1,9 +1,12 @@
 //! [`MultiLock`]: several locks taken all-or-nothing, released together.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::future::{join_all, select_all, try_join_all};
+use lockkit_protocol::lock::HANDOFF_WINDOW;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -28,7 +31,9 @@ use crate::lock::{Lock, LockGuard, Member};
 ///
 /// A multi-lock **never holds some of its locks while it waits**, so it cannot deadlock with a
 /// plain holder of one of them who wants another. A reservation for it is not a hold: it lasts
-/// the handoff window at most, after which the lock goes to the next waiter.
+/// the handoff window at most (10 ms, [`HANDOFF_WINDOW`]); when another of its locks is still
+/// busy then, the multi-lock hands the reserved one on to that lock's next waiter at once (it
+/// joins the line again for it), so the others lose no time.
 /// The returned [`MultiLockGuard`] releases all of them.
 ///
 /// # Naming a lock twice
@@ -214,14 +219,51 @@ impl MultiLock {
             };
             // Holding nothing, wait in every member's waiting set at once until each would be
             // granted to this multi-lock (free, or reserved for it by a release), then take
-            // them all in the next round. An error on one member ends the others' waits.
-            let looks =
-                try_join_all(members.iter().map(|member| member.until_free(remaining))).await?;
-            if looks.contains(&false) {
+            // them all in the next round.
+            if !until_all_free(&members, remaining).await? {
                 return Ok(None);
             }
         }
     }
+}
+
+/// Waits, holding nothing, in every member's waiting set at once until each would be granted to
+/// the call (free, or reserved for it by a release); `false` when one did not within `wait`. An
+/// error on one member ends the others' waits.
+///
+/// A member whose turn came while another still waits keeps what a release reserved for it for
+/// the handoff window at most (other members freed by the same holder come within it), then
+/// passes it on ([`Member::pass`]): the lock goes to its next waiter at once, where a reservation
+/// that lapsed would wake nobody (since the direct grant, the next waiter would only find the
+/// lock free at its keep-alive retry). The next round takes every member again, and waits in
+/// line again for one that went on.
+async fn until_all_free(members: &[Member<'_>], wait: Option<Duration>) -> Result<bool, Error> {
+    let waiting = AtomicUsize::new(members.len());
+    let all_free = Notify::new();
+    let looks = members.iter().map(|member| {
+        let (waiting, all_free) = (&waiting, &all_free);
+        async move {
+            if !member.until_free(wait).await? {
+                return Ok(false);
+            }
+            // Registered before the count is read: the last member's notification is not missed.
+            let others_free = all_free.notified();
+            if waiting.fetch_sub(1, Ordering::AcqRel) == 1 {
+                all_free.notify_waiters();
+                return Ok(true);
+            }
+            tokio::select! {
+                () = others_free => {}
+                () = tokio::time::sleep(HANDOFF_WINDOW) => {
+                    if waiting.load(Ordering::Acquire) > 0 {
+                        member.pass().await;
+                    }
+                }
+            }
+            Ok::<_, Error>(true)
+        }
+    });
+    Ok(!try_join_all(looks).await?.contains(&false))
 }
 
 /// Whether one of `guards` (held by this multi-lock) is a hold of `busy` itself, taken through

@@ -6,8 +6,9 @@
 //! shut down — or releases would keep the lock for a waiter that is no longer there. A
 //! [`Queued`] is part of one acquire call: set before an attempt that may join the entry is sent,
 //! cleared when a grant (which takes the entry out in the same script) is seen. Dropped while set,
-//! it runs the kind's cancel script in the background. Should that fail (Redis unreachable, no
-//! runtime), the entry's keep-alive deadline runs out on its own and the next script drops it.
+//! it runs the kind's cancel script in the background, on the client's runtime (also when it is
+//! dropped outside any runtime). Should that fail (Redis unreachable, the client's runtime gone),
+//! the entry's keep-alive deadline runs out on its own and the next script drops it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -146,10 +147,10 @@ impl Drop for Queued<'_> {
             return;
         }
         // Gave up (timed out, cancelled, failed, shut down) while waiting: leave in the
-        // background. Without a runtime, the entry runs out after its keep-alive.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
+        // background, through the client's runtime, not the caller's: the future may be dropped
+        // outside any runtime (on a plain thread), and an entry left behind would be granted the
+        // lock (a lock's) or named next (a fair lock's) until its keep-alive ran out.
+        let runtime = self.client.hub.runtime().clone();
         let client = Arc::clone(self.client);
         let keys = Arc::clone(self.keys);
         let name = Arc::clone(self.name);

@@ -267,13 +267,13 @@ impl Worker {
     }
 }
 
-/// A failed release as the shutdown reports it: `None` for a hold known lost (its lease ran out
-/// by the local clock, so Redis has freed it already, whatever the release did).
 /// Confirms a hold a release granted (direct grant) while it is on probation
 /// ([`lockkit_protocol::lock::GRANT_PROBATION`]): `after` this long, unless it was released or
-/// lost meanwhile, renews it to its lease with one call of its kind's renew script. Should that
-/// fail, its local deadline (the end of the probation) marks it lost, as Redis drops it then.
-pub(crate) fn confirm_later(exec: Exec, hold: Arc<Hold>, after: Duration) {
+/// lost meanwhile, renews it with one call of its kind's renew script to `until`, the end of its
+/// lease counted from the grant (not from the confirmation: a fixed lease lasts the lease asked
+/// for, whoever granted it). Should that fail, its local deadline (the end of the probation)
+/// marks it lost, as Redis drops it then.
+pub(crate) fn confirm_later(exec: Exec, hold: Arc<Hold>, after: Duration, until: LeaseEnd) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -286,20 +286,20 @@ pub(crate) fn confirm_later(exec: Exec, hold: Arc<Hold>, after: Duration) {
             return;
         }
         let keys: Vec<&str> = hold.keys.keys.iter().map(String::as_str).collect();
-        let lease = hold.lease.as_millis().to_string();
-        let sent = Instant::now();
+        // The renew scripts' absolute form: extend to this server instant.
+        let target = format!("@{}", until.server_ms);
         let reply = exec
             .ints(
                 hold.kind.renew,
                 hold.kind.kind,
                 &keys,
-                &[&hold.marker, &lease],
+                &[&hold.marker, &target],
                 Resend::Allowed,
             )
             .await
             .and_then(|reply| Ok(decode_renew(&reply, 1)?));
         match reply {
-            Ok(present) if present == [true] => hold.confirmed_at(sent),
+            Ok(present) if present == [true] => hold.confirmed_until(until.local),
             Ok(_) => hold.mark_lost("confirming a granted hold found it gone"),
             Err(err) => tracing::warn!(
                 name = %hold.name,
@@ -310,6 +310,19 @@ pub(crate) fn confirm_later(exec: Exec, hold: Arc<Hold>, after: Duration) {
     });
 }
 
+/// The end of a granted hold's lease, counted from its grant: by the server's clock (what the
+/// confirmation asks Redis for) and by the local one (conservative: never later than the
+/// server's).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LeaseEnd {
+    /// Server time, Unix ms.
+    pub(crate) server_ms: u64,
+    /// The same instant read against a local anchor, never later than the server's.
+    pub(crate) local: Instant,
+}
+
+/// A failed release as the shutdown reports it: `None` for a hold known lost (its lease ran out
+/// by the local clock, so Redis has freed it already, whatever the release did).
 fn unreleased(hold: &Hold, err: crate::Error) -> Option<Unreleased> {
     if hold.is_lost() {
         None

@@ -15,7 +15,8 @@
 -- request's channel, to that one client. The message is the grant: the waiter owns the lock when
 -- it hears it, with no second round trip. A grant nobody heard (the client is gone, or has not
 -- subscribed yet) is undone at once and the next request gets it. A grant starts on probation: it
--- expires after min(lease, PROBATION_MS) unless its client confirms it (renews it to its lease), so
+-- expires after min(lease, PROBATION_MS) unless its client confirms it (renews it to its lease
+-- counted from the grant: `now` in the message + lease, lock_renew.lua's `@<server ms>`), so
 -- a grant to a client that died unseen costs the others at most the probation, never a lease.
 -- Needs hold_lib.lua's now_ms, settle, take and live_hold in front.
 
@@ -267,7 +268,10 @@ end
 
 -- Takes the request `member` out of the waiting set because its call stopped waiting
 -- (lock_cancel.lua): a grant made to it and not yet claimed is given back, and a reservation made
--- for its owner ends; either way the lock goes to the next request. Returns {1} when the request
+-- for its owner ends; either way the lock goes to the next request. So does a free lock that is
+-- reserved for nobody while requests wait: a reservation that lapsed unused (a multi-lock member
+-- whose other members were still busy passes it on this way once its window has passed; nothing
+-- else would wake the next request before its keep-alive retry). Returns {1} when the request
 -- was there (waiting, granted or reserved), {0} otherwise.
 local function cancel_request(key, handoff, waiting, timeouts, member, sharded, counter)
   local removed = redis.call('ZREM', timeouts, member) + redis.call('ZREM', waiting, member)
@@ -284,10 +288,10 @@ local function cancel_request(key, handoff, waiting, timeouts, member, sharded, 
   end
   if redis.call('GET', handoff) == owner then
     redis.call('DEL', handoff)
-    if redis.call('EXISTS', key) == 0 then
-      hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
-    end
     removed = 1
+  end
+  if redis.call('EXISTS', key) == 0 and redis.call('EXISTS', handoff) == 0 then
+    hand_over(key, handoff, waiting, timeouts, sharded, now, counter)
   end
   if removed > 0 then
     return {1}

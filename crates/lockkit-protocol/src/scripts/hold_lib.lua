@@ -132,10 +132,25 @@ local function take(key, owner, marker, expiry, latest, counted)
   return count
 end
 
--- Renews the live hold `marker` to `now + lease` (never shortening it); `lease` 0 only checks.
--- Returns 1 when the hold is live (and so renewed), 0 when it is gone. Expired holds are ended
--- first, so an expired hold is never revived; a released one has no marker left to find.
-local function renew_hold(key, marker, lease, now)
+-- The expiry a renewal argument asks for at `now`: `<lease ms>` is now + lease (0: nil, only
+-- check); `@<server ms>` is that instant itself, the confirmation of a granted hold whose lease is
+-- counted from its grant (handoff_lib.lua: grant time + lease, whenever the confirmation comes).
+local function renewal_target(arg, now)
+  if string.sub(arg, 1, 1) == '@' then
+    return tonumber(string.sub(arg, 2))
+  end
+  local lease = tonumber(arg)
+  if lease and lease > 0 then
+    return now + lease
+  end
+  return nil
+end
+
+-- Renews the live hold `marker` to what the renewal argument `arg` asks for (renewal_target;
+-- never shortening it; nil target: only checks). Returns 1 when the hold is live (and so
+-- renewed), 0 when it is gone. Expired holds are ended first, so an expired hold is never
+-- revived; a released one has no marker left to find.
+local function renew_hold(key, marker, arg, now)
   if redis.call('TYPE', key)['ok'] ~= 'hash' then
     return 0
   end
@@ -144,8 +159,9 @@ local function renew_hold(key, marker, lease, now)
   if not expiry then
     return 0
   end
-  if lease > 0 and expiry < now + lease then
-    take(key, owner, marker, now + lease, latest, true)
+  local target = renewal_target(arg, now)
+  if target and expiry < target then
+    take(key, owner, marker, target, latest, true)
   end
   return 1
 end

@@ -17,8 +17,9 @@
 --
 -- A grant a release made to the request that its client did not claim (the call gave up while the
 -- grant was on its way) is given back at once, and a reservation made for its owner ends: either
--- way the lock goes to the next request (handoff_lib.lua, hand_over), or is free. Idempotent: a
--- second run finds nothing to remove.
+-- way the lock goes to the next request (handoff_lib.lua, hand_over), or is free. A lock found
+-- free and reserved for nobody while requests wait (a reservation lapsed unused) goes to the next
+-- request too. Idempotent: a second run finds nothing to remove.
 local key, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member, sharded = ARGV[1], ARGV[3]
 local bad_ttl = use_counter_ttl(ARGV[4])

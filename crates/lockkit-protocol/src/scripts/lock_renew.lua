@@ -4,7 +4,9 @@
 -- KEYS         the keys of each hold, `stride` keys per hold (stride = #KEYS / (#ARGV / 2)); the
 --              first of each hold's keys is its lock HASH, the others are not touched
 -- ARGV[2i-1]   hold marker of the i-th hold
--- ARGV[2i]     lease in ms to extend the i-th hold to; 0 = only check that the hold is still there
+-- ARGV[2i]     lease in ms to extend the i-th hold to (now + lease); 0 = only check that the hold
+--              is still there; `@<server ms>` = extend it to that instant (the confirmation of a
+--              granted hold: its grant's time + its lease, see handoff_lib.lua)
 --
 -- Reply        array with one integer per hold: 1 = the hold is live (and was extended),
 --              0 = the hold is gone (its own lease ran out, force-unlocked, or Redis lost it, or
@@ -19,6 +21,6 @@ local stride = #KEYS / holds
 local now = now_ms()
 local result = {}
 for i = 1, holds do
-  result[i] = renew_hold(KEYS[stride * (i - 1) + 1], ARGV[2 * i - 1], tonumber(ARGV[2 * i]), now)
+  result[i] = renew_hold(KEYS[stride * (i - 1) + 1], ARGV[2 * i - 1], ARGV[2 * i], now)
 end
 return result

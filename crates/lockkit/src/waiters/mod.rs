@@ -109,6 +109,13 @@ struct HubInner {
 }
 
 impl WaiterHub {
+    /// The runtime the client was built on: what a `Drop` that must send something (a waiter
+    /// leaving its line, a leader resigning) spawns onto, since it may run outside any runtime
+    /// (a future or guard dropped on a plain thread), where `Handle::try_current` finds none.
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.inner.runtime
+    }
+
     /// Starts the hub on a connected subscriber client; `closed` stops it and closes the
     /// connection. `command_errors` are the connection errors of the client's command
     /// connection: like the subscriber connection's own, each wakes every waiter

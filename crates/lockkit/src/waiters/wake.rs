@@ -9,9 +9,9 @@
 //! | `n:<k>`  | the `k` longest-registered waiters not already woken (fewer if fewer wait) |
 //! | `all`    | every waiter |
 //! | `w:<id>` | the waiter tagged `<id>` (the fair lock's next), if it waits here |
-//! | `p:<id>` | the waiter tagged `<id>`, if it waits here; arms a [`Fallback`] |
-//! | `taken`  | nobody; disarms the [`Fallback`] |
 //! | `g:…:<id>` | the waiter tagged `<id>`, handing it the lock a release granted it |
+//! | `p:<id>` | the waiter tagged `<id>` (a multi-lock member), if it waits here; arms a [`Fallback`] |
+//! | `taken`  | nobody; disarms the [`Fallback`] (no script publishes it since the direct grant) |
 //!
 //! Besides messages: a woken waiter that is refused hands its wake-up on
 //! ([`WaitTable::tried`]), and when messages may have been lost every waiter is woken to
@@ -37,18 +37,27 @@
 //! channel that is not already woken and **needs less** than it does. The chain ends, since every
 //! hand-over goes to a smaller need. Waiters that all need the same (every lock, where a refusal
 //! means the object was taken) never hand a wake-up on, so a release still wakes at most one
-//! waiter per client, not a herd (a lock's release: only the reserved waiter, see below).
+//! waiter per client, not a herd (a lock's release: only the granted waiter, see below).
 //!
-//! **Reservations.** A lock's release reserves the free lock for its longest-waiting owner for the
-//! handoff window and names it (`p:<owner>`). Only the client holding that waiter wakes it; every
-//! other waiter would be refused for the window, so they sleep on, and every client arms a
-//! wake-up for the end of the window ([`Fallback`]). The reserved owner taking the lock
-//! publishes `taken`, which disarms it; so does any newer message. If it never comes (the
-//! reserved owner's client died), one waiter per client tries when the window has passed. A
-//! waiter that tries during the window is told the lock is reserved; if its client heard of the
-//! reservation ([`WaitTable::reservation_announced`]), it sleeps until woken (the end is
-//! announced either way), else until the window ends. So a handoff costs no wasted try, and a
-//! dead reserved waiter costs one window.
+//! **Grants.** A lock's (fenced lock's, election's) release that frees it **grants** it, in the
+//! same script, to the call that has waited longest, and says so on that call's client's own
+//! channel for the lock (`g:…:<marker>`): no other client hears anything. Here the grant is
+//! handed to the waiter tagged with the call's marker, which is woken and returns holding the
+//! lock without a try. A grant for a waiter that is no longer here wakes nobody: that waiter left,
+//! and its cancel script gives the grant back and hands the lock on in Redis
+//! ([`crate::queued`]).
+//!
+//! **Reservations.** A multi-lock member that only looks (it takes nothing until every member is
+//! free for it) is not granted the lock: it is reserved it for the handoff window, and told on
+//! its client's own channel (`p:<marker>`). Here the tagged waiter is woken, and a wake-up for
+//! one other waiter of the channel is armed for the end of the window ([`Fallback`]; disarmed by
+//! any newer message). The multi-lock takes the lock within the window or hands it on to the
+//! next waiter in Redis when the window ends ([`crate::multi_lock`]); the waiters of other
+//! clients are not told of the reservation and need not be, as the lock comes to them by a
+//! grant. A waiter that tries during the window is told the lock is reserved; if its client heard
+//! of the reservation ([`WaitTable::reservation_announced`]), it sleeps until woken or its next
+//! keep-alive retry, else until the window ends. (`taken`, once published when a reserved waiter
+//! took the lock, is still understood: it disarms the wake-up, but no script sends it any more.)
 
 use std::collections::VecDeque;
 use std::time::Duration;
