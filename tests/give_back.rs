@@ -9,6 +9,9 @@
 //! cache was empty at the start and no release script ever ran on it, so the give-back's
 //! `EVALSHA` is answered `NOSCRIPT`. Every object must be free again long before the try's own
 //! lease ([`LEASE`], one minute) would have freed it.
+//!
+//! The same holds for a release that got no answer in time (`unlock()` against the frozen
+//! server): it goes on in the background until the server answers.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -103,6 +106,47 @@ async fn cached(server: &lockkit_testkit::RedisServer, sha1: &str) -> bool {
     }
 }
 
+/// Waits until none of `objects` has a holder, failing (naming those still held) if that takes
+/// [`FREED_WITHIN`].
+async fn until_free(observer: &Client, objects: &[(Kind, &str)]) {
+    let give_up = Instant::now() + FREED_WITHIN;
+    loop {
+        let mut held_still = Vec::new();
+        for (kind, name) in objects {
+            let found = observer.inspect(Some(*kind), name).await.unwrap();
+            if found.iter().any(|object| !object.holders.is_empty()) {
+                held_still.push(format!("{kind:?} `{name}`"));
+            }
+        }
+        if held_still.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < give_up,
+            "{} of {} objects still held {FREED_WITHIN:?} after the server resumed: {}",
+            held_still.len(),
+            objects.len(),
+            held_still.join(", ")
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+/// A client whose calls are cut off by [`COMMAND_TIMEOUT`], with a watchdog timeout of [`LEASE`].
+async fn short_timeout_client(url: &str) -> Client {
+    within(
+        HANG,
+        "connect",
+        Client::builder()
+            .url(url)
+            .command_timeout(COMMAND_TIMEOUT)
+            .watchdog_timeout(LEASE)
+            .build(),
+    )
+    .await
+    .unwrap()
+}
+
 #[tokio::test]
 async fn a_try_cut_off_by_a_frozen_server_gives_back_what_it_took_once_the_server_answers() {
     let server = spawned().await;
@@ -110,17 +154,7 @@ async fn a_try_cut_off_by_a_frozen_server_gives_back_what_it_took_once_the_serve
     server.command(&["SCRIPT", "FLUSH"]).await.unwrap();
     let holder = client(&url).await;
     let observer = client(&url).await;
-    let contender = within(
-        HANG,
-        "connect",
-        Client::builder()
-            .url(&url)
-            .command_timeout(COMMAND_TIMEOUT)
-            .watchdog_timeout(LEASE)
-            .build(),
-    )
-    .await
-    .unwrap();
+    let contender = short_timeout_client(&url).await;
     let o = Objects::new();
 
     // The holder holds every object (its acquire scripts are now cached; no release script is).
@@ -317,27 +351,7 @@ async fn a_try_cut_off_by_a_frozen_server_gives_back_what_it_took_once_the_serve
     server.resume().unwrap();
 
     // Every object becomes free, long before the tries' leases would free them.
-    let give_up = Instant::now() + FREED_WITHIN;
-    loop {
-        let mut held_still = Vec::new();
-        for (kind, name) in o.all() {
-            let found = observer.inspect(Some(kind), name).await.unwrap();
-            if found.iter().any(|object| !object.holders.is_empty()) {
-                held_still.push(format!("{kind:?} `{name}`"));
-            }
-        }
-        if held_still.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < give_up,
-            "{} of {} objects still held {FREED_WITHIN:?} after the server resumed: {}",
-            held_still.len(),
-            o.all().len(),
-            held_still.join(", ")
-        );
-        tokio::task::yield_now().await;
-    }
+    until_free(&observer, &o.all()).await;
     // The late try did run and take the fenced lock (minting the token after the holder's)
     // before its give-back freed it: the scenario happened as described.
     let fenced = observer
@@ -350,4 +364,137 @@ async fn a_try_cut_off_by_a_frozen_server_gives_back_what_it_took_once_the_serve
         "no token after the holder's {holder_token}: {fenced:?}"
     );
     drop(held);
+}
+
+/// The same for a release that got no answer in time: `unlock()` (and `release()`, `resign()`)
+/// against the frozen server returns its ambiguous error after the command timeout, and the
+/// release it sent runs when the server resumes, answered `NOSCRIPT`. The release goes on in the
+/// background until Redis answers: every object is free as soon as the server is back, not when
+/// its lease (one minute) ends.
+#[tokio::test]
+async fn an_unlock_that_got_no_answer_gives_back_once_the_server_answers() {
+    let server = spawned().await;
+    let url = server.url();
+    server.command(&["SCRIPT", "FLUSH"]).await.unwrap();
+    let observer = client(&url).await;
+    let holder = short_timeout_client(&url).await;
+    let o = Objects::new();
+    let h = &holder;
+    assert!(h.semaphore(&o.semaphore).try_set_permits(1).await.unwrap());
+    assert!(h
+        .permit_expirable_semaphore(&o.permits)
+        .try_set_permits(1)
+        .await
+        .unwrap());
+    let lock = h.lock(&o.lock).lock_with_lease(LEASE).await.unwrap();
+    let watchdog_lock = h.lock(&o.watchdog_lock).lock().await.unwrap();
+    let fair = h.fair_lock(&o.fair).lock_with_lease(LEASE).await.unwrap();
+    let fenced = h
+        .fenced_lock(&o.fenced)
+        .lock_with_lease(LEASE)
+        .await
+        .unwrap();
+    let spin = h.spin_lock(&o.spin).lock_with_lease(LEASE).await.unwrap();
+    let read = h
+        .read_write_lock(&o.rw_read)
+        .read_lock_with_lease(LEASE)
+        .await
+        .unwrap();
+    let write = h
+        .read_write_lock(&o.rw_write)
+        .write_lock_with_lease(LEASE)
+        .await
+        .unwrap();
+    let permit = h
+        .semaphore(&o.semaphore)
+        .acquire_with_lease(1, LEASE)
+        .await
+        .unwrap();
+    let expirable = h
+        .permit_expirable_semaphore(&o.permits)
+        .acquire(LEASE)
+        .await
+        .unwrap();
+    let multi = h
+        .multi_lock([h.lock(&o.multi[0]), h.lock(&o.multi[1])])
+        .lock_with_lease(LEASE)
+        .await
+        .unwrap();
+    let leadership = h
+        .election(&o.election)
+        .campaign_with_lease("holder", LEASE)
+        .await
+        .unwrap();
+    assert!(!cached(&server, lockkit::protocol::lock::RELEASE.sha1()).await);
+
+    server.pause().unwrap();
+    let releases: Vec<(&str, Call<'_>)> = vec![
+        (
+            "lock",
+            Box::pin(async { lock.unlock().await.map(|()| true) }),
+        ),
+        (
+            "lock (watchdog mode)",
+            Box::pin(async { watchdog_lock.unlock().await.map(|()| true) }),
+        ),
+        (
+            "fair lock",
+            Box::pin(async { fair.unlock().await.map(|()| true) }),
+        ),
+        (
+            "fenced lock",
+            Box::pin(async { fenced.unlock().await.map(|()| true) }),
+        ),
+        (
+            "spin lock",
+            Box::pin(async { spin.unlock().await.map(|()| true) }),
+        ),
+        (
+            "read lock",
+            Box::pin(async { read.unlock().await.map(|()| true) }),
+        ),
+        (
+            "write lock",
+            Box::pin(async { write.unlock().await.map(|()| true) }),
+        ),
+        (
+            "semaphore",
+            Box::pin(async { permit.release().await.map(|()| true) }),
+        ),
+        (
+            "permit-expirable semaphore",
+            Box::pin(async { expirable.release().await.map(|()| true) }),
+        ),
+        (
+            "multi-lock",
+            Box::pin(async { multi.unlock().await.map(|()| true) }),
+        ),
+        (
+            "election",
+            Box::pin(async { leadership.resign().await.map(|()| true) }),
+        ),
+    ];
+    let results = within(
+        HANG,
+        "the releases",
+        join_all(
+            releases
+                .into_iter()
+                .map(|(what, call)| async move { (what, call.await) }),
+        ),
+    )
+    .await;
+    let returned = Instant::now();
+    for (what, result) in results {
+        match result {
+            Err(Error::Redis(err)) => assert!(err.is_ambiguous(), "{what}: {err:?}"),
+            other => panic!("{what}: expected no answer from the frozen server, got {other:?}"),
+        }
+    }
+    assert_eq!(holder.held_count(), 0, "nothing renewed any more");
+
+    // Frozen past every release's bound.
+    tokio::time::sleep_until(returned + FROZEN_PAST_THE_TRIES).await;
+    server.resume().unwrap();
+    until_free(&observer, &o.all()).await;
 }

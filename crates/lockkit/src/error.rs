@@ -34,7 +34,8 @@ use lockkit_protocol::{keys::KeyError, DecodeError};
 ///     // may have run at the same time. Reconcile instead of assuming exclusivity.
 ///     Err(Error::NotHeld { name, .. }) => eprintln!("`{name}` was lost before its release"),
 ///     // The connection broke or the command timed out: the release may or may not have run.
-///     // Either way the hold is no longer renewed and runs out its lease.
+///     // Either way the hold is no longer renewed; the release goes on in the background until
+///     // Redis answers (if it never does, the hold frees when its lease runs out).
 ///     Err(Error::Redis(err)) if err.is_ambiguous() => eprintln!("release of unknown outcome: {err}"),
 ///     Err(err) => return Err(err),
 /// }
