@@ -230,9 +230,8 @@ impl WaitBound {
             None => Box::pin(step),
             Some(deadline) => {
                 let at = deadline.max(Instant::now() + self.round_trip);
-                Box::pin(
-                    Deadline::at(at, self.started, Bound::Wait(self.wait)).run("acquire", step),
-                )
+                let bound = Bound::of_wait(self.wait, self.round_trip);
+                Box::pin(Deadline::at(at, self.started, bound).run("acquire", step))
             }
         }
     }

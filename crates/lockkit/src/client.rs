@@ -568,6 +568,9 @@ impl ClientBuilder {
                 conn.internal_command_timeout = self.connect_timeout;
             })
             .with_performance_config(|perf| {
+                // A backstop for plain commands, which also run under a deadline of the same
+                // length (`Exec::command`) that names the bound; script calls have no fred
+                // timeout (see `exec`).
                 perf.default_command_timeout = self.command_timeout;
             })
             // Without a reconnect policy fred never reconnects.
@@ -634,7 +637,8 @@ impl ClientBuilder {
         };
         let sharded = pubsub == PubSubMode::Sharded;
         let exec = Exec::new(redis_client, sharded, clustered, self.command_timeout)
-            .with_token_counter_ttl(self.token_counter_ttl);
+            .with_token_counter_ttl(self.token_counter_ttl)
+            .with_namespace(namespace.clone());
         let closed = CancellationToken::new();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let watchdog = Watchdog::spawn(

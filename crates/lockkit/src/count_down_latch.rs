@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
+use futures::TryFutureExt;
 use lockkit_protocol::keys::{Kind, ObjectKeys};
 use lockkit_protocol::latch::{
     decode_try_set_count, CountDownReply, COUNT_DOWN, REQUEST_WINDOW_MS, TRY_SET_COUNT,
@@ -101,7 +102,8 @@ impl CountDownLatch {
                 &[&marker, &count.to_string(), &REQUEST_WINDOW_MS.to_string()],
                 Resend::Allowed,
             )
-            .await?;
+            .await
+            .map_err(|err| err.during("try_set_count"))?;
         Ok(decode_try_set_count(&reply)?)
     }
 
@@ -136,7 +138,8 @@ impl CountDownLatch {
                 ],
                 Resend::Allowed,
             )
-            .await?;
+            .await
+            .map_err(|err| err.during("count_down"))?;
         match CountDownReply::decode(&reply)? {
             CountDownReply::Counted { count } => Ok(count),
             CountDownReply::AlreadyZero => Err(Error::Refused {
@@ -157,7 +160,9 @@ impl CountDownLatch {
     /// something else.
     pub async fn count(&self) -> Result<u64, Error> {
         let keys = self.object.keys()?;
-        read_count(&self.object, keys).await
+        read_count(&self.object, keys)
+            .await
+            .map_err(|err| err.during("count"))
     }
 
     /// Waits until the count is zero, at most `timeout`; returns whether it reached zero in time.
@@ -192,7 +197,8 @@ impl CountDownLatch {
             keys,
         };
         Ok(acquire(self.object.inner(), &attempt, Some(timeout))
-            .await?
+            .await
+            .map_err(|err| err.during("wait"))?
             .is_some())
     }
 
@@ -203,19 +209,13 @@ impl CountDownLatch {
     }
 }
 
+/// The count, read within the command timeout (its error says `count`; a caller that is
+/// another method renames it).
 async fn read_count(object: &Object, keys: &ObjectKeys) -> Result<u64, Error> {
-    let count: Option<String> = object
-        .inner()
-        .exec
-        .redis()
-        .get(keys.key.as_str())
-        .await
-        .map_err(command_error(
-            "latch_count",
-            &keys.key,
-            Kind::CountDownLatch,
-        ))?;
-    match count {
+    let exec = &object.inner().exec;
+    let get = exec.redis().get::<Option<String>, _>(keys.key.as_str());
+    let get = get.map_err(command_error("count", &keys.key, Kind::CountDownLatch));
+    match exec.command("count", &object.name, get).await? {
         None => Ok(0),
         Some(count) => count.parse::<i64>().map_or_else(
             |_| {

@@ -161,8 +161,9 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership, Error> {
-        let guard = self.lock.lock().await?;
-        self.announce(guard, value.into()).await
+        let during = |err: Error| err.during("campaign");
+        let guard = self.lock.lock().await.map_err(during)?;
+        self.announce(guard, value.into()).await.map_err(during)
     }
 
     /// As [`campaign`](Election::campaign), holding leadership for `lease` without renewal:
@@ -190,8 +191,9 @@ impl Election {
         value: impl Into<String>,
         lease: Duration,
     ) -> Result<Leadership, Error> {
-        let guard = self.lock.lock_with_lease(lease).await?;
-        self.announce(guard, value.into()).await
+        let during = |err: Error| err.during("campaign_with_lease");
+        let guard = self.lock.lock_with_lease(lease).await.map_err(during)?;
+        self.announce(guard, value.into()).await.map_err(during)
     }
 
     /// Campaigns, waiting at most `wait` to lead (`Duration::ZERO`: one try, never joins the
@@ -222,8 +224,13 @@ impl Election {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<Leadership>, Error> {
-        match self.lock.try_lock(wait, lease).await? {
-            Some(guard) => self.announce(guard, value.into()).await.map(Some),
+        let during = |err: Error| err.during("try_campaign");
+        match self.lock.try_lock(wait, lease).await.map_err(during)? {
+            Some(guard) => self
+                .announce(guard, value.into())
+                .await
+                .map(Some)
+                .map_err(during),
             None => Ok(None),
         }
     }
@@ -281,10 +288,12 @@ impl Election {
     /// # Ok(()) }
     /// ```
     pub async fn leader(&self) -> Result<Option<Leader>, Error> {
-        Ok(match self.record().await? {
-            LeaderRead::Leads(record) if self.see(record.term) => Some(Leader::from(record)),
-            LeaderRead::Leads(_) | LeaderRead::Nobody(_) => None,
-        })
+        Ok(
+            match self.record().await.map_err(|err| err.during("leader"))? {
+                LeaderRead::Leads(record) if self.see(record.term) => Some(Leader::from(record)),
+                LeaderRead::Leads(_) | LeaderRead::Nobody(_) => None,
+            },
+        )
     }
 
     /// Reads the leader, or where the change channel stands when nobody announced leads.
@@ -660,7 +669,7 @@ impl Shared {
                 Resend::Allowed,
             )
             .await
-            .map_err(|err| err.naming(election.name()))?;
+            .map_err(|err| err.during("proclaim").naming(election.name()))?;
         if !protocol::decode_proclaim(&reply)? {
             return Err(Error::NotHeld {
                 name: election.name().to_owned(),
@@ -807,7 +816,7 @@ impl Leadership {
         };
         let resigned = self.shared.resign().await;
         let released = guard.unlock().await;
-        resigned.and(released)
+        resigned.and(released).map_err(|err| err.during("resign"))
     }
 
     /// Whether the leadership is known to be lost: its lease ran out or Redis lost it (as

@@ -34,7 +34,8 @@ use lockkit_protocol::{keys::KeyError, DecodeError};
 ///     // may have run at the same time. Reconcile instead of assuming exclusivity.
 ///     Err(Error::NotHeld { name, .. }) => eprintln!("`{name}` was lost before its release"),
 ///     // The connection broke or the command timed out: the release may or may not have run.
-///     // Either way the hold is no longer renewed and runs out its lease.
+///     // Either way the hold is no longer renewed; the release goes on in the background until
+///     // Redis answers (if it never does, the hold frees when its lease runs out).
 ///     Err(Error::Redis(err)) if err.is_ambiguous() => eprintln!("release of unknown outcome: {err}"),
 ///     Err(err) => return Err(err),
 /// }
@@ -178,6 +179,19 @@ impl Error {
         match self {
             Error::Redis(mut err) if err.object.is_none() => {
                 err.object = Some(name.to_owned());
+                Error::Redis(err)
+            }
+            other => other,
+        }
+    }
+
+    /// Says that a [`Error::Redis`] happened during `operation`, the method the user called
+    /// (`campaign`, `count_down`), rather than the script or command lockkit was running for
+    /// it; other errors as they are.
+    pub(crate) fn during(self, operation: &'static str) -> Self {
+        match self {
+            Error::Redis(mut err) => {
+                err.operation = operation;
                 Error::Redis(err)
             }
             other => other,
@@ -371,6 +385,9 @@ pub struct RedisError {
     /// The object the operation was for, where known.
     object: Option<String>,
     source: fred::error::Error,
+    /// A timeout of one of lockkit's bounds, whose text names the bound (fred's own timeout
+    /// says only "Request timed out").
+    names_its_bound: bool,
 }
 
 impl RedisError {
@@ -379,6 +396,7 @@ impl RedisError {
             operation,
             object: None,
             source,
+            names_its_bound: false,
         }
     }
 
@@ -386,19 +404,31 @@ impl RedisError {
     /// acquire's wait, the command timeout). `detail` says how long and which bound. Ambiguous:
     /// the command may have run.
     pub(crate) fn timed_out(operation: &'static str, detail: String) -> Self {
-        Self::new(
-            operation,
-            fred::error::Error::new(fred::error::ErrorKind::Timeout, detail),
-        )
+        Self {
+            names_its_bound: true,
+            ..Self::new(
+                operation,
+                fred::error::Error::new(fred::error::ErrorKind::Timeout, detail),
+            )
+        }
     }
 
-    /// What lockkit was doing: a script's name (`lock_acquire`, ...), `subscribe`, ...
+    /// Whether this is a timeout of one of lockkit's bounds, whose text says which bound ran
+    /// out and how long it waited (not fred's own, bare one).
+    pub(crate) fn names_its_bound(&self) -> bool {
+        self.names_its_bound
+    }
+
+    /// What was being done: the method the user called where lockkit names it (`campaign`,
+    /// `count_down`, `once_per`, ...), else what lockkit was doing for it: a script's name
+    /// (`lock_acquire`, ...), `acquire` (an acquire's wait ran out), `subscribe`, ...
     pub fn operation(&self) -> &'static str {
         self.operation
     }
 
-    /// The name of the object the operation was for (a lock's, a semaphore's, ...), where
-    /// lockkit knows it: acquires and releases name it.
+    /// The name of the object the operation was for (a lock's, a semaphore's, ...): every call
+    /// on one object names it (a multi-lock's, the member's; [`Client::inspect`](crate::Client::inspect)
+    /// and [`Client::list`](crate::Client::list) name none).
     pub fn object(&self) -> Option<&str> {
         self.object.as_deref()
     }

@@ -13,7 +13,15 @@
 //! counted from the call and covering every resend and reconnect; an acquire passes its own,
 //! shorter one (its wait), a release one shared by all its attempts. A call cut off by its
 //! deadline is dropped (cancel-safe callers give back what it may have taken) and fails with an
-//! ambiguous [`Error::Redis`] whose source says how long it waited and which bound ran out.
+//! ambiguous [`Error::Redis`] whose text names the object, says how long it waited and which
+//! bound ran out. The only exception is a give-back in the background
+//! ([`ints_until_answered`](Exec::ints_until_answered)), which waits for Redis' answer however
+//! late it comes.
+//!
+//! fred's own per-command timeout is off for script calls: it would race the deadline (they
+//! are of the same length) and, when it won, its bare "Request timed out" would reach the user
+//! instead of the bound. Plain commands (a `GET`, an `EXISTS`) keep it as a backstop and run
+//! under [`Exec::command`], which gives them the same deadline and the same message.
 
 use std::fmt;
 use std::future::Future;
@@ -27,7 +35,7 @@ use fred::types::{ClusterHash, CustomCommand, FromValue, Value};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use lockkit_protocol::fenced_lock::DEFAULT_COUNTER_TTL;
-use lockkit_protocol::keys::Kind;
+use lockkit_protocol::keys::{Kind, Namespace};
 use lockkit_protocol::script::Script;
 use lockkit_protocol::slot::key_slot;
 use tokio::time::Instant;
@@ -58,6 +66,9 @@ pub(crate) struct Exec {
     command_timeout: Duration,
     /// The fenced locks' token counter TTL in ms, as their minting scripts take it in `ARGV`.
     token_counter_ttl_ms: Arc<str>,
+    /// The client's key space: a failed call's keys read back into the name of the object it
+    /// was for, which its error names.
+    namespace: Namespace,
 }
 
 impl Exec {
@@ -70,19 +81,32 @@ impl Exec {
         clustered: bool,
         command_timeout: Duration,
     ) -> Self {
-        let once = Options {
-            max_attempts: Some(1),
+        // No fred timeout on script calls: their deadline is their bound (see the module
+        // documentation).
+        let resending = Options {
+            timeout: Some(Duration::ZERO),
             ..Options::default()
         };
+        let once = Options {
+            max_attempts: Some(1),
+            ..resending.clone()
+        };
         Self {
-            resending: redis.with_options(&Options::default()),
+            resending: redis.with_options(&resending),
             sending_once: redis.with_options(&once),
             redis,
             sharded,
             clustered,
             command_timeout,
             token_counter_ttl_ms: DEFAULT_COUNTER_TTL.as_millis().to_string().into(),
+            namespace: Namespace::default(),
         }
+    }
+
+    /// The same, with the client's key space (for the object names in errors).
+    pub(crate) fn with_namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = namespace;
+        self
     }
 
     /// The same, with the fenced locks' token counter TTL `ttl` (validated by the caller; see
@@ -108,6 +132,27 @@ impl Exec {
     /// A deadline one command timeout from now.
     pub(crate) fn command_deadline(&self) -> Deadline {
         Deadline::after(Bound::CommandTimeout(self.command_timeout))
+    }
+
+    /// Runs `call`, plain commands sent through [`redis`](Exec::redis) for the object called
+    /// `object`, within one command timeout; its error names the object and `operation`, and a
+    /// timeout says how long it waited and that the command timeout ran out. fred's own timeout
+    /// (of the same length, on each command) may fire first: its error says the same.
+    pub(crate) fn command<'a, T: 'a>(
+        &self,
+        operation: &'static str,
+        object: &'a str,
+        call: impl Future<Output = Result<T, Error>> + 'a,
+    ) -> impl Future<Output = Result<T, Error>> + 'a {
+        let deadline = self.command_deadline();
+        deadline.run(operation, call).map(move |result| {
+            result.map_err(|err| match err {
+                Error::Redis(err) if err.is_timeout() && !err.names_its_bound() => {
+                    deadline.expired(operation).naming(object)
+                }
+                other => other.naming(object),
+            })
+        })
     }
 
     /// The sharded flag every announcing script takes in `ARGV`: `"1"` for `SPUBLISH`, `"0"` for
@@ -159,7 +204,22 @@ impl Exec {
         resend: Resend,
         deadline: Deadline,
     ) -> BoxFuture<'a, Result<Vec<i64>, Error>> {
-        Box::pin(self.call_unboxed(script, kind, keys, args, resend, deadline))
+        Box::pin(self.call_unboxed(script, kind, keys, args, resend, Some(deadline)))
+    }
+
+    /// As [`ints`](Exec::ints), sent once (a give-back), with no deadline at all: it waits for
+    /// Redis' answer however late that comes (a frozen server that resumes runs what it was
+    /// sent, and answers then), and a `NOSCRIPT` answer is followed by `EVAL` however late it
+    /// came. It ends early only when the connection breaks or the command cannot be routed.
+    /// The caller bounds it when it must (a shutdown).
+    pub(crate) fn ints_until_answered<'a>(
+        &'a self,
+        script: &'static Script,
+        kind: Kind,
+        keys: &'a [&'a str],
+        args: &'a [&'a str],
+    ) -> BoxFuture<'a, Result<Vec<i64>, Error>> {
+        Box::pin(self.call_unboxed(script, kind, keys, args, Resend::Never, None))
     }
 
     /// As [`ints`](Exec::ints), for a script whose reply is an array of strings (an election's
@@ -173,7 +233,7 @@ impl Exec {
         resend: Resend,
     ) -> BoxFuture<'a, Result<Vec<String>, Error>> {
         let deadline = self.command_deadline();
-        Box::pin(self.call_unboxed(script, kind, keys, args, resend, deadline))
+        Box::pin(self.call_unboxed(script, kind, keys, args, resend, Some(deadline)))
     }
 
     async fn call_unboxed<R: FromValue + Send>(
@@ -183,9 +243,8 @@ impl Exec {
         keys: &[&str],
         args: &[&str],
         resend: Resend,
-        deadline: Deadline,
+        deadline: Option<Deadline>,
     ) -> Result<R, Error> {
-        let deadline = deadline.min(self.command_deadline());
         // Routed by the slot of the first key, which every key of one call shares.
         let route = keys.first().map_or(ClusterHash::Random, |key| {
             ClusterHash::Custom(key_slot(key))
@@ -227,7 +286,30 @@ impl Exec {
                 }
             })
         };
-        deadline.run(script.name(), resend_unsent(call)).await
+        let result = match deadline {
+            Some(deadline) => {
+                deadline
+                    .min(self.command_deadline())
+                    .run(script.name(), resend_unsent(call))
+                    .await
+            }
+            None => resend_unsent(call).await,
+        };
+        result.map_err(|err| match self.object_name(kind, keys) {
+            Some(name) => err.naming(&name),
+            None => err,
+        })
+    }
+
+    /// The name of the one object of `kind` whose keys a script call took (its main key first),
+    /// read back from the main key; `None` for a call over several objects' keys (a renewal
+    /// batch) or keys of no object.
+    fn object_name(&self, kind: Kind, keys: &[&str]) -> Option<String> {
+        if keys.len() > 1 + kind.aux_suffixes().len() {
+            return None;
+        }
+        let parsed = self.namespace.parse(keys.first()?)?;
+        (parsed.kind == kind && parsed.suffix.is_none()).then_some(parsed.name)
     }
 }
 
@@ -246,6 +328,20 @@ pub(crate) enum Bound {
     CommandTimeout(Duration),
     /// An acquire's `wait`.
     Wait(Duration),
+    /// The one round trip given to a try that does not wait (a `wait` of zero, a multi-lock's
+    /// member taken without waiting): [`ROUND_TRIP`], or the command timeout if shorter.
+    RoundTrip(Duration),
+}
+
+impl Bound {
+    /// The bound of an acquire that waits `wait`, its tries given `round_trip` at the deadline.
+    pub(crate) fn of_wait(wait: Duration, round_trip: Duration) -> Self {
+        if wait.is_zero() {
+            Bound::RoundTrip(round_trip)
+        } else {
+            Bound::Wait(wait)
+        }
+    }
 }
 
 impl fmt::Display for Bound {
@@ -255,6 +351,10 @@ impl fmt::Display for Bound {
             Bound::Wait(wait) => write!(
                 f,
                 "the wait was {wait:?}, plus at most one round trip for a try in flight"
+            ),
+            Bound::RoundTrip(round_trip) => write!(
+                f,
+                "a try that does not wait is given one round trip, {round_trip:?}"
             ),
         }
     }
@@ -274,7 +374,9 @@ impl Deadline {
     pub(crate) fn after(bound: Bound) -> Self {
         let started = Instant::now();
         let length = match bound {
-            Bound::CommandTimeout(length) | Bound::Wait(length) => length,
+            Bound::CommandTimeout(length) | Bound::Wait(length) | Bound::RoundTrip(length) => {
+                length
+            }
         };
         Self::at(far_or(started, length), started, bound)
     }

@@ -219,7 +219,10 @@ impl HoldGuard {
     /// is known already, and its release (which frees the object at once if Redis has not ended
     /// the hold yet) is only given that long before it goes on in the background, so an
     /// unreachable Redis cannot hold up the answer. Any other release takes at most the command
-    /// timeout.
+    /// timeout; one that ends without an answer (an ambiguous [`Error::Redis`]: no reply in
+    /// time, or the connection broke) goes on in the background
+    /// ([`give_back`](crate::hold::give_back)) until Redis answers, so a hold whose release was
+    /// only late (a frozen server that resumes) does not stay for its whole lease.
     pub(crate) async fn release(mut self) -> Result<(), Error> {
         if self.client.is_shut_down() {
             self.armed = false;
@@ -247,8 +250,12 @@ impl HoldGuard {
             return Err(Error::NotHeld { name });
         }
         let result = release(&self.client.exec, &self.hold).await;
-        self.armed = false;
         self.hold.finish();
+        // Still armed after no answer: dropping `self` hands the release to the watchdog's
+        // worker, which gives it back once Redis answers.
+        if !matches!(&result, Err(Error::Redis(err)) if err.is_ambiguous()) {
+            self.armed = false;
+        }
         result
     }
 }

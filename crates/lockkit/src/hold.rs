@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Error;
-use crate::exec::{Exec, Resend};
+use crate::exec::{Deadline, Exec, Resend};
 use crate::limits::{MAX_LEASE, MIN_LEASE};
 
 /// Checks a fixed lease: at least [`MIN_LEASE`] and at most [`MAX_LEASE`]; a lease that is not
@@ -56,8 +56,38 @@ pub(crate) fn lease_millis(lease: Duration) -> u128 {
     lease.as_nanos().div_ceil(1_000_000)
 }
 
-/// How many times a release is sent when the connection breaks under it.
+/// How many times a release is sent when the connection breaks under it, within its command
+/// timeout.
 const RELEASE_ATTEMPTS: u32 = 3;
+
+/// The pause before a give-back in the background is sent again after a failed attempt: the
+/// first, doubling up to the cap.
+const GIVE_BACK_FIRST_PAUSE: Duration = Duration::from_millis(50);
+const GIVE_BACK_PAUSE_CAP: Duration = Duration::from_secs(2);
+
+/// How long a release may take.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Patience<'a> {
+    /// Every attempt within one command timeout from the start: someone waits for the answer
+    /// (`unlock`, a permit released by id, a shutdown).
+    CommandTimeout,
+    /// A give-back in the background (a dropped guard, a try cut off, whose hold may exist):
+    /// each attempt waits for Redis' answer however late it comes (a frozen server runs the
+    /// try it was sent, then the give-back, when it resumes; a `NOSCRIPT` answer is followed
+    /// by the script's source then), and an attempt that fails without an answer (the
+    /// connection broke, no connection, an error reply) is sent again after a pause (50 ms,
+    /// doubling up to 2 s), until an answer says the hold was released or is not held. Once
+    /// `stop` is cancelled (the client shuts down, or is gone), what is left takes at most one
+    /// command timeout.
+    UntilAnswered(&'a CancellationToken),
+}
+
+/// Where a release is: bounded by a deadline, or waiting for an answer until `stop`.
+#[derive(Clone, Copy)]
+enum Mode<'a> {
+    Bounded(Deadline),
+    Patient(&'a CancellationToken),
+}
 
 /// How holds of one kind of object are released and renewed.
 ///
@@ -218,13 +248,29 @@ impl Hold {
     }
 }
 
-/// Gives back `hold` in Redis.
+/// Gives back `hold` in Redis, within the command timeout.
 ///
 /// A hold already known lost ([`Hold::is_lost`]: its lease ran out by the local, conservative
 /// clock, or renewal found it gone) is still given back, so that the lock frees at once if Redis
 /// has not ended it yet, but the answer is [`Error::NotHeld`] every time: the critical section
 /// may have outlived the lease, whichever side of the race the release landed on.
 pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
+    release_with(exec, hold, Patience::CommandTimeout).await
+}
+
+/// Gives back `hold` in the background ([`Patience::UntilAnswered`]): a dropped guard's hold,
+/// or what a try cut off may have taken. Ends with an answer from Redis, or, once `stop` is
+/// cancelled, within one command timeout more.
+pub(crate) async fn give_back(
+    exec: &Exec,
+    hold: &Hold,
+    stop: &CancellationToken,
+) -> Result<(), Error> {
+    release_with(exec, hold, Patience::UntilAnswered(stop)).await
+}
+
+/// [`release`] or [`give_back`], as `patience` says.
+async fn release_with(exec: &Exec, hold: &Hold, patience: Patience<'_>) -> Result<(), Error> {
     use tracing::Instrument;
     let span = tracing::debug_span!(
         "lockkit.release",
@@ -232,13 +278,14 @@ pub(crate) async fn release(exec: &Exec, hold: &Hold) -> Result<(), Error> {
         name = &*hold.name,
     );
     let lost_before = hold.is_lost();
-    release_marker(
+    release_marker_with(
         exec,
         hold.kind,
         &hold.keys,
         &hold.name,
         &hold.marker,
         || hold.is_lost(),
+        patience,
     )
     .instrument(span)
     .await
@@ -268,26 +315,63 @@ pub(crate) async fn release_marker(
     marker: &str,
     known_lost: impl Fn() -> bool,
 ) -> Result<(), Error> {
+    let patience = Patience::CommandTimeout;
+    release_marker_with(exec, kind, keys, name, marker, known_lost, patience).await
+}
+
+/// [`release_marker`], as `patience` says: within the command timeout, or (a give-back in the
+/// background) until Redis answers.
+async fn release_marker_with(
+    exec: &Exec,
+    kind: &HoldKind,
+    keys: &ObjectKeys,
+    name: &str,
+    marker: &str,
+    known_lost: impl Fn() -> bool,
+    patience: Patience<'_>,
+) -> Result<(), Error> {
     let key_refs: Vec<&str> = keys.keys.iter().map(String::as_str).collect();
     let mut args = vec![marker, &keys.channel, exec.publish_flag()];
     // A fenced lock's release may grant the lock to a waiter, minting its token.
     args.extend(exec.counter_ttl_arg(kind.kind));
     let mut ambiguous = false;
     let mut resent = 0;
-    // One deadline for every attempt.
-    let deadline = exec.command_deadline();
+    // One deadline for every attempt, from the start or (a give-back) from the stop.
+    let mut mode = match patience {
+        Patience::UntilAnswered(stop) if !stop.is_cancelled() => Mode::Patient(stop),
+        Patience::CommandTimeout | Patience::UntilAnswered(_) => {
+            Mode::Bounded(exec.command_deadline())
+        }
+    };
+    let mut pause = GIVE_BACK_FIRST_PAUSE;
     loop {
-        let result = exec
-            .ints_within(
-                kind.release,
-                kind.kind,
-                &key_refs,
-                &args,
-                Resend::Never,
-                deadline,
-            )
-            .await;
-        match result {
+        let result = match mode {
+            Mode::Bounded(deadline) => {
+                exec.ints_within(
+                    kind.release,
+                    kind.kind,
+                    &key_refs,
+                    &args,
+                    Resend::Never,
+                    deadline,
+                )
+                .await
+            }
+            Mode::Patient(stop) => {
+                let mut call = exec.ints_until_answered(kind.release, kind.kind, &key_refs, &args);
+                tokio::select! {
+                    biased;
+                    result = &mut call => result,
+                    () = stop.cancelled() => {
+                        // The same attempt goes on, now bounded.
+                        let deadline = exec.command_deadline();
+                        mode = Mode::Bounded(deadline);
+                        deadline.run(kind.release.name(), call).await
+                    }
+                }
+            }
+        };
+        let err = match result {
             Ok(reply) => {
                 return match ReleaseReply::decode(&reply)? {
                     ReleaseReply::Freed | ReleaseReply::StillHeld { .. } => Ok(()),
@@ -297,8 +381,13 @@ pub(crate) async fn release_marker(
                     }),
                 };
             }
+            Err(Error::Redis(err)) => err,
+            Err(err) => return Err(err),
+        };
+        ambiguous |= err.is_ambiguous();
+        match mode {
             // A timeout used up the deadline: no time is left for another attempt.
-            Err(Error::Redis(err))
+            Mode::Bounded(_)
                 if err.is_ambiguous() && !err.is_timeout() && resent + 1 < RELEASE_ATTEMPTS =>
             {
                 tracing::debug!(
@@ -306,10 +395,22 @@ pub(crate) async fn release_marker(
                     "release interrupted ({}); sending it again",
                     crate::error::Chain(&err)
                 );
-                ambiguous = true;
                 resent += 1;
             }
-            Err(err) => return Err(err),
+            Mode::Bounded(_) => return Err(Error::Redis(err)),
+            // No answer: the hold may be there.
+            Mode::Patient(stop) => {
+                tracing::debug!(
+                    name,
+                    "giving back a hold failed ({}); sending it again in {pause:?}",
+                    crate::error::Chain(&err)
+                );
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = stop.cancelled() => mode = Mode::Bounded(exec.command_deadline()),
+                }
+                pause = (pause * 2).min(GIVE_BACK_PAUSE_CAP);
+            }
         }
     }
 }

@@ -178,28 +178,31 @@ impl Client {
         // instance's.
         let token = format!("{}:{}", inner.id, inner.next_sequence());
         let window_ms = i64::try_from(lease_millis(window)).unwrap_or(i64::MAX);
-        let redis = inner.exec.redis();
-        let set: Option<String> = redis
-            .set(
-                key,
-                token.as_str(),
-                Some(Expiration::PX(window_ms)),
-                Some(SetOptions::NX),
-                false,
-            )
-            .await
-            .map_err(command_error("once_per", key, Kind::OnceMark))?;
-        let ours = match set {
-            Some(_) => true,
-            None => {
-                let mark: Option<String> =
-                    redis
-                        .get(key)
-                        .await
-                        .map_err(command_error("once_per", key, Kind::OnceMark))?;
-                mark.as_deref() == Some(token.as_str())
+        let exec = &inner.exec;
+        let redis = exec.redis();
+        // Setting the mark, and reading it when it was there: one command timeout in all.
+        let claim = async {
+            let set: Option<String> = redis
+                .set(
+                    key,
+                    token.as_str(),
+                    Some(Expiration::PX(window_ms)),
+                    Some(SetOptions::NX),
+                    false,
+                )
+                .await
+                .map_err(command_error("once_per", key, Kind::OnceMark))?;
+            if set.is_some() {
+                return Ok(true);
             }
+            let mark: Option<String> =
+                redis
+                    .get(key)
+                    .await
+                    .map_err(command_error("once_per", key, Kind::OnceMark))?;
+            Ok(mark.as_deref() == Some(token.as_str()))
         };
+        let ours = exec.command("once_per", &object.name, claim).await?;
         if !ours {
             tracing::debug!(name = %object.name, "job skipped: it already ran in this window");
             return Ok(JobOutcome::Skipped);

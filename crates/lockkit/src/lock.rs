@@ -934,7 +934,8 @@ impl LockGuard {
     /// the background).
     /// [`Error::Shutdown`] after [`Client::shutdown`](crate::Client::shutdown), which already released it.
     /// [`Error::Redis`] when Redis fails or does not answer within the command timeout (naming the
-    /// lock); the hold is then no longer renewed and is left to run out its lease.
+    /// lock); the hold is then no longer renewed, and its release goes on in the background
+    /// until Redis answers (if it never does, the hold frees when its lease runs out).
     pub async fn unlock(self) -> Result<(), Error> {
         self.guard.release().await
     }

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fred::interfaces::KeysInterface;
+use futures::TryFutureExt;
 use lockkit_protocol::script::Script;
 use lockkit_protocol::DecodeError;
 
@@ -48,17 +49,13 @@ impl Object {
 
 /// Inspection and administration shared by the primitives whose state lives in the main key.
 impl Object {
-    /// Whether the main key exists (the object is held / set).
+    /// Whether the main key exists (the object is held / set): a lock kind's `is_locked`.
     pub(crate) async fn exists(&self) -> Result<bool, Error> {
         let keys = self.keys()?;
-        let exists: i64 = self
-            .inner()
-            .exec
-            .redis()
-            .exists(keys.key.as_str())
-            .await
-            .map_err(command_error("exists", &keys.key, self.kind))?;
-        Ok(exists > 0)
+        let exec = &self.inner().exec;
+        let exists = exec.redis().exists::<i64, _>(keys.key.as_str());
+        let exists = exists.map_err(command_error("is_locked", &keys.key, self.kind));
+        Ok(exec.command("is_locked", &self.name, exists).await? > 0)
     }
 
     /// The hold count of the calling context in the main HASH of a reentrant lock: the owners'
@@ -94,18 +91,16 @@ impl Object {
     /// has no expiry.
     pub(crate) async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
         let keys = self.keys()?;
-        let pttl: i64 = self
-            .inner()
-            .exec
-            .redis()
-            .pttl(keys.key.as_str())
-            .await
-            .map_err(command_error("remaining_ttl", &keys.key, self.kind))?;
-        Ok(match pttl {
-            -2 => None,
-            -1 => Some(Duration::MAX),
-            ms => Some(Duration::from_millis(ms.unsigned_abs())),
-        })
+        let exec = &self.inner().exec;
+        let pttl = exec.redis().pttl::<i64, _>(keys.key.as_str());
+        let pttl = pttl.map_err(command_error("remaining_ttl", &keys.key, self.kind));
+        Ok(
+            match exec.command("remaining_ttl", &self.name, pttl).await? {
+                -2 => None,
+                -1 => Some(Duration::MAX),
+                ms => Some(Duration::from_millis(ms.unsigned_abs())),
+            },
+        )
     }
 
     /// Runs the kind's force-unlock `script` (KEYS = every key of the object; ARGV = channel,

@@ -15,14 +15,19 @@
 //!   that was unregistered in the meantime is ignored, so a released guard is never reported lost.
 //! - A hold is lost when renewal finds its marker gone, or when its conservative local deadline
 //!   (send time of the last successful acquire/renewal + lease) passes without a renewal.
-//! - Releases of dropped guards come in over an unbounded channel (`Drop` cannot await) and run as
-//!   tasks of the worker; when every client handle and guard is gone, the worker finishes those
-//!   releases, then closes the Redis connection.
-//! - Nothing piles up while Redis is down: a round still running skips the next tick, and every
-//!   renewal and release gives up after the command timeout. The shutdown therefore takes at
-//!   most the command timeout: it releases the registered holds at once, all together, and
-//!   waits for the releases of dropped guards already under way; it reports every hold of
-//!   either kind that it could not give back ([`crate::Error::NotReleased`]).
+//! - Releases of dropped guards (and of what an acquire cut off may have taken) come in over an
+//!   unbounded channel (`Drop` cannot await) and run as tasks of the worker. Such a give-back
+//!   keeps going until Redis answers ([`crate::hold::give_back`]): a frozen server that resumes
+//!   first runs what it was sent before (a try that takes the object), then the give-back, so
+//!   one cut off by a deadline would leave the object held for a whole lease. When every client
+//!   handle and guard is gone, the worker stops them (each then takes at most the command
+//!   timeout), then closes the Redis connection.
+//! - Nothing piles up while Redis is down: a round still running skips the next tick, every
+//!   renewal gives up after the command timeout, and a give-back has one command in flight at
+//!   a time. The shutdown takes at most the command timeout: it releases the registered holds at
+//!   once, all together, stops the give-backs under way (each is given at most the command
+//!   timeout from then) and waits for them; it reports every hold of either kind that it could
+//!   not give back ([`crate::Error::NotReleased`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,9 +43,10 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use crate::exec::{Exec, Resend};
-use crate::hold::{release, Hold};
+use crate::hold::{give_back, release, Hold};
 use crate::hold_table::{HoldTable, Registered};
 
 /// The holds being renewed or checked (see [`HoldTable`]: a hold granted after the shutdown
@@ -86,6 +92,7 @@ impl Watchdog {
             registry: Arc::clone(&registry),
             rx,
             releases: JoinSet::new(),
+            stop: CancellationToken::new(),
             round: None,
         };
         tokio::spawn(worker.run());
@@ -138,6 +145,9 @@ struct Worker {
     rx: mpsc::UnboundedReceiver<Command>,
     /// Releases of dropped guards under way; each yields the hold it failed to give back.
     releases: JoinSet<Option<Unreleased>>,
+    /// Cancelled when the client shuts down or is gone: the give-backs under way then end within
+    /// the command timeout.
+    stop: CancellationToken,
     round: Option<JoinHandle<()>>,
 }
 
@@ -163,6 +173,7 @@ impl Worker {
                 command = self.rx.recv() => match command {
                     Some(Command::Release(hold)) => self.spawn_release(hold),
                     Some(Command::Shutdown(done)) => {
+                        self.stop.cancel();
                         let errors = self.release_all().await;
                         let _ = done.send(errors);
                         // No more renewals; keep serving the releases of guards that are still
@@ -179,6 +190,7 @@ impl Worker {
         if let Some(round) = self.round.take() {
             round.abort();
         }
+        self.stop.cancel();
         while self.releases.join_next().await.is_some() {}
         let _ = fred::interfaces::ClientLike::quit(self.exec.redis()).await;
     }
@@ -194,10 +206,12 @@ impl Worker {
         }
     }
 
+    /// Gives back `hold` in a task, until Redis answers or the worker stops.
     fn spawn_release(&mut self, hold: Arc<Hold>) {
         let exec = self.exec.clone();
+        let stop = self.stop.clone();
         self.releases.spawn(async move {
-            let result = release(&exec, &hold).await;
+            let result = give_back(&exec, &hold, &stop).await;
             let failed = match result {
                 Ok(()) => {
                     tracing::debug!(name = %hold.name, "released a dropped guard");
@@ -210,7 +224,8 @@ impl Worker {
                 Err(err) => {
                     tracing::warn!(
                         name = %hold.name,
-                        "could not release a dropped guard, its lease will run out: {}",
+                        "could not release a dropped guard before the client stopped, its lease \
+                         will run out: {}",
                         crate::error::Chain(&err)
                     );
                     unreleased(&hold, err)
