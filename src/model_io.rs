@@ -208,6 +208,81 @@ pub fn cases_scaled(default: u32) -> u32 {
     u32::try_from(scaled).unwrap_or(u32::MAX).max(1)
 }
 
+/// A hold's value in a lock's main hash, `<expiry> <owner>` (normalized keys: `marker=<value>`):
+/// its expiry.
+fn hold_expiry(value: &str) -> Option<i64> {
+    value.split_once(' ').and_then(|(n, _)| n.parse().ok())
+}
+
+/// Whether nothing in an object's normalized keys `before` (roles as the model tests name them:
+/// `main`, `timeouts`, ...) ended by `at` (server ms, with 2 ms for Redis' clocks): no key's
+/// expiry, no hold's lease, no waiter's deadline. A request delivered again at `at` may rightly
+/// differ from its first delivery when something lapsed in between.
+pub fn lapsed_nothing(roles: &[&str], before: &[RawKey], at: u64) -> bool {
+    let lapsed = |n: i64| n > 0 && u64::try_from(n).is_ok_and(|n| n <= at + 2);
+    before.iter().zip(roles).all(|(k, role)| {
+        let mut times = vec![k.expire_at];
+        match *role {
+            "main" => times.extend(
+                k.items
+                    .iter()
+                    .filter_map(|item| item.split_once('=').and_then(|(_, v)| hold_expiry(v))),
+            ),
+            "timeouts" => times.extend(k.items.iter().filter_map(|item| {
+                item.rsplit_once('=')
+                    .and_then(|(_, v)| v.parse::<i64>().ok())
+            })),
+            _ => {}
+        }
+        !times.into_iter().any(lapsed)
+    })
+}
+
+/// Compares an object's normalized keys before and after a second delivery of a request: `Err`
+/// names the first change beyond what time alone makes (a hold's expiry or the main key's, a
+/// waiter's deadline, moved on by at most `slack` ms, as a renewal or a waiter's keep-alive does).
+pub fn unchanged_keys(
+    roles: &[&str],
+    before: &[RawKey],
+    after: &[RawKey],
+    slack: u64,
+) -> Result<(), String> {
+    let slack = i64::try_from(slack).unwrap_or(i64::MAX);
+    let number = |s: &str| s.split(' ').next().and_then(|n| n.parse::<i64>().ok());
+    let moved = |a: &str, b: &str| {
+        let (Some(x), Some(y)) = (number(a), number(b)) else {
+            return false;
+        };
+        a.split_once(' ').map(|(_, r)| r) == b.split_once(' ').map(|(_, r)| r)
+            && y >= x
+            && y - x <= slack
+    };
+    for ((before, after), role) in before.iter().zip(after).zip(roles) {
+        let same_items = before.items.len() == after.items.len()
+            && before.items.iter().zip(&after.items).all(|(a, b)| {
+                a == b
+                    || match *role {
+                        "main" => match (a.split_once('='), b.split_once('=')) {
+                            (Some((fa, va)), Some((fb, vb))) => fa == fb && moved(va, vb),
+                            _ => false,
+                        },
+                        "timeouts" => match (a.rsplit_once('='), b.rsplit_once('=')) {
+                            (Some((fa, va)), Some((fb, vb))) => fa == fb && moved(va, vb),
+                            _ => false,
+                        },
+                        _ => false,
+                    }
+            });
+        let same_expiry = before.expire_at == after.expire_at
+            || (*role == "main"
+                && moved(&before.expire_at.to_string(), &after.expire_at.to_string()));
+        if before.ty != after.ty || !same_items || !same_expiry {
+            return Err(format!("the {role} key: {before:?} became {after:?}"));
+        }
+    }
+    Ok(())
+}
+
 /// One command the server executed, as `MONITOR` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Monitored {

@@ -56,8 +56,8 @@ use lockkit_model::election::ElectionSpec;
 use lockkit_model::lock::{Acquired, Now, Released, Request, WrongType};
 use lockkit_suite::checker::{model_seed, save_model_cases};
 use lockkit_suite::model_io::{
-    absent, as_i64, cases, cases_scaled, hash_lock_key, key, read_state, time, Monitor, Monitored,
-    RawKey, ANY, CLIENTS, DUMP_KEYS,
+    absent, as_i64, cases, cases_scaled, hash_lock_key, key, lapsed_nothing, read_state, time,
+    unchanged_keys, Monitor, Monitored, RawKey, ANY, CLIENTS, DUMP_KEYS,
 };
 use lockkit_suite::{raw_like_lockkit, spawned, unique, RedisServer};
 use lockkit_testkit::{FaultProxy, RespValue};
@@ -1430,29 +1430,8 @@ fn second_delivery(
     roles: &[&str],
     at: u64,
 ) -> Result<bool, String> {
-    let slack = at.saturating_sub(first.at) + 2;
-    let lapsed = |n: i64| n > 0 && u64::try_from(n).is_ok_and(|n| n <= at + 2);
-    let number = |s: &str| s.split(' ').next().and_then(|n| n.parse::<i64>().ok());
-    // A hold's value: `<expiry> <owner>`.
-    let hold_expiry = |v: &str| v.split_once(' ').and_then(|(n, _)| n.parse::<i64>().ok());
-    for (k, role) in first.keys.iter().zip(roles) {
-        let mut times: Vec<i64> = vec![k.expire_at];
-        match *role {
-            "main" => times.extend(
-                k.items
-                    .iter()
-                    .filter_map(|item| item.split_once('=').and_then(|(_, v)| hold_expiry(v))),
-            ),
-            "timeouts" => times.extend(
-                k.items
-                    .iter()
-                    .filter_map(|item| item.rsplit_once('=').and_then(|(_, v)| number(v))),
-            ),
-            _ => {}
-        }
-        if times.into_iter().any(lapsed) {
-            return Ok(false);
-        }
+    if !lapsed_nothing(roles, &first.keys, at) {
+        return Ok(false);
     }
     let what = match &first.call {
         Call::Proclaim { .. } => "issue 27 item 2: a second delivery of election_proclaim",
@@ -1474,40 +1453,8 @@ fn second_delivery(
             "{what} published {heard:?} again (an observer delivers it twice)"
         ));
     }
-    // Moved on by the time that passed, at most (a renewal, a waiter's keep-alive).
-    let moved = |a: &str, b: &str| {
-        let (Some(x), Some(y)) = (number(a), number(b)) else {
-            return false;
-        };
-        a.split_once(' ').map(|(_, r)| r) == b.split_once(' ').map(|(_, r)| r)
-            && y >= x
-            && y - x <= i64::try_from(slack).unwrap_or(i64::MAX)
-    };
-    for ((before, after), role) in first.keys.iter().zip(after).zip(roles) {
-        let same_items = before.items.len() == after.items.len()
-            && before.items.iter().zip(&after.items).all(|(a, b)| {
-                a == b
-                    || match *role {
-                        "main" => match (a.split_once('='), b.split_once('=')) {
-                            (Some((fa, va)), Some((fb, vb))) => fa == fb && moved(va, vb),
-                            _ => false,
-                        },
-                        "timeouts" => match (a.rsplit_once('='), b.rsplit_once('=')) {
-                            (Some((fa, va)), Some((fb, vb))) => fa == fb && moved(va, vb),
-                            _ => false,
-                        },
-                        _ => false,
-                    }
-            });
-        let same_expiry = before.expire_at == after.expire_at
-            || (*role == "main"
-                && moved(&before.expire_at.to_string(), &after.expire_at.to_string()));
-        if before.ty != after.ty || !same_items || !same_expiry {
-            return Err(format!(
-                "{what} changed the {role} key: {before:?} became {after:?}"
-            ));
-        }
-    }
+    unchanged_keys(roles, &first.keys, after, at.saturating_sub(first.at) + 2)
+        .map_err(|change| format!("{what} changed {change}"))?;
     Ok(true)
 }
 

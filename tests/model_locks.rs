@@ -39,8 +39,8 @@ use lockkit_model::lock::{
 use lockkit_model::spin::{SpinAcquired, SpinLock};
 use lockkit_suite::checker::{model_seed, save_model_cases as save_cases};
 use lockkit_suite::model_io::{
-    absent, as_i64, cases, hash_lock_key, key, read_state, time, Dump, RawKey, ANY, CLIENTS,
-    DUMP_KEYS,
+    absent, as_i64, cases, cases_scaled, hash_lock_key, key, lapsed_nothing, read_state, time,
+    unchanged_keys, Dump, RawKey, ANY, CLIENTS, DUMP_KEYS,
 };
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
@@ -98,6 +98,11 @@ enum Op {
     },
     /// The last request again (fred re-sending it after a reconnect).
     Resend,
+    /// The previous script call delivered again, exactly, right after it (fred re-sends every
+    /// script the client sends with `Resend::Allowed`: acquire, renew, cancel, hold count): the
+    /// second delivery must answer alike, publish nothing and change no key beyond moving an
+    /// expiry on (issue 27, §4).
+    Duplicate,
     /// The last try of an earlier call whose wait ran out: its request with keep-alive 0.
     LastTry {
         call: usize,
@@ -680,6 +685,50 @@ struct Sequence<'a> {
     log: Vec<String>,
     /// Steps left before the foreign value is deleted.
     foreign_for: Option<usize>,
+    /// The last step's script call, if the client may send it twice (for `Op::Duplicate`).
+    delivered: Option<Delivered>,
+    /// `FencedLock`: the token counter TTL given to the scripts (`None`: none, their default).
+    counter_ttl: Option<u64>,
+    /// `FencedLock`: the greatest token any step handed out (every later one must exceed it).
+    max_token: u64,
+}
+
+/// A script call as first delivered, and what it left (for `Op::Duplicate`).
+#[derive(Debug, Clone)]
+struct Delivered {
+    call: Call,
+    reply: Result<Vec<i64>, String>,
+    /// The object's keys right after it (normalized), and the server's clock then (ms).
+    keys: Vec<RawKey>,
+    at: u64,
+}
+
+impl Call {
+    /// Whether the client sends it with `Resend::Allowed` (fred may deliver it twice).
+    fn resendable(&self) -> bool {
+        matches!(
+            self,
+            Call::Acquire(_) | Call::Renew(_) | Call::Cancel(_) | Call::HoldCount(_)
+        )
+    }
+}
+
+/// Whether two answers to the same request are the same, or ones the client treats alike: a
+/// taken hold (same count, same token) again, a refusal again (its figures may move on), the
+/// same renewal and hold count; a cancel is only logged.
+fn same_answer(
+    call: &Call,
+    first: &Result<Vec<i64>, String>,
+    again: &Result<Vec<i64>, String>,
+) -> bool {
+    let (Ok(first), Ok(again)) = (first, again) else {
+        return first == again;
+    };
+    match call {
+        Call::Acquire(_) if first.first() == Some(&0) => again.first() == Some(&0),
+        Call::Cancel(_) => again.len() == 1 && again[0] >= 0,
+        _ => first == again,
+    }
 }
 
 impl<'a> Sequence<'a> {
@@ -722,6 +771,9 @@ impl<'a> Sequence<'a> {
             sequence: 0,
             log: Vec::new(),
             foreign_for: None,
+            delivered: None,
+            counter_ttl: None,
+            max_token: 0,
         }
     }
 
@@ -740,6 +792,14 @@ impl<'a> Sequence<'a> {
             hold_marker(client, self.sequence),
             fair_lock::waiter_id(client, self.sequence),
         )
+    }
+
+    /// A fenced script's token counter TTL argument, when the sequence gives one.
+    fn fenced_ttl(&self) -> Option<String> {
+        (self.prim == Prim::Fenced)
+            .then_some(self.counter_ttl)
+            .flatten()
+            .map(|ttl| ttl.to_string())
     }
 
     /// The scripts' pub/sub flag (`1`: `SPUBLISH`).
@@ -875,6 +935,8 @@ impl<'a> Sequence<'a> {
                 ];
                 if r.look {
                     args.push("1".to_owned());
+                } else if let (Prim::Fenced, Some(ttl)) = (self.prim, self.counter_ttl) {
+                    args.push(ttl.to_string());
                 }
                 (script, keys, args)
             }
@@ -884,7 +946,9 @@ impl<'a> Sequence<'a> {
                 } else {
                     (&fenced_lock::RELEASE, self.keys.keys.clone())
                 };
-                (script, keys, vec![marker.clone(), channel, self.flag()])
+                let mut args = vec![marker.clone(), channel, self.flag()];
+                args.extend(self.fenced_ttl());
+                (script, keys, args)
             }
             (Prim::Lock | Prim::Fenced, Call::Cancel(entry)) => {
                 let keys = if self.prim == Prim::Lock {
@@ -892,17 +956,15 @@ impl<'a> Sequence<'a> {
                 } else {
                     self.keys_of(&["handoff", "waiting", "timeouts", "token"])
                 };
-                (
-                    &lock::CANCEL,
-                    keys,
-                    vec![entry.clone(), channel, self.flag()],
-                )
+                let mut args = vec![entry.clone(), channel, self.flag()];
+                args.extend(self.fenced_ttl());
+                (&lock::CANCEL, keys, args)
             }
-            (Prim::Lock | Prim::Fenced | Prim::Spin, Call::ForceUnlock) => (
-                &lock::FORCE_UNLOCK,
-                self.keys.keys.clone(),
-                vec![channel, self.flag()],
-            ),
+            (Prim::Lock | Prim::Fenced | Prim::Spin, Call::ForceUnlock) => {
+                let mut args = vec![channel, self.flag()];
+                args.extend(self.fenced_ttl());
+                (&lock::FORCE_UNLOCK, self.keys.keys.clone(), args)
+            }
             (Prim::Fair, Call::Acquire(r)) => (
                 &fair_lock::ACQUIRE,
                 self.keys.keys.clone(),
@@ -960,6 +1022,7 @@ impl<'a> Sequence<'a> {
         match self.foreign_for {
             Some(0) => {
                 self.foreign_for = None;
+                self.delivered = None;
                 // Unless a restore or a force-unlock removed it already.
                 let foreign = match &mut self.model {
                     Model::Hash(m) => std::mem::take(&mut m.foreign),
@@ -996,7 +1059,15 @@ impl<'a> Sequence<'a> {
 
     async fn one_step(&mut self, op: &Op) -> Result<(), String> {
         let redis = &self.env.redis;
-        let call = self.resolve(op);
+        let first = match op {
+            Op::Duplicate => self.delivered.take(),
+            _ => None,
+        };
+        let call = match (op, &first) {
+            (Op::Duplicate, Some(first)) => Some(first.call.clone()),
+            _ => self.resolve(op),
+        };
+        self.delivered = None;
         let mut ran = None;
         if let Some(call) = &call {
             let (script, keys, args) = self.script(call);
@@ -1016,25 +1087,55 @@ impl<'a> Sequence<'a> {
         let got = self.heard().await;
         let (raw, now) = read_state(redis, &self.keys.keys).await;
         let mut candidates = vec![];
+        let mut delivered = None;
         match (&call, ran) {
             (Some(call), Some((actual, t0, t1))) => {
+                if let Some(first) = &first {
+                    self.second_delivery(first, &actual, &got, &raw, t1.ms)?;
+                }
+                if call.resendable() {
+                    delivered = Some(Delivered {
+                        call: call.clone(),
+                        reply: actual.clone(),
+                        keys: normalize(&raw, &self.roles),
+                        at: t1.ms,
+                    });
+                }
                 // A fenced script mints with the microsecond of its own `TIME` read: the counter
                 // after the step shows it (`max(counter, µs) + 1` for its last mint; the model
                 // mints every token of one step from one µs, so k mints end at µs + k).
+                // The tokens the reply and the heard grants carry show it too (with a counter
+                // TTL of a few ms, the counter may be gone by the time the keys are read).
                 let mut clocks = vec![None];
-                if let (Prim::Fenced, Some(counter)) = (self.prim, self.counter_seen(&raw)) {
+                if self.prim == Prim::Fenced {
                     let mints = match &self.model {
                         Model::Hash(m) => m.waiting.items.len() as u64 + 1,
                         Model::Spin(_) => 1,
                     };
-                    clocks.extend(
-                        (1..=mints)
-                            .filter_map(|k| counter.checked_sub(k))
-                            .filter(|us| (t0.us..=t1.us).contains(us))
-                            .map(Some),
-                    );
+                    let mut minted: Vec<u64> = self.counter_seen(&raw).into_iter().collect();
+                    if let (Call::Acquire(_), Ok(reply)) = (call, &actual) {
+                        minted.extend(reply.get(2).and_then(|t| u64::try_from(*t).ok()));
+                    }
+                    minted.extend(got.iter().filter_map(|(_, payload)| {
+                        payload
+                            .strip_prefix("g:")?
+                            .split(':')
+                            .nth(1)?
+                            .parse::<u64>()
+                            .ok()
+                    }));
+                    for counter in minted {
+                        clocks.extend(
+                            (1..=mints)
+                                .filter_map(|k| counter.checked_sub(k))
+                                .filter(|us| (t0.us..=t1.us).contains(us))
+                                .map(Some),
+                        );
+                    }
+                    clocks.sort();
+                    clocks.dedup();
                 }
-                let mut first = None;
+                let mut first_expected = None;
                 // Redis' own clock (key expiry, `PX`, `PTTL`) is cached per event-loop turn, so it
                 // may lag the `TIME` read just before the call by a millisecond or two; and a key
                 // expiring within the millisecond the script's `TIME` read may already be expired
@@ -1055,7 +1156,7 @@ impl<'a> Sequence<'a> {
                     let mut model = self.model.clone();
                     let expected = model.apply(call, now);
                     let (sent, unheard) = model.messages();
-                    first.get_or_insert_with(|| (expected.clone(), sent.clone()));
+                    first_expected.get_or_insert_with(|| (expected.clone(), sent.clone()));
                     if agrees(self.prim, &expected, &actual, ms) && sent == got {
                         if candidates.is_empty() {
                             self.count(outcome(&expected));
@@ -1066,10 +1167,48 @@ impl<'a> Sequence<'a> {
                         candidates.push(model);
                     }
                 }
+                let again = if first.is_some() {
+                    " (delivered again)"
+                } else {
+                    ""
+                };
                 self.log
-                    .push(format!("{call:?} -> {actual:?}, heard {got:?}"));
+                    .push(format!("{call:?}{again} -> {actual:?}, heard {got:?}"));
+                if candidates.is_empty() && first.is_some() {
+                    // A second delivery that changed nothing, where the model would have.
+                    candidates.push(self.model.clone());
+                }
+                if let (Prim::Fenced, Ok(reply)) = (self.prim, &actual) {
+                    // Issue 27, §4: tokens never go back, past the counter's TTL and restores.
+                    let token = match call {
+                        Call::Acquire(_) if reply.first() == Some(&1) && first.is_none() => {
+                            reply.get(2).and_then(|t| u64::try_from(*t).ok())
+                        }
+                        _ => None,
+                    };
+                    let granted = got.iter().filter_map(|(_, payload)| {
+                        payload
+                            .strip_prefix("g:")?
+                            .split(':')
+                            .nth(1)?
+                            .parse::<u64>()
+                            .ok()
+                    });
+                    for token in token.into_iter().chain(granted) {
+                        if token <= self.max_token
+                            && !matches!(call, Call::Acquire(r) if self.model_holds(&r.marker, token))
+                        {
+                            return Err(format!(
+                                "a token went back: {token} after {} was handed out",
+                                self.max_token
+                            ));
+                        }
+                        self.max_token = self.max_token.max(token);
+                    }
+                }
                 if candidates.is_empty() {
-                    let (expected, sent) = first.unwrap_or((Expected::Flag(false), Vec::new()));
+                    let (expected, sent) =
+                        first_expected.unwrap_or((Expected::Flag(false), Vec::new()));
                     return Err(format!(
                         "reply of {call:?}: Redis said {actual:?} and the subscriber heard {got:?}; the model {expected:?}, heard {sent:?} (at {} ms)\nmodel before: {:#?}",
                         t0.ms, self.model
@@ -1100,6 +1239,7 @@ impl<'a> Sequence<'a> {
                 self.model = model.clone();
                 self.follow_expiries(&raw);
                 self.follow_handoffs(&got);
+                self.delivered = delivered;
                 return Ok(());
             }
         }
@@ -1108,6 +1248,51 @@ impl<'a> Sequence<'a> {
             candidates[0].keys(&self.roles, now),
             candidates[0]
         ))
+    }
+
+    /// A second delivery of `first`'s request (its reply `actual`, the messages `heard`, the
+    /// keys `raw` after it, the server's clock `at` just after it) must answer alike, publish
+    /// nothing, and change no key beyond moving an expiry on by the time that passed; not
+    /// compared when something lapsed between the two.
+    fn second_delivery(
+        &self,
+        first: &Delivered,
+        actual: &Result<Vec<i64>, String>,
+        heard: &[Got],
+        raw: &[RawKey],
+        at: u64,
+    ) -> Result<(), String> {
+        if !lapsed_nothing(&self.roles, &first.keys, at) {
+            self.count("duplicate: not compared (something lapsed)");
+            return Ok(());
+        }
+        let (script, _, _) = self.script(&first.call);
+        let what = format!("a second delivery of {} ({:?})", script.name(), self.prim);
+        if !same_answer(&first.call, &first.reply, actual) {
+            return Err(format!(
+                "{what} answered {actual:?} where the first answered {:?}",
+                first.reply
+            ));
+        }
+        if !heard.is_empty() {
+            return Err(format!("{what} published {heard:?} again"));
+        }
+        let after = normalize(raw, &self.roles);
+        unchanged_keys(
+            &self.roles,
+            &first.keys,
+            &after,
+            at.saturating_sub(first.at) + 2,
+        )
+        .map_err(|change| format!("{what} changed {change}"))?;
+        self.count("duplicate: changed nothing");
+        Ok(())
+    }
+
+    /// Whether the model has the hold `marker` with the token `token` (a re-sent acquire's
+    /// reply, or a claimed grant's, carries its hold's token again).
+    fn model_holds(&self, marker: &str, token: u64) -> bool {
+        matches!(&self.model, Model::Hash(m) if m.holds.get(marker).is_some_and(|h| h.token == Some(token)))
     }
 
     /// Notes what the step's heard messages handed over (for `CancelFirst`), and counts them.
@@ -1339,11 +1524,28 @@ fn check_with(
     ops: impl Strategy<Value = Op>,
     save: bool,
 ) {
+    check_budget(prim, sharded, Just(None), ops, save, cases());
+}
+
+/// [`check_with`] for `cases` cases, the fenced lock's scripts given a token counter TTL drawn
+/// from `counter_ttl` (`None`: none, their default of a day).
+fn check_budget(
+    prim: Prim,
+    sharded: impl Strategy<Value = bool>,
+    counter_ttl: impl Strategy<Value = Option<u64>>,
+    ops: impl Strategy<Value = Op>,
+    save: bool,
+    cases: u32,
+) {
     let env = Env::start();
-    let (mut runner, seed) = runner(cases());
-    let strategy = (sharded, prop::collection::vec(ops, 1..50));
-    let result = runner.run(&strategy, |(sharded, ops)| {
+    let (mut runner, seed) = runner(cases);
+    let strategy = (sharded, counter_ttl, prop::collection::vec(ops, 1..50));
+    let result = runner.run(&strategy, |(sharded, counter_ttl, ops)| {
         let mut sequence = env.rt.block_on(Sequence::new(&env, prim, sharded));
+        sequence.counter_ttl = counter_ttl;
+        if let (Model::Hash(m), Some(ttl)) = (&mut sequence.model, counter_ttl) {
+            m.counter_ttl_ms = ttl;
+        }
         if sharded {
             sequence.count("(a sequence on sharded pub/sub)");
         }
@@ -1366,16 +1568,15 @@ fn check_with(
     match result {
         Ok(()) => {
             eprintln!(
-                "{prim:?}: {} cases passed (seed {seed}); steps: {:?}",
-                cases(),
+                "{prim:?}: {cases} cases passed (seed {seed}); steps: {:?}",
                 env.seen.borrow()
             );
             if save {
-                save_cases(prim.id(), cases());
+                save_cases(prim.id(), cases);
             }
         }
-        Err(TestError::Fail(why, ops)) => panic!(
-            "{prim:?} disagrees with its model (LOCKKIT_MODEL_SEED={seed}).\nShrunk sequence: {ops:#?}\n{why}"
+        Err(TestError::Fail(why, (sharded, counter_ttl, ops))) => panic!(
+            "{prim:?} disagrees with its model (LOCKKIT_MODEL_SEED={seed}).\nShrunk sequence (sharded: {sharded}, counter TTL: {counter_ttl:?}): {ops:#?}\n{why}"
         ),
         Err(TestError::Abort(why)) => panic!("{prim:?} aborted (seed {seed}): {why}"),
     }
@@ -1725,4 +1926,100 @@ fn multi_lock_never_holds_a_subset_while_it_waits() {
         panic!("the multi-lock broke its contract (LOCKKIT_MODEL_SEED={seed}): {err}");
     }
     save_cases("multi", cases() * 2);
+}
+
+// === issue 27, §4 ===
+
+/// Duplicates: every op of the random programs, and after many a second delivery of the script
+/// call the step made (acquire, renew, cancel, hold count: what the client sends with
+/// `Resend::Allowed`). The second delivery must answer alike, publish nothing, and change no key
+/// beyond moving an expiry on by the time that passed.
+///
+/// No multi-lock lookers here: a second delivery of one looker's cancel may end the reservation
+/// a release made for another looker of the same owner, which
+/// `lock_cancel_delivered_twice_keeps_the_next_lookers_reservation` shows on its own.
+#[test]
+fn lock_family_duplicate_deliveries_change_nothing() {
+    for prim in [Prim::Lock, Prim::Fenced, Prim::Fair, Prim::Spin] {
+        let takers = op().prop_map(|op| match op {
+            Op::Acquire {
+                owner,
+                lease,
+                keepalive,
+                look: _,
+            } => Op::Acquire {
+                owner,
+                lease,
+                keepalive,
+                look: false,
+            },
+            op => op,
+        });
+        let ops = prop_oneof![6 => takers, 3 => Just(Op::Duplicate)];
+        let sharded = if prim.grants() {
+            any::<bool>().boxed()
+        } else {
+            Just(false).boxed()
+        };
+        check_budget(prim, sharded, Just(None), ops, false, cases_scaled(15));
+    }
+}
+
+/// Time and rollbacks for fencing tokens: the scripts are given a token counter TTL of a few ms
+/// (as `token_counter_ttl` gives it to them), the counter expires between acquisitions, and the
+/// keys go back to older snapshots: every token handed out (reply or grant) exceeds every one
+/// before it.
+#[test]
+fn fenced_lock_tokens_never_go_back_past_the_counter_ttl_or_a_restore() {
+    let ops = prop_oneof![
+        10 => contended_op(),
+        3 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
+        2 => Just(Op::Snapshot),
+        2 => Just(Op::Restore),
+        1 => Just(Op::Duplicate),
+    ];
+    check_budget(
+        Prim::Fenced,
+        any::<bool>(),
+        (3u64..30).prop_map(Some),
+        ops,
+        false,
+        cases_scaled(30),
+    );
+}
+
+/// Found by the duplicates above (not among issue 27's items): `lock_cancel` ends a reservation
+/// made for the cancelled request's *owner*, not for the request. Two lookers of one owner wait
+/// (two multi-lock calls of one task over the same lock); a release reserves the lock for the
+/// first; the first gives up, and its cancel hands the reservation on to the second (`p:` to
+/// it); the same cancel delivered again (fred re-sends it: `Resend::Allowed`) then deletes the
+/// second's reservation, unannounced. Fails on main.
+#[test]
+fn lock_cancel_delivered_twice_keeps_the_next_lookers_reservation() {
+    let take = Op::Acquire {
+        owner: 2,
+        lease: Lease::Long,
+        keepalive: None,
+        look: false,
+    };
+    let look = Op::Acquire {
+        owner: 0,
+        lease: Lease::Long,
+        keepalive: Some(Lease::Long),
+        look: true,
+    };
+    scenarios(
+        Prim::Lock,
+        &[(
+            "a looker's cancel, delivered twice, after the reservation went on to its owner's next looker",
+            vec![
+                take,
+                look.clone(),
+                look,
+                Op::ReleaseHeld { hold: 0 },
+                Op::CancelFirst,
+                Op::Duplicate,
+            ],
+        )],
+    );
 }
