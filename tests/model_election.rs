@@ -631,7 +631,7 @@ struct Delivered {
     call: Call,
     reply: Result<Vec<String>, String>,
     expected: Expected,
-    /// The keys right after it (as read), and the server's clock then (ms).
+    /// The keys right after it (as read), and the server's clock just before it was sent (ms).
     keys: Vec<RawKey>,
     at: u64,
 }
@@ -931,7 +931,7 @@ impl<'a> Program<'a> {
             reply: actual,
             expected: expected.clone(),
             keys: normalize(&raw, &self.roles),
-            at: t1.ms,
+            at: t0.ms,
         });
         Ok(expected)
     }
@@ -2209,7 +2209,7 @@ fn observer_terms_never_go_back_after_a_rollback() {
     )];
     run_programs_after(
         "observer, after rollbacks",
-        cases_scaled(15),
+        cases_scaled(10),
         setups,
         ops,
         known,

@@ -698,7 +698,7 @@ struct Sequence<'a> {
 struct Delivered {
     call: Call,
     reply: Result<Vec<i64>, String>,
-    /// The object's keys right after it (normalized), and the server's clock then (ms).
+    /// The object's keys right after it (normalized), and the server's clock just before it was sent (ms).
     keys: Vec<RawKey>,
     at: u64,
 }
@@ -1098,7 +1098,7 @@ impl<'a> Sequence<'a> {
                         call: call.clone(),
                         reply: actual.clone(),
                         keys: normalize(&raw, &self.roles),
-                        at: t1.ms,
+                        at: t0.ms,
                     });
                 }
                 // A fenced script mints with the microsecond of its own `TIME` read: the counter
