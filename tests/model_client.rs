@@ -295,10 +295,8 @@ fn traces(keys: &ObjectKeys, raw: &[RawKey], id: &str) -> Vec<Trace> {
                     note(item, scores.get(item).copied());
                 }
             }
-            "string" if *role != "token" => {
-                if k.items.iter().any(|item| item.contains(id)) {
-                    note(&k.items.join(" "), u64::try_from(k.expire_at).ok());
-                }
+            "string" if *role != "token" && k.items.iter().any(|item| item.contains(id)) => {
+                note(&k.items.join(" "), u64::try_from(k.expire_at).ok());
             }
             _ => {}
         }

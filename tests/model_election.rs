@@ -1509,6 +1509,9 @@ struct Read {
     us: u64,
 }
 
+/// What the observer task forwards: the stream's items.
+type Deliveries = tokio::sync::mpsc::UnboundedReceiver<Result<LeaderChange, lockkit::Error>>;
+
 /// A real observer of a program's election, the `MONITOR` stream that places its reads among
 /// the program's step scripts, and what each step script did.
 struct Watch {
@@ -1518,10 +1521,7 @@ struct Watch {
     steps: BTreeMap<String, String>,
     /// `events[0]`: before the first step script; `events[i]`: after the `i`-th.
     events: Vec<Event>,
-    started: Option<(
-        tokio::sync::mpsc::UnboundedReceiver<Result<LeaderChange, lockkit::Error>>,
-        tokio::task::JoinHandle<()>,
-    )>,
+    started: Option<(Deliveries, tokio::task::JoinHandle<()>)>,
     delivered: Vec<LeaderChange>,
     errors: Vec<String>,
 }
