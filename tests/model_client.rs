@@ -17,6 +17,13 @@
 //!   when it was granted plus the lease (`#[locked(lease = …)]` and "fixed lease, no renewal" mean
 //!   the lease asked for, counted from when the hold began), read from the grant message's own
 //!   `now` and the hold's expiry in the main key.
+//! - **time** (`a_multi_locks_unused_reservation_goes_on_to_the_next_waiter`): a release reserves
+//!   a member for a waiting multi-lock that cannot use it yet; the member must go on to the next
+//!   waiter at once, before that waiter's own next keep-alive retry is due.
+//! - **outages** (`unbounded_waits_keep_their_outage_bound`): every unbounded wait of the guide's
+//!   "Bounds" table at once, on held objects, with Redis killed or frozen a generated time into
+//!   the wait: each must return before the holder's lease would have ended, not only when it
+//!   looks again then.
 //! - **outages** (`a_try_cut_off_by_a_frozen_server_leaves_nothing_held`): a waiting try whose
 //!   retry is written into a server frozen with `SIGSTOP` after `SCRIPT FLUSH` (the cache of a
 //!   fresh, restarted or failed-over server), cut off by the command timeout; the server resumes
@@ -152,6 +159,7 @@ impl Prim {
 enum Held {
     Guard(lockkit::LockGuard),
     Permit(lockkit::SemaphorePermit),
+    Expirable(lockkit::ExpirablePermit),
     Leader(lockkit::Leadership),
 }
 
@@ -160,6 +168,7 @@ impl Held {
         match self {
             Held::Guard(guard) => guard.unlock().await,
             Held::Permit(permit) => permit.release().await,
+            Held::Expirable(permit) => permit.release().await,
             Held::Leader(leadership) => leadership.resign().await,
         }
     }
@@ -797,6 +806,374 @@ fn a_try_cut_off_by_a_frozen_server_leaves_nothing_held() {
         Err(TestError::Fail(why, f)) => {
             panic!("frozen tries: FAILED (LOCKKIT_MODEL_SEED={seed}).\nShrunk: {f:?}\n{why}")
         }
+        Err(TestError::Abort(why)) => panic!("aborted (seed {seed}): {why}"),
+    }
+}
+
+// === outages: every unbounded wait keeps its bound ===
+
+/// The unbounded waits of the guide's "Bounds" table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Lock,
+    FairLock,
+    FencedLock,
+    Semaphore,
+    ExpirableSemaphore,
+    Read,
+    Write,
+    Latch,
+    Campaign,
+    MultiLock,
+}
+
+const WAITS: [Wait; 10] = [
+    Wait::Lock,
+    Wait::FairLock,
+    Wait::FencedLock,
+    Wait::Semaphore,
+    Wait::ExpirableSemaphore,
+    Wait::Read,
+    Wait::Write,
+    Wait::Latch,
+    Wait::Campaign,
+    Wait::MultiLock,
+];
+
+/// How Redis goes away while the calls wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// `SIGKILL`: every connection closes.
+    Kill,
+    /// `SIGSTOP`: the connections stay open, nothing answers.
+    Freeze,
+}
+
+/// The holder's fixed lease: the waits under test must not learn of the outage only when it
+/// ends (they then look again, and fail a command timeout later).
+const HOLDER_LEASE: Duration = Duration::from_secs(8);
+
+/// The holder takes what `wait` waits for (a latch: sets it, never to count down); what it
+/// holds is dropped after the case.
+async fn block(env: &Env, wait: Wait, name: &str) -> Result<Option<Held>, String> {
+    let holder = &env.holder;
+    let lease = Some(HOLDER_LEASE);
+    let held = match wait {
+        Wait::Latch => {
+            let set = holder
+                .count_down_latch(name.to_owned())
+                .try_set_count(1)
+                .await;
+            return match set {
+                Ok(true) => Ok(None),
+                other => Err(format!("the latch was not set: {other:?}")),
+            };
+        }
+        Wait::ExpirableSemaphore => {
+            let semaphore = holder
+                .permit_expirable_semaphore(name.to_owned())
+                .with_permits(1)
+                .map_err(|e| e.to_string())?;
+            let permit = semaphore
+                .try_acquire(Duration::ZERO, HOLDER_LEASE)
+                .await
+                .map_err(|e| e.to_string())?
+                .ok_or("the expirable semaphore was not free")?;
+            Some(Held::Expirable(permit))
+        }
+        Wait::MultiLock => holder
+            .lock(format!("{name}:0"))
+            .try_lock(Duration::ZERO, lease)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Held::Guard),
+        Wait::Lock => holder
+            .lock(name)
+            .try_lock(Duration::ZERO, lease)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Held::Guard),
+        Wait::FairLock => holder
+            .fair_lock(name)
+            .try_lock(Duration::ZERO, lease)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Held::Guard),
+        Wait::FencedLock => holder
+            .fenced_lock(name)
+            .try_lock(Duration::ZERO, lease)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Held::Guard),
+        Wait::Semaphore => holder
+            .semaphore(name)
+            .with_permits(1)
+            .map_err(|e| e.to_string())?
+            .try_acquire(1, Duration::ZERO, lease)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Held::Permit),
+        Wait::Read | Wait::Write => holder
+            .read_write_lock(name)
+            .try_write_lock(Duration::ZERO, lease)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Held::Guard),
+        Wait::Campaign => holder
+            .election(name)
+            .try_campaign("the holder", Duration::ZERO, lease)
+            .await
+            .map_err(|e| e.to_string())?
+            .map(Held::Leader),
+    };
+    held.map(Some)
+        .ok_or_else(|| format!("{wait:?}: the holder did not get the object"))
+}
+
+/// `a`'s unbounded wait for `wait`'s object: `Ok` with what it got, or its error.
+async fn unbounded(a: Client, wait: Wait, name: String) -> Result<&'static str, lockkit::Error> {
+    match wait {
+        Wait::Lock => a.lock(name).lock().await.map(|_| "held"),
+        Wait::FairLock => a.fair_lock(name).lock().await.map(|_| "held"),
+        Wait::FencedLock => a.fenced_lock(name).lock().await.map(|_| "held"),
+        Wait::Semaphore => a
+            .semaphore(name)
+            .with_permits(1)?
+            .acquire(1)
+            .await
+            .map(|_| "held"),
+        Wait::ExpirableSemaphore => a
+            .permit_expirable_semaphore(name)
+            .with_permits(1)?
+            .acquire(LEASE)
+            .await
+            .map(|_| "held"),
+        Wait::Read => a.read_write_lock(name).read_lock().await.map(|_| "held"),
+        Wait::Write => a.read_write_lock(name).write_lock().await.map(|_| "held"),
+        Wait::Latch => a
+            .count_down_latch(name)
+            .wait(Duration::MAX)
+            .await
+            .map(|open| if open { "open" } else { "timed out" }),
+        Wait::Campaign => a.election(name).campaign("a").await.map(|_| "leads"),
+        Wait::MultiLock => {
+            let locks = (0..2).map(|i| a.lock(format!("{name}:{i}")));
+            a.multi_lock(locks).lock().await.map(|_| "held")
+        }
+    }
+}
+
+/// Every unbounded wait at once, Redis gone `after_ms` into them: each must return (an error,
+/// as the guide's "Bounds" table says: after the command timeout) before the holder's lease
+/// would have ended, not a command timeout after it.
+async fn outage(env: &mut Env, fault: Fault, after_ms: u64) -> Result<(), String> {
+    let mut names = Vec::new();
+    let mut blockers = Vec::new();
+    for wait in WAITS {
+        let name = unique("outage");
+        blockers.push(block(env, wait, &name).await?);
+        names.push(name);
+    }
+    let held_at = tokio::time::Instant::now();
+    let calls: Vec<_> = WAITS
+        .iter()
+        .zip(&names)
+        .map(|(wait, name)| {
+            let (a, wait, name) = (env.a.clone(), *wait, name.clone());
+            tokio::spawn(async move {
+                let out = unbounded(a, wait, name).await;
+                (wait, out, tokio::time::Instant::now())
+            })
+        })
+        .collect();
+    lockkit_suite::until_waiting(&env.a, WAITS.len()).await;
+    tokio::time::sleep(Duration::from_millis(after_ms)).await;
+    let faulted = tokio::time::Instant::now();
+    match fault {
+        Fault::Kill => env.server.kill(),
+        Fault::Freeze => env.server.pause().map_err(|e| e.to_string())?,
+    }
+    let mut late = Vec::new();
+    for call in calls {
+        let (wait, out, at) = within(HANG, "a wait under the outage", call)
+            .await
+            .map_err(|e| e.to_string())?;
+        let took = at - faulted;
+        if at >= held_at + HOLDER_LEASE {
+            late.push(format!(
+                "{wait:?} returned {} {took:?} after Redis was {} ({} ms into the wait), past the end of the holder's {HOLDER_LEASE:?} lease: it learnt of the outage only when it looked again",
+                match &out {
+                    Ok(what) => (*what).to_owned(),
+                    Err(e) => format!("Err({e})"),
+                },
+                match fault {
+                    Fault::Kill => "killed",
+                    Fault::Freeze => "frozen",
+                },
+                after_ms
+            ));
+        }
+    }
+    match fault {
+        Fault::Kill => env.server.start_again().await.map_err(|e| e.to_string())?,
+        Fault::Freeze => env.server.resume().map_err(|e| e.to_string())?,
+    }
+    drop(blockers);
+    // Every client is back before the next case.
+    for client in [&env.a, &env.holder, &env.other] {
+        within(HANG, "the clients to reconnect", async {
+            while client.lock("ping").is_locked().await.is_err() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await;
+    }
+    if late.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("issue 27 item 11:\n{}", late.join("\n")))
+    }
+}
+
+/// Outages (issue 27, item 11): the locks, the fair lock, both semaphores, the read-write lock,
+/// the latch, a campaign and a multi-lock, each waiting without bound on a held object, with
+/// Redis killed or frozen a generated time into the wait; each wait must learn of the outage
+/// within its own bound (well within the holder's 8 s lease, with a 500 ms command timeout), not
+/// only when it looks again at the lease's end.
+#[test]
+fn unbounded_waits_keep_their_outage_bound() {
+    let mut env = Env::start(Some(COMMAND_TIMEOUT));
+    let cases = cases_scaled(2);
+    let (mut runner, seed) = runner(cases, 0);
+    let strategy = (
+        prop_oneof![Just(Fault::Kill), Just(Fault::Freeze)],
+        100u64..600,
+    );
+    let env = std::cell::RefCell::new(&mut env);
+    let result = runner.run(&strategy, |(fault, after_ms)| {
+        let mut env = env.borrow_mut();
+        let rt = env.rt.handle().clone();
+        rt.block_on(outage(&mut env, fault, after_ms))
+            .map_err(|why| TestCaseError::fail(format!("{fault:?} {after_ms} ms in: {why}")))
+    });
+    match result {
+        Ok(()) => eprintln!("outage bounds: {cases} cases passed (seed {seed})"),
+        Err(TestError::Fail(why, _)) => {
+            panic!("outage bounds: FAILED (LOCKKIT_MODEL_SEED={seed}).\n{why}")
+        }
+        Err(TestError::Abort(why)) => panic!("aborted (seed {seed}): {why}"),
+    }
+}
+
+// === time: a multi-lock's reservation that it cannot use goes on ===
+
+/// A multi-lock waits for `members` locks, all held; a plain waiter waits on member `released`
+/// behind it; the holder releases that member (the others stay held). The release reserves it
+/// for the multi-lock (whose requests only look); the multi-lock cannot use it yet. The member
+/// must then go on to the plain waiter at once, as `MultiLock`'s rustdoc says, not at the
+/// waiter's next keep-alive retry (issue 27, item 9).
+async fn reservation(env: &Env, members: usize, released: usize) -> Result<(), String> {
+    let name = unique("reserved");
+    let names: Vec<String> = (0..members).map(|i| format!("{name}:{i}")).collect();
+    let keys: Vec<ObjectKeys> = names.iter().map(|n| Prim::Lock.keys(n)).collect();
+    let mut held = Vec::new();
+    for n in &names {
+        let guard = env
+            .holder
+            .lock(n.clone())
+            .try_lock(Duration::ZERO, Some(LONG))
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or("the holder did not get a member")?;
+        held.push(Some(guard));
+    }
+    let (a, other) = (env.a.id().to_owned(), env.other.id().to_owned());
+    let in_line = |id: String, keys: ObjectKeys| async move {
+        within(HANG, "a waiter to stand in line", async {
+            loop {
+                let (raw, _) = read_state(&env.redis, &keys.keys).await;
+                if let Some(t) = traces(&keys, &raw, &id)
+                    .into_iter()
+                    .find(|t| t.role == "timeouts")
+                {
+                    return t.deadline;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+    };
+    let locks: Vec<lockkit::Lock> = names.iter().map(|n| env.a.lock(n.clone())).collect();
+    let multi = env.a.multi_lock(locks);
+    let multi = tokio::spawn(async move { multi.try_lock(WAIT, Some(LONG)).await });
+    in_line(a.clone(), keys[released].clone()).await;
+    // Less than the probation: a grant's hold and a take's end alike at the start plus it.
+    let lease_ms = 4_000;
+    let waiter = env.other.lock(names[released].clone());
+    let waiter = tokio::spawn(async move {
+        waiter
+            .try_lock(WAIT, Some(Duration::from_millis(lease_ms)))
+            .await
+    });
+    // Right after its try: its next one is due a third of the keep-alive later.
+    let deadline = in_line(other.clone(), keys[released].clone()).await;
+    let keepalive = lockkit::protocol::lock::WAITER_KEEPALIVE.as_millis() as u64;
+    let retry_due = deadline - keepalive + keepalive / 3;
+    if let Some(guard) = held[released].take() {
+        guard.unlock().await.map_err(|e| e.to_string())?;
+    }
+    let guard = within(HANG, "the plain waiter", waiter)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("the plain waiter failed: {e}"))?
+        .ok_or("the plain waiter did not get the member")?;
+    let (raw, _) = read_state(&env.redis, &keys[released].keys).await;
+    let taken = traces(&keys[released], &raw, &other)
+        .into_iter()
+        .find(|t| t.role == "main")
+        .map(|t| t.deadline - lease_ms)
+        .ok_or("the plain waiter's hold is not in the member's key")?;
+    let verdict = if taken >= retry_due {
+        Err(format!(
+            "issue 27 item 9: member {released} of {members}, released right after its plain waiter's try, went to that waiter {} ms after that try, at its next retry (due {} ms after it): the multi-lock's reservation lapsed and nobody was told",
+            taken + 1 - (deadline - keepalive),
+            keepalive / 3
+        ))
+    } else {
+        Ok(())
+    };
+    // Everyone lets go; the multi-lock then gets them all.
+    guard.unlock().await.map_err(|e| e.to_string())?;
+    for guard in held.into_iter().flatten() {
+        guard.unlock().await.map_err(|e| e.to_string())?;
+    }
+    let all = within(HANG, "the multi-lock", multi)
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?
+        .ok_or("the multi-lock did not get its members")?;
+    all.unlock().await.map_err(|e| e.to_string())?;
+    verdict
+}
+
+/// Time (issue 27, item 9): a multi-lock's reservation of a member it cannot use yet goes on to
+/// the next waiter at once. Generated: how many members, which one is released.
+#[test]
+fn a_multi_locks_unused_reservation_goes_on_to_the_next_waiter() {
+    let env = Env::start(None);
+    let cases = cases_scaled(3);
+    let (mut runner, seed) = runner(cases, 0);
+    let strategy = (2usize..4).prop_flat_map(|members| (Just(members), 0..members));
+    let result = runner.run(&strategy, |(members, released)| {
+        env.rt
+            .block_on(reservation(&env, members, released))
+            .map_err(TestCaseError::fail)
+    });
+    match result {
+        Ok(()) => eprintln!("multi-lock reservations: {cases} cases passed (seed {seed})"),
+        Err(TestError::Fail(why, (members, released))) => panic!(
+            "multi-lock reservations: FAILED (LOCKKIT_MODEL_SEED={seed}), {members} members, member {released} released.\n{why}"
+        ),
         Err(TestError::Abort(why)) => panic!("aborted (seed {seed}): {why}"),
     }
 }
