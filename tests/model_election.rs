@@ -825,7 +825,19 @@ impl<'a> Program<'a> {
         let (raw, now) = read_state(redis, &self.keys.keys).await;
         if let Some(first) = &again {
             let after = normalize(&raw, &self.roles);
-            match second_delivery(first, &actual, &got, &after, &self.roles, t1.ms) {
+            // What ended between the two deliveries, as the model has it (a key may be gone
+            // already when the keys were read after the first).
+            let window = first.at.saturating_sub(2)..=t1.ms + 2;
+            let lock = &self.model.lock;
+            let lapsed = lock
+                .holds
+                .values()
+                .map(|h| h.expiry)
+                .chain(lock.timeouts.items.values().copied())
+                .chain(self.model.record.as_ref().map(|r| r.expiry))
+                .chain(lock.handoff.as_ref().map(|(_, until)| *until))
+                .any(|at| window.contains(&at));
+            match second_delivery(first, &actual, &got, &after, &self.roles, t1.ms, lapsed) {
                 Ok(true) => self.env.count("duplicate: changed nothing"),
                 Ok(false) => self.env.count("duplicate: not compared (something lapsed)"),
                 Err(why) => {
@@ -1421,7 +1433,8 @@ impl<'a> Program<'a> {
 /// `heard` meanwhile, the keys `after` it, the server's clock `at` just after it) must answer as
 /// the first did (or as the client treats the same), publish nothing, and change no key beyond
 /// moving an expiry on by the time that passed. `Ok(false)`: not compared, something lapsed
-/// between the two deliveries (the second one may then rightly differ).
+/// between the two deliveries (`lapsed`: as the model has it), so the second one may rightly
+/// differ.
 fn second_delivery(
     first: &Delivered,
     actual: &Result<Vec<String>, String>,
@@ -1429,8 +1442,17 @@ fn second_delivery(
     after: &[RawKey],
     roles: &[&str],
     at: u64,
+    lapsed: bool,
 ) -> Result<bool, String> {
-    if !lapsed_nothing(roles, &first.keys, at) {
+    // A refusal names what is left of the leader's lease: if that ran out meanwhile, the second
+    // delivery may rightly elect.
+    let refusal_ran_out = matches!(
+        (&first.call, &first.reply),
+        (Call::Acquire(_), Ok(reply))
+            if reply.first().is_some_and(|r| r == "0")
+                && reply.get(1).and_then(|l| l.parse::<u64>().ok()).is_some_and(|left| left <= at.saturating_sub(first.at) + 2)
+    );
+    if lapsed || refusal_ran_out || !lapsed_nothing(roles, &first.keys, at) {
         return Ok(false);
     }
     let what = match &first.call {
@@ -1738,6 +1760,9 @@ impl Msg {
 ///   announcement under the same term whose record version started again is not older);
 /// - terms never go back over everything delivered (issue 27, item 4);
 /// - `Elected` carries a new term, `Proclaimed` the term of the last item.
+///
+/// A read whose reply was lost (its connection cut) is followed by another: when more than one
+/// read explains an item, each is tried in turn.
 fn judge_observer(
     events: &[Event],
     reads: &[Read],
@@ -1753,11 +1778,48 @@ fn judge_observer(
                 .map(move |m| (step, m))
         })
         .collect();
-    let found = |read: &Read| -> Vec<Option<(u64, String)>> {
+    let judge = Judge {
+        events,
+        reads,
+        delivered,
+        msgs,
+    };
+    judge.from(Judged::default(), 0)
+}
+
+/// What [`judge_observer`] judges with.
+struct Judge<'a> {
+    events: &'a [Event],
+    reads: &'a [Read],
+    delivered: &'a [LeaderChange],
+    /// Every change message, with the step script that published it.
+    msgs: Vec<(usize, Msg)>,
+}
+
+/// Where the judgement stands after some items.
+#[derive(Debug, Clone, Default)]
+struct Judged {
+    /// The greatest term delivered.
+    max_term: Option<u64>,
+    /// The term of the last item (none after `Current(None)`/`Resynced(None)`).
+    last_term: Option<u64>,
+    /// A term whose resignation was delivered since the last read.
+    resigned: Option<u64>,
+    /// The step script the last read came after.
+    read_at: Option<usize>,
+    /// The next message that may be delivered.
+    cursor: usize,
+    /// The next read that may explain a `Current`/`Resynced`.
+    next_read: usize,
+}
+
+impl Judge<'_> {
+    /// What `read` found: the leader at each instant it may have run at.
+    fn found(&self, read: &Read) -> Vec<Option<(u64, String)>> {
         (0..=3)
             .map(|late| {
                 let ms = read.us / 1000 + late;
-                let mut model = events[read.after].model.clone();
+                let mut model = self.events[read.after].model.clone();
                 model
                     .leader(Now {
                         ms,
@@ -1767,145 +1829,170 @@ fn judge_observer(
                     .map(|(term, _, value)| (term, value))
             })
             .collect()
-    };
-    let mut max_term: Option<u64> = None;
-    let mut last_term: Option<u64> = None;
-    let mut resigned: Option<u64> = None;
-    let mut read_at: Option<usize> = None;
-    let mut cursor = 0;
-    let mut next_read = 0;
-    let older = |term: u64, max_term: Option<u64>| max_term.is_some_and(|max| term < max);
-    // Whether an undelivered message may be left out.
-    // Whether an undelivered message may be left out: older than what was delivered (a lower
-    // term; or its own term after a rollback, or after a resignation deleted the record, so its
-    // version started again: a re-entered leadership of the same owner may do that).
-    let droppable = |m: &Msg, step: usize, read_at: usize, max_term: Option<u64>, resigned| {
-        let since = &events[read_at + 1..=step];
-        let restarted = since
+    }
+
+    /// Whether an undelivered message may be left out: older than what was delivered (a lower
+    /// term; or its own term after a rollback, or after a resignation deleted the record, so
+    /// its version started again: a re-entered leadership of the same owner may do that).
+    fn droppable(&self, m: &Msg, step: usize, st: &Judged, read_at: usize) -> bool {
+        let older = st.max_term.is_some_and(|max| m.term() < max);
+        let restarted = self.events[read_at + 1..=step]
             .iter()
             .any(|e| e.rollback || e.messages.iter().any(|p| p.starts_with("r:")));
-        older(m.term(), max_term)
-            || (restarted && max_term.is_some_and(|max| m.term() <= max))
-            || resigned == Some(m.term())
-    };
-    for (i, change) in delivered.iter().enumerate() {
-        match change {
-            LeaderChange::Current(leader) | LeaderChange::Resynced(leader) => {
-                let current = matches!(change, LeaderChange::Current(_));
-                if current != (i == 0) {
-                    return Err(format!(
-                        "item {i} is {change:?}: `Current` comes first, once"
-                    ));
-                }
-                let want = leader.as_ref().map(|l| (l.term, l.value.clone()));
-                let explains = |read: &Read| {
-                    let found = found(read);
-                    found.contains(&want)
-                        || (found
-                            .iter()
-                            .all(|f| f.as_ref().is_some_and(|(t, _)| older(*t, max_term)))
-                            && want.as_ref().is_none_or(|(t, _)| !older(*t, max_term)))
-                };
-                let Some(at) = reads[next_read..].iter().position(explains) else {
-                    return Err(format!(
-                        "item {i}, {change:?}, is not what any read of the leader found (the reads after the last one used found {:?})",
-                        reads[next_read..].iter().map(|r| found(r)[0].clone()).collect::<Vec<_>>()
-                    ));
-                };
-                let read = reads[next_read + at];
-                next_read += at + 1;
-                if let Some((term, _)) = &want {
-                    if older(*term, max_term) {
+        older
+            || (restarted && st.max_term.is_some_and(|max| m.term() <= max))
+            || st.resigned == Some(m.term())
+    }
+
+    /// Judges the items from `i` on.
+    fn from(&self, mut st: Judged, start: usize) -> Result<(), String> {
+        let older = |term: u64, st: &Judged| st.max_term.is_some_and(|max| term < max);
+        for (i, change) in self.delivered.iter().enumerate().skip(start) {
+            match change {
+                LeaderChange::Current(leader) | LeaderChange::Resynced(leader) => {
+                    let current = matches!(change, LeaderChange::Current(_));
+                    if current != (i == 0) {
                         return Err(format!(
-                            "issue 27 item 4: terms went back: item {i}, {change:?}, after term {} was delivered (the keys were rolled back; one client's observer must not go back)",
-                            max_term.unwrap_or_default()
+                            "item {i} is {change:?}: `Current` comes first, once"
                         ));
                     }
-                    max_term = max_term.max(Some(*term));
-                }
-                last_term = want.map(|(term, _)| term);
-                resigned = None;
-                read_at = Some(read.after);
-                // Before a resync changes may have been missed; none before the read is due.
-                cursor = msgs
-                    .iter()
-                    .position(|(step, _)| *step > read.after)
-                    .unwrap_or(msgs.len());
-            }
-            LeaderChange::Elected(_)
-            | LeaderChange::Proclaimed(_)
-            | LeaderChange::Resigned { .. } => {
-                let Some(at) = read_at else {
-                    return Err(format!("item {i}, {change:?}, came before `Current`"));
-                };
-                match msgs[cursor..]
-                    .iter()
-                    .position(|(_, m)| m.delivered_as(change))
-                {
-                    Some(p) => {
-                        for (step, m) in &msgs[cursor..cursor + p] {
-                            if !droppable(m, *step, at, max_term, resigned) {
-                                return Err(format!(
-                                    "{}the change {m:?} (published by step script #{step}, after the read at #{at}) was not delivered; item {i}, {change:?}, came after it",
-                                    if max_term == Some(m.term()) { "issue 27 item 1: " } else { "" }
-                                ));
+                    let want = leader.as_ref().map(|l| (l.term, l.value.clone()));
+                    if let Some((term, _)) = &want {
+                        if older(*term, &st) {
+                            return Err(format!(
+                                "issue 27 item 4: terms went back: item {i}, {change:?}, after term {} was delivered (the keys were rolled back; one client's observer must not go back)",
+                                st.max_term.unwrap_or_default()
+                            ));
+                        }
+                    }
+                    let explains = |read: &Read| {
+                        let found = self.found(read);
+                        found.contains(&want)
+                            || found
+                                .iter()
+                                .all(|f| f.as_ref().is_some_and(|(t, _)| older(*t, &st)))
+                    };
+                    let candidates: Vec<usize> = (st.next_read..self.reads.len())
+                        .filter(|j| explains(&self.reads[*j]))
+                        .collect();
+                    if candidates.is_empty() {
+                        return Err(format!(
+                            "item {i}, {change:?}, is not what any read of the leader found (the reads after the last one used found {:?})",
+                            self.reads[st.next_read..]
+                                .iter()
+                                .map(|r| self.found(r)[0].clone())
+                                .collect::<Vec<_>>()
+                        ));
+                    }
+                    let mut first_error = None;
+                    for j in candidates {
+                        let read = self.reads[j];
+                        let mut next = st.clone();
+                        next.next_read = j + 1;
+                        if let Some((term, _)) = &want {
+                            next.max_term = next.max_term.max(Some(*term));
+                        }
+                        next.last_term = want.as_ref().map(|(term, _)| *term);
+                        next.resigned = None;
+                        next.read_at = Some(read.after);
+                        // Before a resync changes may have been missed; none before the read
+                        // is due.
+                        next.cursor = self
+                            .msgs
+                            .iter()
+                            .position(|(step, _)| *step > read.after)
+                            .unwrap_or(self.msgs.len());
+                        match self.from(next, i + 1) {
+                            Ok(()) => return Ok(()),
+                            Err(why) => {
+                                first_error.get_or_insert(why);
                             }
                         }
-                        cursor += p + 1;
                     }
-                    None if msgs[..cursor].iter().any(|(_, m)| m.delivered_as(change)) => {
-                        return Err(format!(
-                            "issue 27 item 3: item {i}, {change:?}, was published before the read of the leader the stream started from (after step script #{at}), which it must drop, also when the read found nobody"
-                        ));
-                    }
-                    None => {
-                        return Err(format!(
-                            "item {i}, {change:?}, was published by no step (or delivered twice)"
-                        ));
-                    }
+                    return Err(first_error.unwrap_or_default());
                 }
-                let term = match change {
-                    LeaderChange::Elected(l) | LeaderChange::Proclaimed(l) => l.term,
-                    LeaderChange::Resigned { term } => *term,
-                    _ => unreachable!("matched above"),
-                };
-                if older(term, max_term) {
-                    return Err(format!(
-                        "issue 27 item 4: terms went back: item {i}, {change:?}, after term {} was delivered",
-                        max_term.unwrap_or_default()
-                    ));
-                }
-                match change {
-                    LeaderChange::Elected(_) if last_term.is_some_and(|last| last >= term) => {
+                LeaderChange::Elected(_)
+                | LeaderChange::Proclaimed(_)
+                | LeaderChange::Resigned { .. } => {
+                    let Some(at) = st.read_at else {
+                        return Err(format!("item {i}, {change:?}, came before `Current`"));
+                    };
+                    let cursor = st.cursor;
+                    match self.msgs[cursor..]
+                        .iter()
+                        .position(|(_, m)| m.delivered_as(change))
+                    {
+                        Some(p) => {
+                            for (step, m) in &self.msgs[cursor..cursor + p] {
+                                if !self.droppable(m, *step, &st, at) {
+                                    return Err(format!(
+                                        "{}the change {m:?} (published by step script #{step}, after the read at #{at}) was not delivered; item {i}, {change:?}, came after it",
+                                        if st.max_term == Some(m.term()) { "issue 27 item 1: " } else { "" }
+                                    ));
+                                }
+                            }
+                            st.cursor = cursor + p + 1;
+                        }
+                        None if self.msgs[..cursor]
+                            .iter()
+                            .any(|(_, m)| m.delivered_as(change)) =>
+                        {
+                            return Err(format!(
+                                "issue 27 item 3: item {i}, {change:?}, was published before the read of the leader the stream started from (after step script #{at}), which it must drop, also when the read found nobody"
+                            ));
+                        }
+                        None => {
+                            return Err(format!(
+                                "item {i}, {change:?}, was published by no step (or delivered twice)"
+                            ));
+                        }
+                    }
+                    let term = match change {
+                        LeaderChange::Elected(l) | LeaderChange::Proclaimed(l) => l.term,
+                        LeaderChange::Resigned { term } => *term,
+                        _ => unreachable!("matched above"),
+                    };
+                    if older(term, &st) {
                         return Err(format!(
-                            "item {i}, {change:?}: `Elected` under a term not newer than the last item's"
+                            "issue 27 item 4: terms went back: item {i}, {change:?}, after term {} was delivered",
+                            st.max_term.unwrap_or_default()
                         ));
                     }
-                    LeaderChange::Proclaimed(_) if last_term != Some(term) => {
-                        return Err(format!(
-                            "item {i}, {change:?}: `Proclaimed` under a term other than the last item's ({last_term:?})"
-                        ));
+                    match change {
+                        LeaderChange::Elected(_)
+                            if st.last_term.is_some_and(|last| last >= term) =>
+                        {
+                            return Err(format!(
+                                "item {i}, {change:?}: `Elected` under a term not newer than the last item's"
+                            ));
+                        }
+                        LeaderChange::Proclaimed(_) if st.last_term != Some(term) => {
+                            return Err(format!(
+                                "item {i}, {change:?}: `Proclaimed` under a term other than the last item's ({:?})",
+                                st.last_term
+                            ));
+                        }
+                        LeaderChange::Resigned { .. } => st.resigned = Some(term),
+                        _ => {}
                     }
-                    LeaderChange::Resigned { .. } => resigned = Some(term),
-                    _ => {}
+                    st.last_term = Some(term);
+                    st.max_term = st.max_term.max(Some(term));
                 }
-                last_term = Some(term);
-                max_term = max_term.max(Some(term));
+                _ => {}
             }
-            _ => {}
         }
-    }
-    let Some(at) = read_at else {
-        return Err("the observer delivered no `Current`".to_owned());
-    };
-    for (step, m) in &msgs[cursor..] {
-        if !droppable(m, *step, at, max_term, resigned) {
-            return Err(format!(
-                "the change {m:?} (published by step script #{step}, after the read at #{at}) was never delivered"
-            ));
+        let Some(at) = st.read_at else {
+            return Err("the observer delivered no `Current`".to_owned());
+        };
+        for (step, m) in &self.msgs[st.cursor..] {
+            if !self.droppable(m, *step, &st, at) {
+                return Err(format!(
+                    "the change {m:?} (published by step script #{step}, after the read at #{at}) was never delivered"
+                ));
+            }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 // === the runner ===
