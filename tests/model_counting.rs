@@ -388,7 +388,9 @@ fn second_delivery(script: &Script, first: &Exchange, again: &Exchange) -> Resul
     }
     // The same figures, but for a time (the status' TTL, its last figure) moved on by the time
     // that passed.
-    let timed = (script.name() == "rwlock_status").then(|| a.as_ref().map_or(0, Vec::len) - 1);
+    let timed = (script.name() == "rwlock_status")
+        .then(|| a.as_ref().map_or(0, Vec::len).checked_sub(1))
+        .flatten();
     let alike = match (&a, &b) {
         (Some(a), Some(b)) => {
             a.len() == b.len()
