@@ -401,7 +401,7 @@ fn second_delivery(script: &Script, first: &Exchange, again: &Exchange) -> Resul
         }
         _ => first.reply == again.reply,
     };
-    if !alike && !(refused(&a) && refused(&b)) {
+    if !(alike || (refused(&a) && refused(&b))) {
         return Err(format!(
             "{what} answered {:?} where the first answered {:?}",
             again.reply, first.reply
