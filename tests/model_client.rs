@@ -791,7 +791,7 @@ async fn frozen_try(env: &Env, f: &Frozen) -> Result<(), String> {
 #[test]
 fn a_try_cut_off_by_a_frozen_server_leaves_nothing_held() {
     let env = Env::start(Some(COMMAND_TIMEOUT));
-    let cases = cases_scaled(4);
+    let cases = cases_scaled(3);
     let (mut runner, seed) = runner(cases, 0);
     let result = runner.run(&frozen(), |f| {
         env.rt

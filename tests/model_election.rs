@@ -2133,7 +2133,7 @@ fn election_duplicate_deliveries_change_nothing() {
     ];
     run_programs(
         "election, delivered twice",
-        cases_scaled(40),
+        cases_scaled(30),
         Just(Setup::plain()),
         ops,
     );
@@ -2162,7 +2162,7 @@ fn election_record_lives_as_long_as_its_leadership() {
     ];
     run_programs(
         "election, past the record TTL",
-        cases_scaled(25),
+        cases_scaled(15),
         setups,
         ops,
     );
@@ -2296,7 +2296,7 @@ fn observer_terms_never_go_back_after_a_rollback() {
     )];
     run_programs_after(
         "observer, after rollbacks",
-        cases_scaled(10),
+        cases_scaled(6),
         setups,
         ops,
         known,

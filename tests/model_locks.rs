@@ -1987,7 +1987,7 @@ fn lock_family_duplicate_deliveries_change_nothing() {
         } else {
             Just(false).boxed()
         };
-        check_budget(prim, sharded, Just(None), ops, false, cases_scaled(15));
+        check_budget(prim, sharded, Just(None), ops, false, cases_scaled(10));
     }
 }
 
@@ -2010,7 +2010,7 @@ fn fenced_lock_tokens_never_go_back_past_the_counter_ttl_or_a_restore() {
         (3u64..30).prop_map(Some),
         ops,
         false,
-        cases_scaled(30),
+        cases_scaled(20),
     );
 }
 
