@@ -199,3 +199,246 @@ pub fn hash_lock_key(view: &HashLock, role: &str) -> RawKey {
         other => panic!("no such key role: {other}"),
     }
 }
+
+/// The number of cases of a model test whose default is `default`: scaled by
+/// `LOCKKIT_MODEL_CASES` / [`DEFAULT_CASES`] (at least 1), so one variable raises every model
+/// test's budget, the expensive ones (real waits, restarts, client-level programs) in proportion.
+pub fn cases_scaled(default: u32) -> u32 {
+    let scaled = u64::from(default) * u64::from(cases()) / u64::from(DEFAULT_CASES);
+    u32::try_from(scaled).unwrap_or(u32::MAX).max(1)
+}
+
+/// A hold's value in a lock's main hash, `<expiry> <owner>` (normalized keys: `marker=<value>`):
+/// its expiry.
+fn hold_expiry(value: &str) -> Option<i64> {
+    value.split_once(' ').and_then(|(n, _)| n.parse().ok())
+}
+
+/// Whether nothing in an object's normalized keys `before` (roles as the model tests name them:
+/// `main`, `timeouts`, ...) ended by `at` (server ms, with 2 ms for Redis' clocks): no key's
+/// expiry, no hold's lease, no waiter's deadline. A request delivered again at `at` may rightly
+/// differ from its first delivery when something lapsed in between.
+pub fn lapsed_nothing(roles: &[&str], before: &[RawKey], at: u64) -> bool {
+    let lapsed = |n: i64| n > 0 && u64::try_from(n).is_ok_and(|n| n <= at + 2);
+    before.iter().zip(roles).all(|(k, role)| {
+        let mut times = vec![k.expire_at];
+        match *role {
+            "main" => times.extend(
+                k.items
+                    .iter()
+                    .filter_map(|item| item.split_once('=').and_then(|(_, v)| hold_expiry(v))),
+            ),
+            "timeouts" => times.extend(k.items.iter().filter_map(|item| {
+                item.rsplit_once('=')
+                    .and_then(|(_, v)| v.parse::<i64>().ok())
+            })),
+            _ => {}
+        }
+        !times.into_iter().any(lapsed)
+    })
+}
+
+/// Compares an object's normalized keys before and after a second delivery of a request: `Err`
+/// names the first change beyond what time alone makes (a hold's expiry or the main key's, a
+/// waiter's deadline, moved on by at most `slack` ms, as a renewal or a waiter's keep-alive does).
+pub fn unchanged_keys(
+    roles: &[&str],
+    before: &[RawKey],
+    after: &[RawKey],
+    slack: u64,
+) -> Result<(), String> {
+    let slack = i64::try_from(slack).unwrap_or(i64::MAX);
+    let number = |s: &str| s.split(' ').next().and_then(|n| n.parse::<i64>().ok());
+    let moved = |a: &str, b: &str| {
+        let (Some(x), Some(y)) = (number(a), number(b)) else {
+            return false;
+        };
+        a.split_once(' ').map(|(_, r)| r) == b.split_once(' ').map(|(_, r)| r)
+            && y >= x
+            && y - x <= slack
+    };
+    for ((before, after), role) in before.iter().zip(after).zip(roles) {
+        let same_items = before.items.len() == after.items.len()
+            && before.items.iter().zip(&after.items).all(|(a, b)| {
+                a == b
+                    || match *role {
+                        "main" => match (a.split_once('='), b.split_once('=')) {
+                            (Some((fa, va)), Some((fb, vb))) => fa == fb && moved(va, vb),
+                            _ => false,
+                        },
+                        "timeouts" => match (a.rsplit_once('='), b.rsplit_once('=')) {
+                            (Some((fa, va)), Some((fb, vb))) => fa == fb && moved(va, vb),
+                            _ => false,
+                        },
+                        _ => false,
+                    }
+            });
+        let same_expiry = before.expire_at == after.expire_at
+            || (*role == "main"
+                && moved(&before.expire_at.to_string(), &after.expire_at.to_string()));
+        if before.ty != after.ty || !same_items || !same_expiry {
+            return Err(format!("the {role} key: {before:?} became {after:?}"));
+        }
+    }
+    Ok(())
+}
+
+/// One command the server executed, as `MONITOR` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Monitored {
+    /// The server's clock when it executed the command (µs).
+    pub us: u64,
+    /// The client's address (`127.0.0.1:<port>`), or `lua` for a command a script ran.
+    pub source: String,
+    /// The command and its arguments (the command's name as the client sent it).
+    pub args: Vec<String>,
+}
+
+impl Monitored {
+    /// Whether the command is `name` (case-insensitive).
+    pub fn is(&self, name: &str) -> bool {
+        self.args
+            .first()
+            .is_some_and(|c| c.eq_ignore_ascii_case(name))
+    }
+
+    /// Reads one `MONITOR` line (`<s>.<µs> [<db> <source>] "<arg>" "<arg>" …`, each argument
+    /// quoted as Redis' `sdscatrepr` quotes it).
+    pub fn parse(line: &str) -> Option<Self> {
+        let (time, rest) = line.split_once(' ')?;
+        let (secs, micros) = time.split_once('.')?;
+        let us = secs.parse::<u64>().ok()? * 1_000_000 + micros.parse::<u64>().ok()?;
+        let rest = rest.strip_prefix('[')?;
+        let (client, rest) = rest.split_once("] ")?;
+        let source = client.split_once(' ')?.1.to_owned();
+        let mut args = Vec::new();
+        let mut chars = rest.chars().peekable();
+        loop {
+            while chars.peek() == Some(&' ') {
+                chars.next();
+            }
+            match chars.next() {
+                None => break,
+                Some('"') => {}
+                Some(_) => return None,
+            }
+            let mut bytes = Vec::new();
+            loop {
+                match chars.next()? {
+                    '"' => break,
+                    '\\' => match chars.next()? {
+                        'n' => bytes.push(b'\n'),
+                        'r' => bytes.push(b'\r'),
+                        't' => bytes.push(b'\t'),
+                        'a' => bytes.push(7),
+                        'b' => bytes.push(8),
+                        'x' => {
+                            let hex: String = [chars.next()?, chars.next()?].iter().collect();
+                            bytes.push(u8::from_str_radix(&hex, 16).ok()?);
+                        }
+                        other => {
+                            let mut buf = [0u8; 4];
+                            bytes.extend_from_slice(other.encode_utf8(&mut buf).as_bytes());
+                        }
+                    },
+                    other => {
+                        let mut buf = [0u8; 4];
+                        bytes.extend_from_slice(other.encode_utf8(&mut buf).as_bytes());
+                    }
+                }
+            }
+            args.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        Some(Self { us, source, args })
+    }
+}
+
+/// A connection in `MONITOR` mode: every command the server executes from then on, in the order
+/// it executed them (a script's own commands follow the script's line, as source `lua`).
+pub struct Monitor {
+    conn: tokio::net::TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Monitor {
+    /// Connects to `addr` and starts monitoring (returns once the server confirmed).
+    pub async fn start(addr: std::net::SocketAddr) -> Monitor {
+        use tokio::io::AsyncWriteExt;
+        let conn = tokio::net::TcpStream::connect(addr)
+            .await
+            .expect("a MONITOR connection");
+        let mut monitor = Monitor {
+            conn,
+            buf: Vec::new(),
+        };
+        monitor
+            .conn
+            .write_all(&lockkit_testkit::encode_command(&["MONITOR"]))
+            .await
+            .expect("MONITOR");
+        let ok = monitor.next_line().await;
+        assert_eq!(ok, "OK", "MONITOR's confirmation");
+        monitor
+    }
+
+    async fn next_line(&mut self) -> String {
+        use tokio::io::AsyncReadExt;
+        loop {
+            if let Some((value, used)) = lockkit_testkit::RespValue::parse(&self.buf).expect("RESP")
+            {
+                self.buf.drain(..used);
+                return value
+                    .as_str()
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| panic!("not a MONITOR line: {value:?}"));
+            }
+            let mut chunk = [0u8; 16384];
+            let n = crate::within(
+                std::time::Duration::from_secs(10),
+                "the MONITOR connection",
+                self.conn.read(&mut chunk),
+            )
+            .await
+            .expect("reading the MONITOR connection");
+            assert!(n > 0, "the MONITOR connection closed");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    /// Every command executed up to and including an `ECHO <marker>`, which the caller has sent
+    /// (or sends) on another connection after the commands it wants to see.
+    pub async fn until_echo(&mut self, marker: &str) -> Vec<Monitored> {
+        let mut seen = Vec::new();
+        loop {
+            let line = self.next_line().await;
+            let Some(command) = Monitored::parse(&line) else {
+                panic!("an unreadable MONITOR line: {line:?}");
+            };
+            let done = command.is("ECHO") && command.args.get(1).is_some_and(|m| m == marker);
+            seen.push(command);
+            if done {
+                return seen;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Monitored;
+
+    #[test]
+    fn monitor_lines_are_read_back() {
+        let line =
+            r#"1796335536.972340 [0 127.0.0.1:33714] "EVALSHA" "ab" "2" "k:{a b}" "x\"y\\z\x00""#;
+        let got = Monitored::parse(line).unwrap();
+        assert_eq!(got.us, 1_796_335_536_972_340);
+        assert_eq!(got.source, "127.0.0.1:33714");
+        assert_eq!(got.args, ["EVALSHA", "ab", "2", "k:{a b}", "x\"y\\z\0"]);
+        let lua = Monitored::parse(r#"1796335536.972420 [0 lua] "SET" "b" "x""#).unwrap();
+        assert_eq!(lua.source, "lua");
+        assert!(lua.is("set"));
+        let empty = Monitored::parse(r#"1.000001 [0 unix:/tmp/r.sock] "PING" """#).unwrap();
+        assert_eq!(empty.args, ["PING", ""]);
+    }
+}

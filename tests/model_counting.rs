@@ -30,6 +30,7 @@ use lockkit_model::latch::{Latch, LatchOp, LatchRet, REQUEST_WINDOW_MS};
 use lockkit_model::rwlock::{Mode, RwLock, RwOp, RwRet, MAX_LEASE_MS};
 use lockkit_model::semaphore::{Key, SemOp, SemRet, Semaphore, MAX_PERMITS};
 use lockkit_suite::checker::save_model_cases as save_cases;
+use lockkit_suite::model_io::cases_scaled;
 use lockkit_suite::{eval, ints, raw, server_ms, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
 use proptest::prelude::*;
@@ -111,7 +112,10 @@ impl Harness {
             panic!("{what}: model and scripts disagree (LOCKKIT_MODEL_SEED={seed}):\n{err}");
         }
         println!("{what}: {cases} cases passed (LOCKKIT_MODEL_SEED={seed})");
-        save_cases(primitive, cases);
+        // The duplicates' runs (no primitive given) are not the model cases the report counts.
+        if !primitive.is_empty() {
+            save_cases(primitive, cases);
+        }
     }
 }
 
@@ -288,9 +292,13 @@ enum Common {
     Foreign,
     /// Both keys deleted.
     Clear,
+    /// The previous script call delivered again, exactly, right after it (fred re-sends the
+    /// scripts the client sends with `Resend::Allowed`): it must answer alike and change no key
+    /// beyond moving an expiry on (issue 27, §4). Handled by each sequence ([`Last`]).
+    Duplicate,
 }
 
-fn common(snapshot_taken: bool, sleeps: bool) -> BoxedStrategy<Common> {
+fn common(snapshot_taken: bool, sleeps: bool, duplicates: bool) -> BoxedStrategy<Common> {
     let mut options: Vec<(u32, BoxedStrategy<Common>)> = vec![
         (1, Just(Common::ScriptFlush).boxed()),
         (1, Just(Common::Snapshot).boxed()),
@@ -303,7 +311,123 @@ fn common(snapshot_taken: bool, sleeps: bool) -> BoxedStrategy<Common> {
     if snapshot_taken {
         options.push((1, Just(Common::Restore).boxed()));
     }
+    if duplicates {
+        options.push((6, Just(Common::Duplicate).boxed()));
+    }
     Union::new_weighted(options).boxed()
+}
+
+/// The scripts the client sends with `Resend::Allowed` (among those the sequences run as one
+/// call on the object's keys): a duplicate may deliver them twice.
+const RESENT: [&str; 7] = [
+    "rwlock_acquire",
+    "rwlock_status",
+    "semaphore_acquire",
+    "semaphore_available",
+    "semaphore_update_lease",
+    "latch_try_set_count",
+    "latch_count_down",
+];
+
+/// The last script call of a sequence, as sent, and what it saw (for `Common::Duplicate`).
+struct Last<O> {
+    script: &'static Script,
+    args: Vec<String>,
+    op: O,
+    ex: Exchange,
+}
+
+impl<O> Last<O> {
+    /// The call, when the client may send it twice.
+    fn of(script: Option<&'static Script>, args: &[String], op: O, ex: Exchange) -> Option<Self> {
+        let script = script.filter(|s| RESENT.contains(&s.name()))?;
+        Some(Self {
+            script,
+            args: args.to_vec(),
+            op,
+            ex,
+        })
+    }
+}
+
+/// A second delivery (`again`) of the call that saw `first`: it must answer alike (the same
+/// reply, or a refusal again, its figures moved on) and change no key beyond moving a lease or a
+/// key's expiry on by the time that passed. `Ok(false)`: not compared, something lapsed between
+/// the two (the second may then rightly differ).
+fn second_delivery(script: &Script, first: &Exchange, again: &Exchange) -> Result<bool, String> {
+    let what = format!("a second delivery of {}", script.name());
+    let (before, after) = (decode_keys(&first.reads), decode_keys(&again.reads));
+    let lapsed = |ms: i64| ms > 0 && u64::try_from(ms).is_ok_and(|ms| ms <= again.t1 + 2);
+    let times = before
+        .aux
+        .values()
+        .map(|s| i64::try_from(*s).unwrap_or(i64::MAX))
+        .chain([before.expire.0, before.expire.1]);
+    if times.into_iter().any(lapsed) {
+        return Ok(false);
+    }
+    let slack = again.t1.saturating_sub(first.t0) + 2;
+    let figures = |reply: &Option<RespValue>| -> Option<Vec<i64>> {
+        reply
+            .as_ref()?
+            .as_array()?
+            .iter()
+            .map(RespValue::as_int)
+            .collect()
+    };
+    let (a, b) = (figures(&first.reply), figures(&again.reply));
+    let refused = |r: &Option<Vec<i64>>| r.as_ref().and_then(|r| r.first()) == Some(&0);
+    // A refusal's wait (what is left of a holder's lease) that ran out meanwhile: the second
+    // delivery may rightly take.
+    if refused(&a)
+        && a.as_ref()
+            .and_then(|a| a.get(1))
+            .is_some_and(|wait| (0..=i64::try_from(slack).unwrap_or(i64::MAX)).contains(wait))
+    {
+        return Ok(false);
+    }
+    // The same figures, but for a time (the status' TTL, its last figure) moved on by the time
+    // that passed.
+    let timed = (script.name() == "rwlock_status")
+        .then(|| a.as_ref().map_or(0, Vec::len).checked_sub(1))
+        .flatten();
+    let alike = match (&a, &b) {
+        (Some(a), Some(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .enumerate()
+                    .all(|(i, (x, y))| x == y || (Some(i) == timed && x.abs_diff(*y) <= slack))
+        }
+        _ => first.reply == again.reply,
+    };
+    if !(alike || (refused(&a) && refused(&b))) {
+        return Err(format!(
+            "{what} answered {:?} where the first answered {:?}",
+            again.reply, first.reply
+        ));
+    }
+    let slack = i64::try_from(slack).unwrap_or(i64::MAX);
+    let moved = |a: i64, b: i64| a == b || (a > 0 && b >= a && b - a <= slack);
+    let same_aux = before.aux.len() == after.aux.len()
+        && before.aux.iter().all(|(member, score)| {
+            after.aux.get(member).is_some_and(|later| {
+                moved(
+                    i64::try_from(*score).unwrap_or(i64::MAX),
+                    i64::try_from(*later).unwrap_or(i64::MAX),
+                )
+            })
+        });
+    if before.main != after.main
+        || !same_aux
+        || !moved(before.expire.0, after.expire.0)
+        || !moved(before.expire.1, after.expire.1)
+    {
+        return Err(format!(
+            "{what} changed the keys: {before:?} became {after:?}"
+        ));
+    }
+    Ok(true)
 }
 
 type Dump = Vec<(String, Option<fred::types::Value>, i64)>;
@@ -376,6 +500,8 @@ async fn common_step<M: Clone>(
                 .expect("DEL");
             touch(model, false);
         }
+        // Each sequence delivers its last call again itself.
+        Common::Duplicate => {}
     }
 }
 
@@ -485,9 +611,10 @@ impl<T: Clone + Debug + 'static> Issued<T> {
     }
 }
 
-struct RwMachine;
+/// `DUPS`: with `Common::Duplicate` steps.
+struct RwMachine<const DUPS: bool>;
 
-impl ReferenceStateMachine for RwMachine {
+impl<const DUPS: bool> ReferenceStateMachine for RwMachine<DUPS> {
     type State = Issued<Self::Transition>;
     type Transition = RwStep;
 
@@ -536,7 +663,7 @@ impl ReferenceStateMachine for RwMachine {
             ),
             (
                 2,
-                common(state.snapshot, true)
+                common(state.snapshot, true, DUPS)
                     .prop_map(RwStep::Common)
                     .boxed(),
             ),
@@ -664,10 +791,21 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
     let reads = reads(&keys);
     let mut model = RwLock::new();
     let mut saved = None;
+    let mut last: Option<Last<RwOp>> = None;
     for (i, step) in steps.iter().enumerate() {
         seen();
         let fail = |e: String| format!("step {i} {step:?}:\n{e}");
+        let previous = last.take();
+        let mut again = None;
         let (script, args, op) = match step {
+            RwStep::Common(Common::Duplicate) => {
+                let Some(first) = previous else {
+                    continue;
+                };
+                let call = (first.script, first.args.clone(), first.op.clone());
+                again = Some(first);
+                call
+            }
             RwStep::Acquire {
                 owner,
                 hold,
@@ -770,8 +908,12 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
         };
         let ex =
             h.rt.block_on(exchange(h, Some(script), &keys.keys, &args, &reads));
+        let unchanged = match &again {
+            Some(first) => second_delivery(script, &first.ex, &ex).map_err(fail)?,
+            None => false,
+        };
         let observed = rw_decode(ex.reply.as_ref().expect("a reply"), &op);
-        check(
+        let checked = check(
             &ex,
             &observed,
             &mut model,
@@ -779,8 +921,12 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
             rw_same,
             rw_keys,
             |_| decode_keys(&ex.reads),
-        )
-        .map_err(fail)?;
+        );
+        // A second delivery that changed nothing, where the model would have: it stays.
+        if !unchanged {
+            checked.map_err(fail)?;
+        }
+        last = Last::of(Some(script), &args, op, ex);
     }
     Ok(())
 }
@@ -788,7 +934,7 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
 #[test]
 fn read_write_lock_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<RwMachine>("read-write lock", "rw", 256, rw_sequence);
+    h.run::<RwMachine<false>>("read-write lock", "rw", 256, rw_sequence);
 }
 
 // === semaphores ===
@@ -824,9 +970,12 @@ enum BadSem {
     UpdateLease(u64),
 }
 
-struct SemMachine<const EXPIRABLE: bool>;
+/// `DUPS`: with `Common::Duplicate` steps.
+struct SemMachine<const EXPIRABLE: bool, const DUPS: bool>;
 
-impl<const EXPIRABLE: bool> ReferenceStateMachine for SemMachine<EXPIRABLE> {
+impl<const EXPIRABLE: bool, const DUPS: bool> ReferenceStateMachine
+    for SemMachine<EXPIRABLE, DUPS>
+{
     type State = Issued<Self::Transition>;
     type Transition = SemStep;
 
@@ -905,7 +1054,7 @@ impl<const EXPIRABLE: bool> ReferenceStateMachine for SemMachine<EXPIRABLE> {
             (1, bad.prop_map(SemStep::Bad).boxed()),
             (
                 2,
-                common(state.snapshot, true)
+                common(state.snapshot, true, DUPS)
                     .prop_map(SemStep::Common)
                     .boxed(),
             ),
@@ -1103,11 +1252,22 @@ fn sem_sequence<const EXPIRABLE: bool>(
     let reads = reads(&keys);
     let mut model = Semaphore::new();
     let mut saved = None;
+    let mut last: Option<Last<SemOp>> = None;
     let max = MAX_PERMITS.to_string();
     for (i, step) in steps.iter().enumerate() {
         seen();
         let fail = |e: String| format!("step {i} {step:?}:\n{e}");
+        let previous = last.take();
+        let mut again = None;
         let (script, args, op) = match step {
+            SemStep::Common(Common::Duplicate) => {
+                let Some(first) = previous else {
+                    continue;
+                };
+                let call = (first.script, first.args.clone(), first.op.clone());
+                again = Some(first);
+                call
+            }
             SemStep::TrySet(n) => (
                 &psem::TRY_SET_PERMITS,
                 to_args(&[&n.to_string(), &keys.channel, "0"]),
@@ -1233,7 +1393,16 @@ fn sem_sequence<const EXPIRABLE: bool>(
         };
         let ex =
             h.rt.block_on(exchange(h, Some(script), &keys.keys, &args, &reads));
-        sem_check(&ex, &mut model, &op, &[]).map_err(fail)?;
+        let unchanged = match &again {
+            Some(first) => second_delivery(script, &first.ex, &ex).map_err(fail)?,
+            None => false,
+        };
+        let checked = sem_check(&ex, &mut model, &op, &[]);
+        // A second delivery that changed nothing, where the model would have: it stays.
+        if !unchanged {
+            checked.map_err(fail)?;
+        }
+        last = Last::of(Some(script), &args, op, ex);
     }
     Ok(())
 }
@@ -1321,13 +1490,13 @@ async fn sem_bad(
 #[test]
 fn semaphore_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<SemMachine<false>>("semaphore", "semaphore", 256, sem_sequence::<false>);
+    h.run::<SemMachine<false, false>>("semaphore", "semaphore", 256, sem_sequence::<false>);
 }
 
 #[test]
 fn permit_expirable_semaphore_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<SemMachine<true>>(
+    h.run::<SemMachine<true, false>>(
         "permit-expirable semaphore",
         "permit",
         192,
@@ -1352,9 +1521,10 @@ enum LatchStep {
     Common(Common),
 }
 
-struct LatchMachine;
+/// `DUPS`: with `Common::Duplicate` steps.
+struct LatchMachine<const DUPS: bool>;
 
-impl ReferenceStateMachine for LatchMachine {
+impl<const DUPS: bool> ReferenceStateMachine for LatchMachine<DUPS> {
     type State = Issued<Self::Transition>;
     type Transition = LatchStep;
 
@@ -1392,7 +1562,7 @@ impl ReferenceStateMachine for LatchMachine {
             ),
             (
                 2,
-                common(state.snapshot, false)
+                common(state.snapshot, false, DUPS)
                     .prop_map(LatchStep::Common)
                     .boxed(),
             ),
@@ -1463,10 +1633,21 @@ fn latch_sequence(h: &Harness, steps: &[LatchStep], seen: &dyn Fn()) -> Result<(
     let window = REQUEST_WINDOW_MS.to_string();
     let mut model = Latch::new();
     let mut saved = None;
+    let mut last: Option<Last<LatchOp>> = None;
     for (i, step) in steps.iter().enumerate() {
         seen();
         let fail = |e: String| format!("step {i} {step:?}:\n{e}");
+        let previous = last.take();
+        let mut again = None;
         let (script, args, op) = match step {
+            LatchStep::Common(Common::Duplicate) => {
+                let Some(first) = previous else {
+                    continue;
+                };
+                let call = (Some(first.script), first.args.clone(), first.op.clone());
+                again = Some(first);
+                call
+            }
             LatchStep::TrySet { request, count } => (
                 Some(&platch::TRY_SET_COUNT),
                 to_args(&[request, &count.to_string(), &window]),
@@ -1518,6 +1699,10 @@ fn latch_sequence(h: &Harness, steps: &[LatchStep], seen: &dyn Fn()) -> Result<(
         };
         let ex =
             h.rt.block_on(exchange(h, script, &keys.keys, &args, &reads));
+        let unchanged = match (&again, script) {
+            (Some(first), Some(script)) => second_delivery(script, &first.ex, &ex).map_err(fail)?,
+            _ => false,
+        };
         let observed = match &ex.reply {
             Some(reply) if wrong_type(reply) => LatchRet::WrongType,
             Some(reply) => {
@@ -1541,7 +1726,7 @@ fn latch_sequence(h: &Harness, steps: &[LatchStep], seen: &dyn Fn()) -> Result<(
                 Err(e) => return Err(fail(format!("count(): {e}"))),
             },
         };
-        check(
+        let checked = check(
             &ex,
             &observed,
             &mut model,
@@ -1549,8 +1734,12 @@ fn latch_sequence(h: &Harness, steps: &[LatchStep], seen: &dyn Fn()) -> Result<(
             |e, o, _| e == o,
             latch_keys,
             |_| latch_observed(&ex),
-        )
-        .map_err(fail)?;
+        );
+        // A second delivery that changed nothing, where the model would have: it stays.
+        if !unchanged {
+            checked.map_err(fail)?;
+        }
+        last = Last::of(script, &args, op, ex);
     }
     Ok(())
 }
@@ -1558,5 +1747,45 @@ fn latch_sequence(h: &Harness, steps: &[LatchStep], seen: &dyn Fn()) -> Result<(
 #[test]
 fn count_down_latch_agrees_with_its_model() {
     let h = Harness::start();
-    h.run::<LatchMachine>("count-down latch", "latch", 512, latch_sequence);
+    h.run::<LatchMachine<false>>("count-down latch", "latch", 512, latch_sequence);
+}
+
+// === issue 27, §4: duplicates ===
+
+/// Every step of the read-write lock's sequences, and after many a second delivery of the call
+/// it made (acquire, status: what the client sends with `Resend::Allowed`).
+#[test]
+fn read_write_lock_duplicate_deliveries_change_nothing() {
+    let h = Harness::start();
+    h.run::<RwMachine<true>>(
+        "read-write lock, delivered twice",
+        "",
+        cases_scaled(48),
+        rw_sequence,
+    );
+}
+
+/// Both semaphores (acquire, available, update lease), and the latch (try set count, count
+/// down), each call delivered twice as above.
+#[test]
+fn semaphore_and_latch_duplicate_deliveries_change_nothing() {
+    let h = Harness::start();
+    h.run::<SemMachine<false, true>>(
+        "semaphore, delivered twice",
+        "",
+        cases_scaled(32),
+        sem_sequence::<false>,
+    );
+    h.run::<SemMachine<true, true>>(
+        "permit-expirable semaphore, delivered twice",
+        "",
+        cases_scaled(32),
+        sem_sequence::<true>,
+    );
+    h.run::<LatchMachine<true>>(
+        "count-down latch, delivered twice",
+        "",
+        cases_scaled(48),
+        latch_sequence,
+    );
 }

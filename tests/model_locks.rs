@@ -39,8 +39,8 @@ use lockkit_model::lock::{
 use lockkit_model::spin::{SpinAcquired, SpinLock};
 use lockkit_suite::checker::{model_seed, save_model_cases as save_cases};
 use lockkit_suite::model_io::{
-    absent, as_i64, cases, hash_lock_key, key, read_state, time, Dump, RawKey, ANY, CLIENTS,
-    DUMP_KEYS,
+    absent, as_i64, cases, cases_scaled, hash_lock_key, key, lapsed_nothing, read_state, time,
+    unchanged_keys, Dump, RawKey, ANY, CLIENTS, DUMP_KEYS,
 };
 use lockkit_suite::{raw, spawned, unique, RedisServer};
 use lockkit_testkit::RespValue;
@@ -98,6 +98,11 @@ enum Op {
     },
     /// The last request again (fred re-sending it after a reconnect).
     Resend,
+    /// The previous script call delivered again, exactly, right after it (fred re-sends every
+    /// script the client sends with `Resend::Allowed`: acquire, renew, cancel, hold count): the
+    /// second delivery must answer alike, publish nothing and change no key beyond moving an
+    /// expiry on (issue 27, §4).
+    Duplicate,
     /// The last try of an earlier call whose wait ran out: its request with keep-alive 0.
     LastTry {
         call: usize,
@@ -716,6 +721,50 @@ struct Sequence<'a> {
     /// The server's clock (ms) after the last step: `Op::Renew`'s `until` instants are counted
     /// from it.
     clock_ms: u64,
+    /// The last step's script call, if the client may send it twice (for `Op::Duplicate`).
+    delivered: Option<Delivered>,
+    /// `FencedLock`: the token counter TTL given to the scripts (`None`: none, their default).
+    counter_ttl: Option<u64>,
+    /// `FencedLock`: the greatest token any step handed out (every later one must exceed it).
+    max_token: u64,
+}
+
+/// A script call as first delivered, and what it left (for `Op::Duplicate`).
+#[derive(Debug, Clone)]
+struct Delivered {
+    call: Call,
+    reply: Result<Vec<i64>, String>,
+    /// The object's keys right after it (normalized), and the server's clock just before it was sent (ms).
+    keys: Vec<RawKey>,
+    at: u64,
+}
+
+impl Call {
+    /// Whether the client sends it with `Resend::Allowed` (fred may deliver it twice).
+    fn resendable(&self) -> bool {
+        matches!(
+            self,
+            Call::Acquire(_) | Call::Renew(_) | Call::Cancel(_) | Call::HoldCount(_)
+        )
+    }
+}
+
+/// Whether two answers to the same request are the same, or ones the client treats alike: a
+/// taken hold (same count, same token) again, a refusal again (its figures may move on), the
+/// same renewal and hold count; a cancel is only logged.
+fn same_answer(
+    call: &Call,
+    first: &Result<Vec<i64>, String>,
+    again: &Result<Vec<i64>, String>,
+) -> bool {
+    let (Ok(first), Ok(again)) = (first, again) else {
+        return first == again;
+    };
+    match call {
+        Call::Acquire(_) if first.first() == Some(&0) => again.first() == Some(&0),
+        Call::Cancel(_) => again.len() == 1 && again[0] >= 0,
+        _ => first == again,
+    }
 }
 
 impl<'a> Sequence<'a> {
@@ -759,6 +808,9 @@ impl<'a> Sequence<'a> {
             log: Vec::new(),
             foreign_for: None,
             clock_ms: 0,
+            delivered: None,
+            counter_ttl: None,
+            max_token: 0,
         }
     }
 
@@ -777,6 +829,14 @@ impl<'a> Sequence<'a> {
             hold_marker(client, self.sequence),
             fair_lock::waiter_id(client, self.sequence),
         )
+    }
+
+    /// A fenced script's token counter TTL argument, when the sequence gives one.
+    fn fenced_ttl(&self) -> Option<String> {
+        (self.prim == Prim::Fenced)
+            .then_some(self.counter_ttl)
+            .flatten()
+            .map(|ttl| ttl.to_string())
     }
 
     /// The scripts' pub/sub flag (`1`: `SPUBLISH`).
@@ -922,6 +982,8 @@ impl<'a> Sequence<'a> {
                 ];
                 if r.look {
                     args.push("1".to_owned());
+                } else if let (Prim::Fenced, Some(ttl)) = (self.prim, self.counter_ttl) {
+                    args.push(ttl.to_string());
                 }
                 (script, keys, args)
             }
@@ -931,7 +993,9 @@ impl<'a> Sequence<'a> {
                 } else {
                     (&fenced_lock::RELEASE, self.keys.keys.clone())
                 };
-                (script, keys, vec![marker.clone(), channel, self.flag()])
+                let mut args = vec![marker.clone(), channel, self.flag()];
+                args.extend(self.fenced_ttl());
+                (script, keys, args)
             }
             (Prim::Lock | Prim::Fenced, Call::Cancel(entry)) => {
                 let keys = if self.prim == Prim::Lock {
@@ -939,17 +1003,15 @@ impl<'a> Sequence<'a> {
                 } else {
                     self.keys_of(&["handoff", "waiting", "timeouts", "token"])
                 };
-                (
-                    &lock::CANCEL,
-                    keys,
-                    vec![entry.clone(), channel, self.flag()],
-                )
+                let mut args = vec![entry.clone(), channel, self.flag()];
+                args.extend(self.fenced_ttl());
+                (&lock::CANCEL, keys, args)
             }
-            (Prim::Lock | Prim::Fenced | Prim::Spin, Call::ForceUnlock) => (
-                &lock::FORCE_UNLOCK,
-                self.keys.keys.clone(),
-                vec![channel, self.flag()],
-            ),
+            (Prim::Lock | Prim::Fenced | Prim::Spin, Call::ForceUnlock) => {
+                let mut args = vec![channel, self.flag()];
+                args.extend(self.fenced_ttl());
+                (&lock::FORCE_UNLOCK, self.keys.keys.clone(), args)
+            }
             (Prim::Fair, Call::Acquire(r)) => (
                 &fair_lock::ACQUIRE,
                 self.keys.keys.clone(),
@@ -1007,6 +1069,7 @@ impl<'a> Sequence<'a> {
         match self.foreign_for {
             Some(0) => {
                 self.foreign_for = None;
+                self.delivered = None;
                 // Unless a restore or a force-unlock removed it already.
                 let foreign = match &mut self.model {
                     Model::Hash(m) => std::mem::take(&mut m.foreign),
@@ -1043,7 +1106,15 @@ impl<'a> Sequence<'a> {
 
     async fn one_step(&mut self, op: &Op) -> Result<(), String> {
         let redis = &self.env.redis;
-        let call = self.resolve(op);
+        let first = match op {
+            Op::Duplicate => self.delivered.take(),
+            _ => None,
+        };
+        let call = match (op, &first) {
+            (Op::Duplicate, Some(first)) => Some(first.call.clone()),
+            _ => self.resolve(op),
+        };
+        self.delivered = None;
         let mut ran = None;
         if let Some(call) = &call {
             let (script, keys, args) = self.script(call);
@@ -1064,25 +1135,55 @@ impl<'a> Sequence<'a> {
         let (raw, now) = read_state(redis, &self.keys.keys).await;
         self.clock_ms = now;
         let mut candidates = vec![];
+        let mut delivered = None;
         match (&call, ran) {
             (Some(call), Some((actual, t0, t1))) => {
+                if let Some(first) = &first {
+                    self.second_delivery(first, &actual, &got, &raw, t1.ms)?;
+                }
+                if call.resendable() {
+                    delivered = Some(Delivered {
+                        call: call.clone(),
+                        reply: actual.clone(),
+                        keys: normalize(&raw, &self.roles),
+                        at: t0.ms,
+                    });
+                }
                 // A fenced script mints with the microsecond of its own `TIME` read: the counter
                 // after the step shows it (`max(counter, µs) + 1` for its last mint; the model
                 // mints every token of one step from one µs, so k mints end at µs + k).
+                // The tokens the reply and the heard grants carry show it too (with a counter
+                // TTL of a few ms, the counter may be gone by the time the keys are read).
                 let mut clocks = vec![None];
-                if let (Prim::Fenced, Some(counter)) = (self.prim, self.counter_seen(&raw)) {
+                if self.prim == Prim::Fenced {
                     let mints = match &self.model {
                         Model::Hash(m) => m.waiting.items.len() as u64 + 1,
                         Model::Spin(_) => 1,
                     };
-                    clocks.extend(
-                        (1..=mints)
-                            .filter_map(|k| counter.checked_sub(k))
-                            .filter(|us| (t0.us..=t1.us).contains(us))
-                            .map(Some),
-                    );
+                    let mut minted: Vec<u64> = self.counter_seen(&raw).into_iter().collect();
+                    if let (Call::Acquire(_), Ok(reply)) = (call, &actual) {
+                        minted.extend(reply.get(2).and_then(|t| u64::try_from(*t).ok()));
+                    }
+                    minted.extend(got.iter().filter_map(|(_, payload)| {
+                        payload
+                            .strip_prefix("g:")?
+                            .split(':')
+                            .nth(1)?
+                            .parse::<u64>()
+                            .ok()
+                    }));
+                    for counter in minted {
+                        clocks.extend(
+                            (1..=mints)
+                                .filter_map(|k| counter.checked_sub(k))
+                                .filter(|us| (t0.us..=t1.us).contains(us))
+                                .map(Some),
+                        );
+                    }
+                    clocks.sort();
+                    clocks.dedup();
                 }
-                let mut first = None;
+                let mut first_expected = None;
                 // Redis' own clock (key expiry, `PX`, `PTTL`) is cached per event-loop turn, so it
                 // may lag the `TIME` read just before the call by a millisecond or two; and a key
                 // expiring within the millisecond the script's `TIME` read may already be expired
@@ -1103,7 +1204,7 @@ impl<'a> Sequence<'a> {
                     let mut model = self.model.clone();
                     let expected = model.apply(call, now);
                     let (sent, unheard) = model.messages();
-                    first.get_or_insert_with(|| (expected.clone(), sent.clone()));
+                    first_expected.get_or_insert_with(|| (expected.clone(), sent.clone()));
                     if agrees(self.prim, &expected, &actual, ms) && sent == got {
                         if candidates.is_empty() {
                             self.count(outcome(&expected));
@@ -1114,10 +1215,48 @@ impl<'a> Sequence<'a> {
                         candidates.push(model);
                     }
                 }
+                let again = if first.is_some() {
+                    " (delivered again)"
+                } else {
+                    ""
+                };
                 self.log
-                    .push(format!("{call:?} -> {actual:?}, heard {got:?}"));
+                    .push(format!("{call:?}{again} -> {actual:?}, heard {got:?}"));
+                if candidates.is_empty() && first.is_some() {
+                    // A second delivery that changed nothing, where the model would have.
+                    candidates.push(self.model.clone());
+                }
+                if let (Prim::Fenced, Ok(reply)) = (self.prim, &actual) {
+                    // Issue 27, §4: tokens never go back, past the counter's TTL and restores.
+                    let token = match call {
+                        Call::Acquire(_) if reply.first() == Some(&1) && first.is_none() => {
+                            reply.get(2).and_then(|t| u64::try_from(*t).ok())
+                        }
+                        _ => None,
+                    };
+                    let granted = got.iter().filter_map(|(_, payload)| {
+                        payload
+                            .strip_prefix("g:")?
+                            .split(':')
+                            .nth(1)?
+                            .parse::<u64>()
+                            .ok()
+                    });
+                    for token in token.into_iter().chain(granted) {
+                        if token <= self.max_token
+                            && !matches!(call, Call::Acquire(r) if self.model_holds(&r.marker, token))
+                        {
+                            return Err(format!(
+                                "a token went back: {token} after {} was handed out",
+                                self.max_token
+                            ));
+                        }
+                        self.max_token = self.max_token.max(token);
+                    }
+                }
                 if candidates.is_empty() {
-                    let (expected, sent) = first.unwrap_or((Expected::Flag(false), Vec::new()));
+                    let (expected, sent) =
+                        first_expected.unwrap_or((Expected::Flag(false), Vec::new()));
                     return Err(format!(
                         "reply of {call:?}: Redis said {actual:?} and the subscriber heard {got:?}; the model {expected:?}, heard {sent:?} (at {} ms)\nmodel before: {:#?}",
                         t0.ms, self.model
@@ -1148,6 +1287,7 @@ impl<'a> Sequence<'a> {
                 self.model = model.clone();
                 self.follow_expiries(&raw);
                 self.follow_handoffs(&got);
+                self.delivered = delivered;
                 return Ok(());
             }
         }
@@ -1156,6 +1296,77 @@ impl<'a> Sequence<'a> {
             candidates[0].keys(&self.roles, now),
             candidates[0]
         ))
+    }
+
+    /// A second delivery of `first`'s request (its reply `actual`, the messages `heard`, the
+    /// keys `raw` after it, the server's clock `at` just after it) must answer alike, publish
+    /// nothing, and change no key beyond moving an expiry on by the time that passed; not
+    /// compared when something lapsed between the two.
+    fn second_delivery(
+        &self,
+        first: &Delivered,
+        actual: &Result<Vec<i64>, String>,
+        heard: &[Got],
+        raw: &[RawKey],
+        at: u64,
+    ) -> Result<(), String> {
+        // A refusal names what is left of the holder's lease (or the reservation's window): if
+        // that ran out meanwhile, the second delivery may rightly take the lock.
+        // (Or it was gone already when the keys were read after the first delivery.)
+        let refusal_ran_out = matches!(
+            (&first.call, &first.reply),
+            (Call::Acquire(_), Ok(reply))
+                if reply.first() == Some(&0)
+                    && (reply.get(1).is_none_or(|left| *left <= i64::try_from(at.saturating_sub(first.at) + 2).unwrap_or(i64::MAX))
+                        || first.keys.first().is_some_and(|main| main.ty == "none"))
+        );
+        // What ended between the two deliveries, as the model has it (a key may be gone already
+        // when the keys were read after the first).
+        let window = first.at.saturating_sub(2)..=at + 2;
+        let lapsed = match &self.model {
+            Model::Hash(m) => m
+                .holds
+                .values()
+                .map(|h| h.expiry)
+                .chain(m.timeouts.items.values().copied())
+                .chain(m.handoff.as_ref().map(|(_, until)| *until))
+                .any(|t| window.contains(&t)),
+            Model::Spin(m) => m
+                .holder
+                .as_ref()
+                .is_some_and(|(_, until)| window.contains(until)),
+        };
+        if lapsed || refusal_ran_out || !lapsed_nothing(&self.roles, &first.keys, at) {
+            self.count("duplicate: not compared (something lapsed)");
+            return Ok(());
+        }
+        let (script, _, _) = self.script(&first.call);
+        let what = format!("a second delivery of {} ({:?})", script.name(), self.prim);
+        if !same_answer(&first.call, &first.reply, actual) {
+            return Err(format!(
+                "{what} answered {actual:?} where the first answered {:?}",
+                first.reply
+            ));
+        }
+        if !heard.is_empty() {
+            return Err(format!("{what} published {heard:?} again"));
+        }
+        let after = normalize(raw, &self.roles);
+        unchanged_keys(
+            &self.roles,
+            &first.keys,
+            &after,
+            at.saturating_sub(first.at) + 2,
+        )
+        .map_err(|change| format!("{what} changed {change}"))?;
+        self.count("duplicate: changed nothing");
+        Ok(())
+    }
+
+    /// Whether the model has the hold `marker` with the token `token` (a re-sent acquire's
+    /// reply, or a claimed grant's, carries its hold's token again).
+    fn model_holds(&self, marker: &str, token: u64) -> bool {
+        matches!(&self.model, Model::Hash(m) if m.holds.get(marker).is_some_and(|h| h.token == Some(token)))
     }
 
     /// Notes what the step's heard messages handed over (for `CancelFirst`), and counts them.
@@ -1387,11 +1598,28 @@ fn check_with(
     ops: impl Strategy<Value = Op>,
     save: bool,
 ) {
+    check_budget(prim, sharded, Just(None), ops, save, cases());
+}
+
+/// [`check_with`] for `cases` cases, the fenced lock's scripts given a token counter TTL drawn
+/// from `counter_ttl` (`None`: none, their default of a day).
+fn check_budget(
+    prim: Prim,
+    sharded: impl Strategy<Value = bool>,
+    counter_ttl: impl Strategy<Value = Option<u64>>,
+    ops: impl Strategy<Value = Op>,
+    save: bool,
+    cases: u32,
+) {
     let env = Env::start();
-    let (mut runner, seed) = runner(cases());
-    let strategy = (sharded, prop::collection::vec(ops, 1..50));
-    let result = runner.run(&strategy, |(sharded, ops)| {
+    let (mut runner, seed) = runner(cases);
+    let strategy = (sharded, counter_ttl, prop::collection::vec(ops, 1..50));
+    let result = runner.run(&strategy, |(sharded, counter_ttl, ops)| {
         let mut sequence = env.rt.block_on(Sequence::new(&env, prim, sharded));
+        sequence.counter_ttl = counter_ttl;
+        if let (Model::Hash(m), Some(ttl)) = (&mut sequence.model, counter_ttl) {
+            m.counter_ttl_ms = ttl;
+        }
         if sharded {
             sequence.count("(a sequence on sharded pub/sub)");
         }
@@ -1414,16 +1642,15 @@ fn check_with(
     match result {
         Ok(()) => {
             eprintln!(
-                "{prim:?}: {} cases passed (seed {seed}); steps: {:?}",
-                cases(),
+                "{prim:?}: {cases} cases passed (seed {seed}); steps: {:?}",
                 env.seen.borrow()
             );
             if save {
-                save_cases(prim.id(), cases());
+                save_cases(prim.id(), cases);
             }
         }
-        Err(TestError::Fail(why, ops)) => panic!(
-            "{prim:?} disagrees with its model (LOCKKIT_MODEL_SEED={seed}).\nShrunk sequence: {ops:#?}\n{why}"
+        Err(TestError::Fail(why, (sharded, counter_ttl, ops))) => panic!(
+            "{prim:?} disagrees with its model (LOCKKIT_MODEL_SEED={seed}).\nShrunk sequence (sharded: {sharded}, counter TTL: {counter_ttl:?}): {ops:#?}\n{why}"
         ),
         Err(TestError::Abort(why)) => panic!("{prim:?} aborted (seed {seed}): {why}"),
     }
@@ -1773,4 +2000,161 @@ fn multi_lock_never_holds_a_subset_while_it_waits() {
         panic!("the multi-lock broke its contract (LOCKKIT_MODEL_SEED={seed}): {err}");
     }
     save_cases("multi", cases() * 2);
+}
+
+// === issue 27, §4 ===
+
+/// Duplicates: every op of the random programs, and after many a second delivery of the script
+/// call the step made (acquire, renew, cancel, hold count: what the client sends with
+/// `Resend::Allowed`). The second delivery must answer alike, publish nothing, and change no key
+/// beyond moving an expiry on by the time that passed.
+///
+/// No multi-lock lookers here: a second delivery of one looker's cancel may end the reservation
+/// a release made for another looker of the same owner, which
+/// `lock_cancel_delivered_twice_keeps_the_next_lookers_reservation` shows on its own.
+#[test]
+fn lock_family_duplicate_deliveries_change_nothing() {
+    for prim in [Prim::Lock, Prim::Fenced, Prim::Fair, Prim::Spin] {
+        let takers = op().prop_map(|op| match op {
+            Op::Acquire {
+                owner,
+                lease,
+                keepalive,
+                look: _,
+            } => Op::Acquire {
+                owner,
+                lease,
+                keepalive,
+                look: false,
+            },
+            op => op,
+        });
+        let ops = prop_oneof![6 => takers, 3 => Just(Op::Duplicate)];
+        let sharded = if prim.grants() {
+            any::<bool>().boxed()
+        } else {
+            Just(false).boxed()
+        };
+        check_budget(prim, sharded, Just(None), ops, false, cases_scaled(10));
+    }
+}
+
+/// Time and rollbacks for fencing tokens: the scripts are given a token counter TTL of a few ms
+/// (as `token_counter_ttl` gives it to them), the counter expires between acquisitions, and the
+/// keys go back to older snapshots: every token handed out (reply or grant) exceeds every one
+/// before it.
+#[test]
+fn fenced_lock_tokens_never_go_back_past_the_counter_ttl_or_a_restore() {
+    let ops = prop_oneof![
+        10 => contended_op(),
+        3 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
+        2 => Just(Op::Snapshot),
+        2 => Just(Op::Restore),
+        1 => Just(Op::Duplicate),
+    ];
+    check_budget(
+        Prim::Fenced,
+        any::<bool>(),
+        (3u64..30).prop_map(Some),
+        ops,
+        false,
+        cases_scaled(20),
+    );
+}
+
+/// Found by the duplicates above (not among issue 27's items): `lock_cancel` ends a reservation
+/// made for the cancelled request's *owner*, not for the request. Two lookers of one owner wait
+/// (two multi-lock calls of one task over the same lock); a release reserves the lock for the
+/// first; the first gives up, and its cancel hands the reservation on to the second (`p:` to
+/// it); the same cancel delivered again (fred re-sends it: `Resend::Allowed`; or any cancel of
+/// another request of that owner) then deletes the second's reservation, unannounced, inside its
+/// 10 ms window. Run in one `MULTI` (no time passes), so it does not depend on the window.
+/// Ignored: it fails on main, and is not part of issue 27.
+#[test]
+#[ignore = "not among issue 27's items: lock_cancel ends another request's reservation of the same owner (see the report)"]
+fn lock_cancel_delivered_twice_keeps_the_next_lookers_reservation() {
+    let env = Env::start();
+    env.rt.block_on(async {
+        use fred::interfaces::PubsubInterface;
+        let keys = Namespace::default()
+            .object(Kind::Lock, &unique("reservation"))
+            .expect("valid keys");
+        let lock_keys: Vec<String> = keys.keys.clone();
+        let channel = |client: &str| format!("{}:{client}", keys.channel);
+        // The lookers' client listens (a reservation nobody hears is not made).
+        let listener = lockkit_suite::raw(&env.url).await;
+        listener
+            .subscribe(channel(CLIENTS[0]))
+            .await
+            .expect("SUBSCRIBE");
+        let holder = format!("{}:1", CLIENTS[1]);
+        let looker = format!("{}:7", CLIENTS[0]);
+        let look = |seq| Request {
+            owner: looker.clone(),
+            marker: hold_marker(CLIENTS[0], seq),
+            lease_ms: LONG_MS,
+            keepalive_ms: LONG_MS,
+            waiter: String::new(),
+            channel: channel(CLIENTS[0]),
+            look: true,
+        };
+        let (first, second) = (look(2), look(3));
+        let acquire = |r: &Request| {
+            vec![
+                r.owner.clone(),
+                r.marker.clone(),
+                r.lease_ms.to_string(),
+                r.keepalive_ms.to_string(),
+                r.channel.clone(),
+                "0".to_owned(),
+                "1".to_owned(),
+            ]
+        };
+        let take = vec![
+            holder.clone(),
+            hold_marker(CLIENTS[1], 1),
+            LONG_MS.to_string(),
+            "0".to_owned(),
+            channel(CLIENTS[1]),
+            "0".to_owned(),
+        ];
+        let release = vec![hold_marker(CLIENTS[1], 1), keys.channel.clone(), "0".to_owned()];
+        let cancel = vec![first.entry(), keys.channel.clone(), "0".to_owned()];
+        let (a1, a2) = (acquire(&first), acquire(&second));
+        let get = vec!["GET".to_owned(), keys.keys[1].clone()];
+        fn strs(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
+        let (take, a1, a2, release, cancel, get_handoff) =
+            (strs(&take), strs(&a1), strs(&a2), strs(&release), strs(&cancel), strs(&get));
+        let commands: Vec<Vec<&str>> = vec![
+            vec!["MULTI"],
+            lockkit_suite::eval(lock::ACQUIRE.source(), &lock_keys, &take),
+            lockkit_suite::eval(lock::ACQUIRE.source(), &lock_keys, &a1),
+            lockkit_suite::eval(lock::ACQUIRE.source(), &lock_keys, &a2),
+            lockkit_suite::eval(lock::RELEASE.source(), &lock_keys, &release),
+            get_handoff.clone(),
+            lockkit_suite::eval(lock::CANCEL.source(), &lock_keys, &cancel),
+            get_handoff.clone(),
+            lockkit_suite::eval(lock::CANCEL.source(), &lock_keys, &cancel),
+            get_handoff,
+            vec!["EXEC"],
+        ];
+        let replies = lockkit_testkit::send_commands(env.server.addr(), &commands)
+            .await
+            .expect("the exchange");
+        let out = replies
+            .last()
+            .and_then(RespValue::as_array)
+            .expect("EXEC's replies")
+            .to_vec();
+        let handoff = |i: usize| out[i].as_str().map(str::to_owned);
+        assert_eq!(handoff(4), Some(looker.clone()), "the release reserves for the first looker: {out:?}");
+        assert_eq!(handoff(6), Some(looker.clone()), "its cancel hands the reservation on to the second: {out:?}");
+        assert_eq!(
+            handoff(8),
+            Some(looker),
+            "a second delivery of the first looker's cancel ended the reservation handed on to the second looker of the same owner: {out:?}"
+        );
+    });
 }

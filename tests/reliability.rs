@@ -2030,6 +2030,10 @@ enum ElectionFault {
     CutLeader,
     /// Redis restarts empty.
     Restart,
+    /// The script cache is emptied (`SCRIPT FLUSH`, as on a restarted or failed-over server),
+    /// then the server stops answering for a while: what was sent meanwhile runs when it
+    /// resumes, and every script the clients send next meets `NOSCRIPT` first (issue 27, §4).
+    FlushAndPause,
 }
 
 type ElectionHistory = History<ElectionOp, ElectionRet>;
@@ -2467,6 +2471,13 @@ async fn election_run(
             server.resume().unwrap();
         }
         ElectionFault::Restart => server.restart_empty().await.unwrap(),
+        ElectionFault::FlushAndPause => {
+            let flushed = server.command(&["SCRIPT", "FLUSH"]).await.unwrap();
+            assert!(!flushed.is_error(), "SCRIPT FLUSH: {flushed:?}");
+            server.pause().unwrap();
+            tokio::time::sleep(ELECTION_LEASE / 2).await;
+            server.resume().unwrap();
+        }
     }
     let window = (started, now() + (ELECTION_LEASE * 2).as_nanos() as u64);
     let observed: Vec<ObservedChanges> = clients.iter().map(|c| c.observed.clone()).collect();
@@ -2568,7 +2579,8 @@ fn term_order_violations(terms: &[(u64, u64, u64)]) -> Vec<String> {
 
 /// Candidates campaign, proclaim, resign and read the leader in a loop while a fault runs (the
 /// leader killed, the server paused, the leader's connection cut for longer than its lease,
-/// Redis restarted empty); each run's history is checked: linearizable against the reference
+/// Redis restarted empty, the script cache emptied and then the server paused); each run's
+/// history is checked: linearizable against the reference
 /// model (`LeadershipSpec`: at most one leader at any instant, terms strictly increasing,
 /// `leader()` reports only a live leadership, a non-leader's proclaim changes nothing), terms
 /// unique and increasing in real-time order, and no candidate left waiting while it could have
@@ -2585,6 +2597,7 @@ async fn election_histories_under_faults_are_linearizable_and_never_stall() {
         ElectionFault::PauseServer,
         ElectionFault::CutLeader,
         ElectionFault::Restart,
+        ElectionFault::FlushAndPause,
     ] {
         let (figures, terms, window, observers) = election_run(&mut server, fault, secs).await;
         for violation in observers {
