@@ -481,7 +481,7 @@ async fn unbounded_waits_keep_their_bound(fault: Fault, recheck: Option<Duration
         Fault::Killed => server.kill(),
         Fault::Frozen => server.pause().expect("SIGSTOP"),
         Fault::Paused => {
-            let reply = cmd(&server, &["CLIENT", "PAUSE", "60000", "ALL"]).await;
+            let reply = cmd(&server, &["CLIENT", "PAUSE", "20000", "ALL"]).await;
             assert!(matches!(reply, RespValue::Simple(_)), "{reply:?}");
         }
     }
@@ -511,9 +511,8 @@ async fn unbounded_waits_keep_their_bound(fault: Fault, recheck: Option<Duration
     match fault {
         Fault::Killed => server.start_again().await.expect("start again"),
         Fault::Frozen => server.resume().expect("SIGCONT"),
-        Fault::Paused => {
-            let _ = cmd(&server, &["CLIENT", "UNPAUSE"]).await;
-        }
+        // The pause ends by itself (a new connection could not send `CLIENT UNPAUSE`).
+        Fault::Paused => {}
     }
     assert!(problems.is_empty(), "{fault:?}: {} of {count} waits broke the bound:\n{}", problems.len(), problems.join("\n"));
 }
@@ -948,4 +947,203 @@ async fn timeout_errors_name_the_object_the_operation_and_the_bound() {
         }
     }
     assert!(problems.is_empty(), "messages that do not name the object and the bound:\n{}", problems.join("\n"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Doc examples that are `no_run` in the docs, run here against a real server
+// ---------------------------------------------------------------------------------------------
+
+/// guide.md, Ownership and re-entry, the example copied verbatim: "Nested: inside both scopes,
+/// both locks re-enter" and "Spawned: made inside a's scope, run by another task, so outside
+/// it … waits for `a`, which this task holds: Ok(Ok(None))".
+#[tokio::test]
+async fn the_guides_scope_example_does_what_its_comments_say() {
+    let server = spawned().await;
+    let client = client(&server.url()).await;
+    async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+        let (a, b) = (client.lock("account:1"), client.lock("account:2"));
+        let both = client.multi_lock([a.clone(), b.clone()]).lock().await?;
+        let [ga, gb] = both.guards() else { unreachable!() };
+
+        // Nested: inside both scopes, both locks re-enter.
+        ga.scope(gb.scope(async {
+            let again = a.lock().await?; // re-enters a (hold count 2)
+            again.unlock().await
+        }))
+        .await?;
+
+        // Spawned: made inside a's scope, run by another task, so outside it.
+        let a2 = a.clone();
+        let spawned = ga
+            .scope(async {
+                let in_b = gb.scope(async move { a2.try_lock(Duration::from_millis(100), None).await });
+                tokio::spawn(in_b).await // waits for `a`, which this task holds: Ok(Ok(None))
+            })
+            .await;
+        assert!(matches!(spawned, Ok(Ok(None))));
+        both.unlock().await?;
+        Ok(())
+    }
+    within(HANG, "the guide's scope example", demo(client)).await.expect("the example");
+}
+
+/// guide.md, Observing, the example loop: "The stream ends only after `Error::Shutdown` … so
+/// handle its errors without leaving the loop" — the guide's loop (its `println!`s also sent to
+/// the test) through an outage (Redis killed for 3 s, then started again): the loop keeps
+/// running, sees the `Resynced`, then the next `Elected`.
+#[tokio::test]
+async fn the_guides_observe_loop_keeps_running_through_an_outage() {
+    let mut server = spawned().await;
+    let watcher = builder_client(&server.url(), Duration::from_secs(1), None).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    async fn demo(client: lockkit::Client, seen: tokio::sync::mpsc::UnboundedSender<String>) -> Result<(), lockkit::Error> {
+        use futures::StreamExt;
+        use lockkit::{Error, LeaderChange};
+        let println = |line: String| {
+            println!("{line}");
+            let _ = seen.send(line);
+        };
+
+        let mut changes = client.election("scheduler").observe();
+        while let Some(change) = changes.next().await {
+            match change {
+                Ok(LeaderChange::Elected(leader)) => println(format!("{} leads", leader.value)),
+                Ok(other) => println(format!("{other:?}")),
+                Err(Error::Redis(err)) => eprintln!("{err}; the observer tries again"),
+                Err(err) => return Err(err), // shut down: the stream has ended
+            }
+        }
+        Ok(())
+    }
+    let loop_task = tokio::spawn(demo(watcher.clone(), tx));
+    assert_eq!(within(HANG, "Current", rx.recv()).await.as_deref(), Some("Current(None)"));
+    server.kill();
+    // The outage's length is the condition (three command timeouts), not a stand-in for an event.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    server.start_again().await.expect("start again");
+    assert_eq!(within(HANG, "Resynced", rx.recv()).await.as_deref(), Some("Resynced(None)"));
+    let leader_client = client(&server.url()).await;
+    let _leadership = leader_client.election("scheduler").campaign("pod-b").await.expect("campaign");
+    assert_eq!(within(HANG, "Elected", rx.recv()).await.as_deref(), Some("pod-b leads"));
+    assert!(!loop_task.is_finished(), "the guide's observe loop ended");
+}
+
+/// guide.md, Observing: the observer "yields an `Error::Redis` naming the election within the
+/// command timeout plus 1 s" — here with the server `CLIENT PAUSE`d (command timeout 1 s: bound
+/// 2 s, allowed 2× + 1 s = 5 s), then `Resynced` once the pause ends.
+#[tokio::test]
+async fn an_observer_yields_an_error_naming_the_election_within_its_bound_while_redis_is_paused() {
+    let server = spawned().await;
+    let watcher = builder_client(&server.url(), Duration::from_secs(1), None).await;
+    let name = unique("paused-observer");
+    let mut observer = watcher.election(&name).observe();
+    assert_eq!(next_ok(&mut observer, "Current").await, LeaderChange::Current(None));
+    let reply = cmd(&server, &["CLIENT", "PAUSE", "8000", "ALL"]).await;
+    assert!(matches!(reply, RespValue::Simple(_)), "{reply:?}");
+    let paused_at = Instant::now();
+    let first = next_change(&mut observer, "the error").await;
+    let took = paused_at.elapsed();
+    match first {
+        Err(Error::Redis(err)) => assert!(err.to_string().contains(&name), "the error names the election: {err}"),
+        other => panic!("expected an Error::Redis while paused, got {other:?}"),
+    }
+    assert!(took <= Duration::from_secs(5), "the error came {took:?} into the pause (bound 2 s)");
+    loop {
+        match next_change(&mut observer, "the Resynced").await {
+            Ok(LeaderChange::Resynced(None)) => break,
+            Err(Error::Redis(_)) => {}
+            other => panic!("expected Resynced(None) after the pause, got {other:?}"),
+        }
+    }
+}
+
+/// guide.md, Bounds table, first row: "`try_lock(wait, ..)`, and every `try_*`, `wait(timeout)`
+/// of the other primitives | `wait`, plus at most one round trip for a try in flight then (1 s,
+/// or the command timeout if shorter) | `Err(Redis(err))`, `err.is_timeout()`, naming the
+/// object". Server frozen, wait 2 s, command timeout 1 s: bound 3 s, allowed 2× + 1 s = 7 s.
+#[tokio::test]
+async fn every_try_with_a_wait_returns_an_error_naming_the_object_within_the_wait_plus_one_round_trip_when_redis_is_frozen() {
+    let server = spawned().await;
+    let c = builder_client(&server.url(), Duration::from_secs(1), None).await;
+    let wait = Duration::from_secs(2);
+    let names: Vec<String> = (0..9).map(|i| unique(&format!("try-bound-{i}"))).collect();
+    assert!(c.count_down_latch(&names[8]).try_set_count(1).await.expect("set"));
+    server.pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let n = names.clone();
+    let results: Vec<Result<bool, Error>> = within(HANG, "the tries", async {
+        let (h0, h1, h2, h3, h4) = (
+            c.lock(&n[0]),
+            c.fenced_lock(&n[1]),
+            c.fair_lock(&n[2]),
+            c.read_write_lock(&n[3]),
+            c.spin_lock(&n[4]),
+        );
+        let h5 = c.semaphore(&n[5]).with_permits(1).expect("p");
+        let h6 = c.permit_expirable_semaphore(&n[6]).with_permits(1).expect("p");
+        let (h7, h8) = (c.election(&n[7]), c.count_down_latch(&n[8]));
+        let r = tokio::join!(
+            h0.try_lock(wait, None),
+            h1.try_lock(wait, None),
+            h2.try_lock(wait, None),
+            h3.try_read_lock(wait, None),
+            h4.try_lock(wait, None),
+            h5.try_acquire(1, wait, None),
+            h6.try_acquire(wait, Duration::from_secs(30)),
+            h7.try_campaign("x", wait, None),
+            h8.wait(wait),
+        );
+        vec![
+            r.0.map(|g| g.is_some()),
+            r.1.map(|g| g.is_some()),
+            r.2.map(|g| g.is_some()),
+            r.3.map(|g| g.is_some()),
+            r.4.map(|g| g.is_some()),
+            r.5.map(|g| g.is_some()),
+            r.6.map(|g| g.is_some()),
+            r.7.map(|g| g.is_some()),
+            r.8,
+        ]
+    })
+    .await;
+    let took = started.elapsed();
+    server.resume().expect("SIGCONT");
+    let mut problems = Vec::new();
+    for (name, result) in names.iter().zip(results) {
+        match result {
+            Err(Error::Redis(err)) if err.is_timeout() && err.to_string().contains(name.as_str()) => {}
+            other => problems.push(format!("`{name}`: {other:?}")),
+        }
+    }
+    if took > wait * 3 + Duration::from_secs(1) {
+        problems.push(format!("the tries took {took:?} (bound 3 s)"));
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// guide.md, Bounds table: "`unlock()`, `release()` | the command timeout (5 s by default),
+/// every resend included | `Err(Redis(err))`, ambiguous, naming the object". Server frozen,
+/// command timeout 1 s, allowed 2× + 1 s = 3 s.
+#[tokio::test]
+async fn an_unlock_returns_an_ambiguous_error_naming_the_object_within_the_command_timeout_when_redis_is_frozen() {
+    let server = spawned().await;
+    let c = builder_client(&server.url(), Duration::from_secs(1), None).await;
+    let (ln, sn) = (unique("unlock-frozen"), unique("release-frozen"));
+    let guard = c.lock(&ln).lock().await.expect("lock");
+    let permit = c.semaphore(&sn).with_permits(1).expect("p").acquire(1).await.expect("acquire");
+    server.pause().expect("SIGSTOP");
+    let started = Instant::now();
+    let (unlocked, released) = within(HANG, "unlock and release", async { tokio::join!(guard.unlock(), permit.release()) }).await;
+    let took = started.elapsed();
+    server.resume().expect("SIGCONT");
+    for (name, result) in [(&ln, unlocked), (&sn, released)] {
+        match result {
+            Err(Error::Redis(err)) => {
+                assert!(err.is_ambiguous(), "`{name}`: not ambiguous: {err}");
+                assert!(err.to_string().contains(name.as_str()), "`{name}`: the message does not name it: {err}");
+            }
+            other => panic!("`{name}`: {other:?} from a frozen server"),
+        }
+    }
+    assert!(took <= Duration::from_secs(3), "unlock/release took {took:?} (command timeout 1 s)");
 }
