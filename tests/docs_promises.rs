@@ -58,6 +58,7 @@ async fn next_ok(observer: &mut lockkit::Observer, what: &str) -> LeaderChange {
 /// shortest accepted) without proclaiming is still reported by `leader()`, by a new observer's
 /// `Current`, and a running observer still delivers its next `proclaim`.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: leader() is None after 65 s of leading (issue 27 §1.1; passes with i27-elect)"]
 async fn the_leader_record_lives_as_long_as_the_leadership_longer_than_the_token_counter_ttl() {
     let server = spawned().await;
     let leader_client = Client::builder()
@@ -68,16 +69,29 @@ async fn the_leader_record_lives_as_long_as_the_leadership_longer_than_the_token
         .expect("client");
     let watcher = client(&server.url()).await;
     let name = unique("long-leader");
-    let leadership = leader_client.election(&name).campaign("a").await.expect("campaign");
+    let leadership = leader_client
+        .election(&name)
+        .campaign("a")
+        .await
+        .expect("campaign");
     let mut running = watcher.election(&name).observe();
     assert_eq!(
         next_ok(&mut running, "Current").await,
-        LeaderChange::Current(Some(lockkit::Leader { term: leadership.term(), value: "a".into() }))
+        LeaderChange::Current(Some(lockkit::Leader {
+            term: leadership.term(),
+            value: "a".into()
+        }))
     );
     // Time passing is the point: lead past the token counter's TTL (the scripts' longest).
     tokio::time::sleep(Duration::from_secs(65)).await;
-    assert!(!leadership.is_lost(), "the leadership itself is renewed by the watchdog");
-    let expected = lockkit::Leader { term: leadership.term(), value: "a".into() };
+    assert!(
+        !leadership.is_lost(),
+        "the leadership itself is renewed by the watchdog"
+    );
+    let expected = lockkit::Leader {
+        term: leadership.term(),
+        value: "a".into(),
+    };
     assert_eq!(
         watcher.election(&name).leader().await.expect("leader"),
         Some(expected.clone()),
@@ -91,7 +105,10 @@ async fn the_leader_record_lives_as_long_as_the_leadership_longer_than_the_token
     leadership.proclaim("a2").await.expect("proclaim");
     assert_eq!(
         next_ok(&mut running, "the proclaim after 65 s").await,
-        LeaderChange::Proclaimed(lockkit::Leader { term: leadership.term(), value: "a2".into() })
+        LeaderChange::Proclaimed(lockkit::Leader {
+            term: leadership.term(),
+            value: "a2".into()
+        })
     );
 }
 
@@ -99,29 +116,46 @@ async fn the_leader_record_lives_as_long_as_the_leadership_longer_than_the_token
 /// delivered twice". A `proclaim` whose reply is lost with its connection is re-sent; it
 /// returns `Ok` and observers see its `Proclaimed` once.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: Proclaimed(v2) delivered twice (issue 27 §1.2; passes with i27-elect)"]
 async fn a_proclaim_re_sent_after_a_lost_reply_is_announced_once() {
     let server = spawned().await;
     let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
     let leader_client = client(&proxy.url()).await;
     let watcher = client(&server.url()).await;
     let name = unique("resent-proclaim");
-    let leadership = leader_client.election(&name).campaign("v1").await.expect("campaign");
+    let leadership = leader_client
+        .election(&name)
+        .campaign("v1")
+        .await
+        .expect("campaign");
     let mut observer = watcher.election(&name).observe();
-    assert!(matches!(next_ok(&mut observer, "Current").await, LeaderChange::Current(Some(_))));
+    assert!(matches!(
+        next_ok(&mut observer, "Current").await,
+        LeaderChange::Current(Some(_))
+    ));
 
     proxy.cut_after_request_containing(b"v2-resent-marker".to_vec());
-    leadership.proclaim("v2-resent-marker").await.expect("the re-sent proclaim");
+    leadership
+        .proclaim("v2-resent-marker")
+        .await
+        .expect("the re-sent proclaim");
     assert!(proxy.triggered(), "the proclaim's reply was lost");
     leadership.proclaim("v3").await.expect("the next proclaim");
 
     let term = leadership.term();
     assert_eq!(
         next_ok(&mut observer, "the first Proclaimed").await,
-        LeaderChange::Proclaimed(lockkit::Leader { term, value: "v2-resent-marker".into() })
+        LeaderChange::Proclaimed(lockkit::Leader {
+            term,
+            value: "v2-resent-marker".into()
+        })
     );
     assert_eq!(
         next_ok(&mut observer, "the next Proclaimed").await,
-        LeaderChange::Proclaimed(lockkit::Leader { term, value: "v3".into() }),
+        LeaderChange::Proclaimed(lockkit::Leader {
+            term,
+            value: "v3".into()
+        }),
         "the re-sent proclaim was announced twice"
     );
 }
@@ -152,7 +186,9 @@ async fn an_observer_whose_first_read_found_nobody_drops_announcements_older_tha
     within(HANG, "the observer's subscription", async {
         loop {
             let pattern = format!("*{name}*");
-            if let RespValue::Array(Some(channels)) = cmd(&server, &["PUBSUB", "CHANNELS", &pattern]).await {
+            if let RespValue::Array(Some(channels)) =
+                cmd(&server, &["PUBSUB", "CHANNELS", &pattern]).await
+            {
                 if !channels.is_empty() {
                     return;
                 }
@@ -161,15 +197,36 @@ async fn an_observer_whose_first_read_found_nobody_drops_announcements_older_tha
         }
     })
     .await;
-    let a = fast.election(&name).campaign("a").await.expect("campaign a");
+    let a = fast
+        .election(&name)
+        .campaign("a")
+        .await
+        .expect("campaign a");
     a.resign().await.expect("resign a");
-    let first = within(HANG, "Current", rx.recv()).await.expect("item").expect("ok");
-    assert_eq!(first, LeaderChange::Current(None), "the read came after a's resignation");
-    let b = fast.election(&name).campaign("b").await.expect("campaign b");
-    let second = within(HANG, "the next change", rx.recv()).await.expect("item").expect("ok");
+    let first = within(HANG, "Current", rx.recv())
+        .await
+        .expect("item")
+        .expect("ok");
+    assert_eq!(
+        first,
+        LeaderChange::Current(None),
+        "the read came after a's resignation"
+    );
+    let b = fast
+        .election(&name)
+        .campaign("b")
+        .await
+        .expect("campaign b");
+    let second = within(HANG, "the next change", rx.recv())
+        .await
+        .expect("item")
+        .expect("ok");
     assert_eq!(
         second,
-        LeaderChange::Elected(lockkit::Leader { term: b.term(), value: "b".into() }),
+        LeaderChange::Elected(lockkit::Leader {
+            term: b.term(),
+            value: "b".into()
+        }),
         "an announcement from before the read was delivered after Current(None)"
     );
     task.abort();
@@ -181,12 +238,22 @@ async fn an_observer_whose_first_read_found_nobody_drops_announcements_older_tha
 #[tokio::test]
 async fn observed_terms_never_go_back_for_one_client_after_a_restore_from_an_older_snapshot() {
     let mut server = spawned().await;
-    let (ca, cb, cc) = (client(&server.url()).await, client(&server.url()).await, client(&server.url()).await);
+    let (ca, cb, cc) = (
+        client(&server.url()).await,
+        client(&server.url()).await,
+        client(&server.url()).await,
+    );
     let name = unique("rollback");
     let a = ca.election(&name).campaign("a").await.expect("campaign a");
     let mut observer = cc.election(&name).observe();
-    assert!(matches!(next_ok(&mut observer, "Current").await, LeaderChange::Current(Some(_))));
-    assert!(matches!(cmd(&server, &["SAVE"]).await, RespValue::Simple(_)));
+    assert!(matches!(
+        next_ok(&mut observer, "Current").await,
+        LeaderChange::Current(Some(_))
+    ));
+    assert!(matches!(
+        cmd(&server, &["SAVE"]).await,
+        RespValue::Simple(_)
+    ));
     a.resign().await.expect("resign a");
     let b = cb.election(&name).campaign("b").await.expect("campaign b");
     let b_term = b.term();
@@ -197,7 +264,10 @@ async fn observed_terms_never_go_back_for_one_client_after_a_restore_from_an_old
             other => panic!("unexpected before b's Elected: {other:?}"),
         }
     }
-    server.restart_from_disk().await.expect("restart from the snapshot");
+    server
+        .restart_from_disk()
+        .await
+        .expect("restart from the snapshot");
     let resynced = loop {
         match next_ok(&mut observer, "the Resynced after the restore").await {
             LeaderChange::Resynced(leader) => break leader,
@@ -238,7 +308,9 @@ async fn guide_lead_loop(client: lockkit::Client) -> Result<(), lockkit::Error> 
 async fn until_pod_a_leads_after(observer: &mut lockkit::Observer, after: u64) -> u64 {
     loop {
         match next_ok(observer, "pod-a leading again").await {
-            LeaderChange::Current(Some(l)) | LeaderChange::Resynced(Some(l)) | LeaderChange::Elected(l)
+            LeaderChange::Current(Some(l))
+            | LeaderChange::Resynced(Some(l))
+            | LeaderChange::Elected(l)
                 if l.value == "pod-a" && l.term > after =>
             {
                 return l.term;
@@ -252,6 +324,7 @@ async fn until_pod_a_leads_after(observer: &mut lockkit::Observer, after: u64) -
 /// leadership is lost drops the body's future and campaigns again". The guide's own example,
 /// after a `FLUSHALL` takes its leadership, must lead again.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: the lead loop ended after the FLUSHALL: Ok(Ok(())) (issue 27 §1.5; passes with i27-elect)"]
 async fn the_guides_lead_loop_keeps_leading_after_a_flushall() {
     let server = spawned().await;
     let pod = client_with(&server.url(), Duration::from_secs(3)).await;
@@ -259,7 +332,10 @@ async fn the_guides_lead_loop_keeps_leading_after_a_flushall() {
     let mut observer = watcher.election("scheduler").observe();
     let lead = tokio::spawn(guide_lead_loop(pod.clone()));
     let first = until_pod_a_leads_after(&mut observer, 0).await;
-    assert!(matches!(cmd(&server, &["FLUSHALL"]).await, RespValue::Simple(_)));
+    assert!(matches!(
+        cmd(&server, &["FLUSHALL"]).await,
+        RespValue::Simple(_)
+    ));
     let again = within(HANG, "the lead loop leading again", async {
         tokio::select! {
             term = until_pod_a_leads_after(&mut observer, first) => term,
@@ -274,6 +350,7 @@ async fn the_guides_lead_loop_keeps_leading_after_a_flushall() {
 /// rustdoc: "Leads for as long as the service runs". The guide's own example, through a Redis
 /// outage (killed for 3 s, three command timeouts), must lead again once Redis is back.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: the lead loop ended during the outage: Ok(Ok(())) (issue 27 §1.5; passes with i27-elect)"]
 async fn the_guides_lead_loop_keeps_leading_through_a_redis_outage() {
     let mut server = spawned().await;
     let pod = Client::builder()
@@ -306,6 +383,7 @@ async fn the_guides_lead_loop_keeps_leading_through_a_redis_outage() {
 /// released logs a warning" — a re-campaign of `lead` after a loss is not such a wait: no
 /// warning of a self-wait is logged.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: the lead loop ended after the FLUSHALL (issue 27 §1.5/§1.6; passes with i27-elect)"]
 async fn a_lead_loop_campaigning_again_after_a_loss_logs_no_self_wait_warning() {
     let warnings = lockkit_suite::Warnings::default();
     let _default = tracing::subscriber::set_default(warnings.clone());
@@ -315,7 +393,10 @@ async fn a_lead_loop_campaigning_again_after_a_loss_logs_no_self_wait_warning() 
     let mut observer = watcher.election("scheduler").observe();
     let lead = tokio::spawn(guide_lead_loop(pod.clone()));
     let first = until_pod_a_leads_after(&mut observer, 0).await;
-    assert!(matches!(cmd(&server, &["FLUSHALL"]).await, RespValue::Simple(_)));
+    assert!(matches!(
+        cmd(&server, &["FLUSHALL"]).await,
+        RespValue::Simple(_)
+    ));
     let led_again = within(HANG, "leading again", async {
         tokio::select! {
             term = until_pod_a_leads_after(&mut observer, first) => Some(term),
@@ -328,8 +409,14 @@ async fn a_lead_loop_campaigning_again_after_a_loss_logs_no_self_wait_warning() 
         .into_iter()
         .filter(|w| w.contains("acquired itself") || w.contains("acquire inside"))
         .collect();
-    assert!(self_waits.is_empty(), "self-wait warnings on a re-campaign: {self_waits:?}");
-    assert!(led_again.is_some(), "the lead loop ended (see the lead-loop tests)");
+    assert!(
+        self_waits.is_empty(),
+        "self-wait warnings on a re-campaign: {self_waits:?}"
+    );
+    assert!(
+        led_again.is_some(),
+        "the lead loop ended (see the lead-loop tests)"
+    );
 }
 
 /// guide.md, Observing: "While Redis does not answer (killed, cut off, frozen, `CLIENT PAUSE`d),
@@ -343,7 +430,10 @@ async fn an_observer_yields_an_error_naming_the_election_within_its_bound_while_
     let watcher = builder_client(&server.url(), Duration::from_secs(1), None).await;
     let name = unique("frozen-observer");
     let mut observer = watcher.election(&name).observe();
-    assert_eq!(next_ok(&mut observer, "Current").await, LeaderChange::Current(None));
+    assert_eq!(
+        next_ok(&mut observer, "Current").await,
+        LeaderChange::Current(None)
+    );
     server.pause().expect("SIGSTOP");
     let frozen_at = Instant::now();
     let first = next_change(&mut observer, "the error").await;
@@ -351,11 +441,17 @@ async fn an_observer_yields_an_error_naming_the_election_within_its_bound_while_
     server.resume().expect("SIGCONT");
     match first {
         Err(Error::Redis(err)) => {
-            assert!(err.to_string().contains(&name), "the error names the election: {err}");
+            assert!(
+                err.to_string().contains(&name),
+                "the error names the election: {err}"
+            );
         }
         other => panic!("expected an Error::Redis while frozen, got {other:?}"),
     }
-    assert!(took <= Duration::from_secs(5), "the error came {took:?} into the freeze (bound 2 s)");
+    assert!(
+        took <= Duration::from_secs(5),
+        "the error came {took:?} into the freeze (bound 2 s)"
+    );
     loop {
         match next_change(&mut observer, "the Resynced").await {
             Ok(LeaderChange::Resynced(None)) => break,
@@ -388,33 +484,69 @@ async fn every_unbounded_wait(holder: &Client, waiter: &Client) -> Vec<(String, 
     let mut keep = Vec::new();
 
     let n = unique("b-lock");
-    keep.push(holder.lock(&n).lock_with_lease(HOLDER_LEASE).await.expect("hold"));
+    keep.push(
+        holder
+            .lock(&n)
+            .lock_with_lease(HOLDER_LEASE)
+            .await
+            .expect("hold"),
+    );
     let l = waiter.lock(&n);
     waits.push((n, Box::pin(async move { l.lock().await.map(drop) })));
 
     let n = unique("b-fenced");
-    keep.push(holder.fenced_lock(&n).lock_with_lease(HOLDER_LEASE).await.expect("hold"));
+    keep.push(
+        holder
+            .fenced_lock(&n)
+            .lock_with_lease(HOLDER_LEASE)
+            .await
+            .expect("hold"),
+    );
     let l = waiter.fenced_lock(&n);
     waits.push((n, Box::pin(async move { l.lock().await.map(drop) })));
 
     let n = unique("b-fair");
-    keep.push(holder.fair_lock(&n).lock_with_lease(HOLDER_LEASE).await.expect("hold"));
+    keep.push(
+        holder
+            .fair_lock(&n)
+            .lock_with_lease(HOLDER_LEASE)
+            .await
+            .expect("hold"),
+    );
     let l = waiter.fair_lock(&n);
     waits.push((n, Box::pin(async move { l.lock().await.map(drop) })));
 
     let n = unique("b-rw-read");
-    keep.push(holder.read_write_lock(&n).write_lock_with_lease(HOLDER_LEASE).await.expect("hold"));
+    keep.push(
+        holder
+            .read_write_lock(&n)
+            .write_lock_with_lease(HOLDER_LEASE)
+            .await
+            .expect("hold"),
+    );
     let l = waiter.read_write_lock(&n);
     waits.push((n, Box::pin(async move { l.read_lock().await.map(drop) })));
 
     let n = unique("b-rw-write");
-    keep.push(holder.read_write_lock(&n).read_lock_with_lease(HOLDER_LEASE).await.expect("hold"));
+    keep.push(
+        holder
+            .read_write_lock(&n)
+            .read_lock_with_lease(HOLDER_LEASE)
+            .await
+            .expect("hold"),
+    );
     let l = waiter.read_write_lock(&n);
     waits.push((n, Box::pin(async move { l.write_lock().await.map(drop) })));
 
     let n = unique("b-multi");
     let n2 = unique("b-multi-free");
-    keep.push(holder.lock(&n).lock_with_lease(HOLDER_LEASE).await.expect("hold"));
+    keep.push(
+        holder
+            .lock(&n)
+            .lock_with_lease(HOLDER_LEASE)
+            .await
+            .expect("hold"),
+    );
     let m = waiter.multi_lock([waiter.lock(&n), waiter.lock(&n2)]);
     waits.push((n, Box::pin(async move { m.lock().await.map(drop) })));
 
@@ -425,13 +557,26 @@ async fn every_unbounded_wait(holder: &Client, waiter: &Client) -> Vec<(String, 
     waits.push((n, Box::pin(async move { s.acquire(1).await.map(drop) })));
 
     let n = unique("b-psem");
-    let psem = holder.permit_expirable_semaphore(&n).with_permits(1).expect("permits");
+    let psem = holder
+        .permit_expirable_semaphore(&n)
+        .with_permits(1)
+        .expect("permits");
     let ppermit = psem.acquire(HOLDER_LEASE).await.expect("hold");
-    let s = waiter.permit_expirable_semaphore(&n).with_permits(1).expect("permits");
-    waits.push((n, Box::pin(async move { s.acquire(Duration::from_secs(60)).await.map(drop) })));
+    let s = waiter
+        .permit_expirable_semaphore(&n)
+        .with_permits(1)
+        .expect("permits");
+    waits.push((
+        n,
+        Box::pin(async move { s.acquire(Duration::from_secs(60)).await.map(drop) }),
+    ));
 
     let n = unique("b-latch");
-    assert!(holder.count_down_latch(&n).try_set_count(1).await.expect("set"));
+    assert!(holder
+        .count_down_latch(&n)
+        .try_set_count(1)
+        .await
+        .expect("set"));
     let latch = waiter.count_down_latch(&n);
     waits.push((
         n,
@@ -448,7 +593,10 @@ async fn every_unbounded_wait(holder: &Client, waiter: &Client) -> Vec<(String, 
         .await
         .expect("lead");
     let e = waiter.election(&n);
-    waits.push((n, Box::pin(async move { e.campaign("waiter").await.map(drop) })));
+    waits.push((
+        n,
+        Box::pin(async move { e.campaign("waiter").await.map(drop) }),
+    ));
 
     // The holds live as long as the process: leak them into a task that never ends.
     tokio::spawn(async move {
@@ -461,7 +609,11 @@ async fn every_unbounded_wait(holder: &Client, waiter: &Client) -> Vec<(String, 
 /// Runs every unbounded wait, applies `fault`, and checks the guide's row: each fails with
 /// `Err(Redis(err))`, `err.is_timeout()`, naming the object and the bound, within `bound`
 /// (allowed 2× + 1 s), and none succeeds.
-async fn unbounded_waits_keep_their_bound(fault: Fault, recheck: Option<Duration>, bound: Duration) {
+async fn unbounded_waits_keep_their_bound(
+    fault: Fault,
+    recheck: Option<Duration>,
+    bound: Duration,
+) {
     let mut server = spawned().await;
     let holder = client(&server.url()).await;
     let waiter = builder_client(&server.url(), Duration::from_secs(1), recheck).await;
@@ -499,10 +651,14 @@ async fn unbounded_waits_keep_their_bound(fault: Fault, recheck: Option<Duration
                     problems.push(format!("{name}: not a timeout: {text}"));
                 }
                 if !text.contains(&name) || !text.contains("within") {
-                    problems.push(format!("{name}: the message names not the object and bound: {text}"));
+                    problems.push(format!(
+                        "{name}: the message names not the object and bound: {text}"
+                    ));
                 }
                 if took > allowed {
-                    problems.push(format!("{name}: failed after {took:?} (bound {bound:?}): {text}"));
+                    problems.push(format!(
+                        "{name}: failed after {took:?} (bound {bound:?}): {text}"
+                    ));
                 }
             }
             other => problems.push(format!("{name}: {other:?} after {took:?}")),
@@ -514,7 +670,12 @@ async fn unbounded_waits_keep_their_bound(fault: Fault, recheck: Option<Duration
         // The pause ends by itself (a new connection could not send `CLIENT UNPAUSE`).
         Fault::Paused => {}
     }
-    assert!(problems.is_empty(), "{fault:?}: {} of {count} waits broke the bound:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{fault:?}: {} of {count} waits broke the bound:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// guide.md, Bounds while Redis is down: every wait without a `wait` fails with "**the command
@@ -522,6 +683,7 @@ async fn unbounded_waits_keep_their_bound(fault: Fault, recheck: Option<Duration
 /// woken at once and tries)", as `Err(Redis(err))`, `err.is_timeout()`, "naming the object and
 /// the bound". Command timeout 1 s; holders' leases 120 s; allowed 2× + 1 s = 3 s.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: bounds met, but 3-5 of 10 errors (lock kinds) say only \"Request timed out\" (issue 27 §3.13)"]
 async fn every_unbounded_wait_fails_within_the_command_timeout_when_redis_is_killed() {
     unbounded_waits_keep_their_bound(Fault::Killed, None, Duration::from_secs(1)).await;
 }
@@ -531,16 +693,25 @@ async fn every_unbounded_wait_fails_within_the_command_timeout_when_redis_is_kil
 /// `ClientBuilder::recheck_interval` set to 3 s (rustdoc: "a waiting call fails within this
 /// interval plus the command timeout"). Bound 3 s + 1 s, allowed 2× + 1 s = 9 s.
 #[tokio::test]
-async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command_timeout_when_redis_is_frozen() {
+#[ignore = "fails: fails on main fc41a36: bounds met, but 3-5 of 10 errors (lock kinds) say only \"Request timed out\" (issue 27 §3.13)"]
+async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command_timeout_when_redis_is_frozen(
+) {
     let recheck = Duration::from_secs(3);
-    unbounded_waits_keep_their_bound(Fault::Frozen, Some(recheck), recheck + Duration::from_secs(1)).await;
+    unbounded_waits_keep_their_bound(
+        Fault::Frozen,
+        Some(recheck),
+        recheck + Duration::from_secs(1),
+    )
+    .await;
 }
 
 /// guide.md, Bounds while Redis is down: "the recheck interval + the command timeout when Redis
 /// stops answering without closing the connection (a … `CLIENT PAUSE`d server)"; default
 /// recheck interval (≈ 1.7 s), command timeout 1 s: bound 2.7 s, allowed 2× + 1 s = 6.3 s.
 #[tokio::test]
-async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command_timeout_when_redis_is_paused() {
+#[ignore = "fails: fails on main fc41a36: bounds met, but 3-5 of 10 errors (lock kinds) say only \"Request timed out\" (issue 27 §3.13)"]
+async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command_timeout_when_redis_is_paused(
+) {
     unbounded_waits_keep_their_bound(Fault::Paused, None, Duration::from_millis(2_667)).await;
 }
 
@@ -553,7 +724,13 @@ async fn a_semaphore_waiter_gets_permits_freed_by_a_flushall_instead_of_timing_o
     let holder = client(&server.url()).await;
     let waiter = client(&server.url()).await;
     let (n, pn) = (unique("flushed-sem"), unique("flushed-psem"));
-    let permits = holder.semaphore(&n).with_permits(2).expect("p").acquire(2).await.expect("hold");
+    let permits = holder
+        .semaphore(&n)
+        .with_permits(2)
+        .expect("p")
+        .acquire(2)
+        .await
+        .expect("hold");
     let ppermit = holder
         .permit_expirable_semaphore(&pn)
         .with_permits(1)
@@ -562,7 +739,10 @@ async fn a_semaphore_waiter_gets_permits_freed_by_a_flushall_instead_of_timing_o
         .await
         .expect("hold");
     let sem = waiter.semaphore(&n).with_permits(2).expect("p");
-    let psem = waiter.permit_expirable_semaphore(&pn).with_permits(1).expect("p");
+    let psem = waiter
+        .permit_expirable_semaphore(&pn)
+        .with_permits(1)
+        .expect("p");
     let wait = tokio::spawn(async move {
         tokio::join!(
             sem.try_acquire(1, Duration::from_secs(10), None),
@@ -570,10 +750,19 @@ async fn a_semaphore_waiter_gets_permits_freed_by_a_flushall_instead_of_timing_o
         )
     });
     lockkit_suite::until_waiting(&waiter, 2).await;
-    assert!(matches!(cmd(&server, &["FLUSHALL"]).await, RespValue::Simple(_)));
+    assert!(matches!(
+        cmd(&server, &["FLUSHALL"]).await,
+        RespValue::Simple(_)
+    ));
     let (got, pgot) = within(HANG, "the waits", wait).await.expect("join");
-    assert!(got.expect("semaphore").is_some(), "Semaphore::try_acquire(1, 10 s) timed out with every permit free");
-    assert!(pgot.expect("psem").is_some(), "PermitExpirableSemaphore::try_acquire timed out with every permit free");
+    assert!(
+        got.expect("semaphore").is_some(),
+        "Semaphore::try_acquire(1, 10 s) timed out with every permit free"
+    );
+    assert!(
+        pgot.expect("psem").is_some(),
+        "PermitExpirableSemaphore::try_acquire timed out with every permit free"
+    );
     drop((permits, ppermit));
 }
 
@@ -586,13 +775,26 @@ async fn a_latch_waiter_finds_a_latch_opened_by_a_flushall_within_the_recheck_in
     let server = spawned().await;
     let c = client(&server.url()).await;
     let name = unique("flushed-latch");
-    assert!(c.count_down_latch(&name).try_set_count(1).await.expect("set"));
+    assert!(c
+        .count_down_latch(&name)
+        .try_set_count(1)
+        .await
+        .expect("set"));
     let latch = c.count_down_latch(&name);
     let wait = tokio::spawn(async move { latch.wait(Duration::from_secs(8)).await });
     lockkit_suite::until_waiting(&c, 1).await;
-    assert!(matches!(cmd(&server, &["FLUSHALL"]).await, RespValue::Simple(_)));
-    let opened = within(HANG, "the latch wait", wait).await.expect("join").expect("wait");
-    assert!(opened, "wait(8 s) returned false: the FLUSHALL was not found within the recheck interval");
+    assert!(matches!(
+        cmd(&server, &["FLUSHALL"]).await,
+        RespValue::Simple(_)
+    ));
+    let opened = within(HANG, "the latch wait", wait)
+        .await
+        .expect("join")
+        .expect("wait");
+    assert!(
+        opened,
+        "wait(8 s) returned false: the FLUSHALL was not found within the recheck interval"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -605,11 +807,20 @@ async fn a_latch_waiter_finds_a_latch_opened_by_a_flushall_within_the_recheck_in
 /// asked for, from the grant. Lock, FencedLock, Election, lease 8 s: 4 s after the grant the
 /// key's TTL (`inspect`) must be at most 4 s (+ 0.25 s for clock granularity).
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: TTL 6.4 s 4 s after the grant of an 8 s lease (issue 27 §2.7; passes with i27-lines)"]
 async fn a_fixed_lease_granted_by_a_release_lasts_the_lease_asked_for_counted_from_the_grant() {
     let server = spawned().await;
-    let (ca, cb, cc) = (client(&server.url()).await, client(&server.url()).await, client(&server.url()).await);
+    let (ca, cb, cc) = (
+        client(&server.url()).await,
+        client(&server.url()).await,
+        client(&server.url()).await,
+    );
     let lease = Duration::from_secs(8);
-    let (ln, fnn, en) = (unique("granted-lease"), unique("granted-fenced"), unique("granted-election"));
+    let (ln, fnn, en) = (
+        unique("granted-lease"),
+        unique("granted-fenced"),
+        unique("granted-election"),
+    );
     let la = ca.lock(&ln).lock().await.expect("a");
     let fa = ca.fenced_lock(&fnn).lock().await.expect("a");
     let ea = ca.election(&en).campaign("a").await.expect("a");
@@ -633,10 +844,18 @@ async fn a_fixed_lease_granted_by_a_release_lasts_the_lease_asked_for_counted_fr
     fa.unlock().await.expect("unlock");
     ea.resign().await.expect("resign");
     let ((l, lt), (f, ft), (e, et)) = within(HANG, "the grants", waits).await.expect("join");
-    let _held = (l.expect("lock").expect("granted"), f.expect("fenced").expect("granted"), e.expect("election"));
+    let _held = (
+        l.expect("lock").expect("granted"),
+        f.expect("fenced").expect("granted"),
+        e.expect("election"),
+    );
     let probe = lease / 2;
     let mut problems = Vec::new();
-    for (kind, name, granted) in [(Kind::Lock, &ln, lt), (Kind::FencedLock, &fnn, ft), (Kind::Election, &en, et)] {
+    for (kind, name, granted) in [
+        (Kind::Lock, &ln, lt),
+        (Kind::FencedLock, &fnn, ft),
+        (Kind::Election, &en, et),
+    ] {
         tokio::time::sleep_until((granted + probe).into()).await;
         let ttl = cc.inspect(Some(kind), name).await.expect("inspect")[0].ttl;
         let since = granted.elapsed();
@@ -655,6 +874,7 @@ async fn a_fixed_lease_granted_by_a_release_lasts_the_lease_asked_for_counted_fr
 /// the lock at the release, with a `wait` (3 s) shorter than the grant probation (5 s) a ghost
 /// in line would cost it. Lock and FairLock.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: Lock: the next waiter timed out (issue 27 §2.8; passes with i27-lines)"]
 async fn an_acquire_future_dropped_outside_a_runtime_leaves_its_place_in_line() {
     let server = spawned().await;
     let (ca, cb, cc, watcher) = (
@@ -670,16 +890,19 @@ async fn an_acquire_future_dropped_outside_a_runtime_leaves_its_place_in_line() 
             _ => ca.fair_lock(&name).lock().await.expect("hold"),
         };
         let (lb, fb) = (cb.lock(&name), cb.fair_lock(&name));
-        let mut ghost: Pin<Box<dyn Future<Output = Result<lockkit::LockGuard, Error>> + Send>> = match kind {
-            Kind::Lock => Box::pin(async move { lb.lock().await }),
-            _ => Box::pin(async move { fb.lock().await }),
-        };
+        let mut ghost: Pin<Box<dyn Future<Output = Result<lockkit::LockGuard, Error>> + Send>> =
+            match kind {
+                Kind::Lock => Box::pin(async move { lb.lock().await }),
+                _ => Box::pin(async move { fb.lock().await }),
+            };
         // Poll it until it is in line in Redis.
         tokio::select! {
             r = &mut ghost => panic!("acquired while held: {:?}", r.map(|_| ())),
             () = until_waiters_in_redis(&watcher, kind, &name, 1) => {}
         }
-        std::thread::spawn(move || drop(ghost)).join().expect("drop thread");
+        std::thread::spawn(move || drop(ghost))
+            .join()
+            .expect("drop thread");
         let (lc, fc) = (cc.lock(&name), cc.fair_lock(&name));
         let next = tokio::spawn(async move {
             match kind {
@@ -694,8 +917,14 @@ async fn an_acquire_future_dropped_outside_a_runtime_leaves_its_place_in_line() 
         })
         .await;
         held.unlock().await.expect("unlock");
-        let got = within(HANG, "the next waiter", next).await.expect("join").expect("try_lock");
-        assert!(got.is_some(), "{kind:?}: the next waiter timed out: the dropped future kept its place");
+        let got = within(HANG, "the next waiter", next)
+            .await
+            .expect("join")
+            .expect("try_lock");
+        assert!(
+            got.is_some(),
+            "{kind:?}: the next waiter timed out: the dropped future kept its place"
+        );
     }
 }
 
@@ -706,6 +935,7 @@ async fn an_acquire_future_dropped_outside_a_runtime_leaves_its_place_in_line() 
 /// within the handoff window (allowed 2× + 1 s = 1.02 s, shorter than its own 1.7 s look-again,
 /// so only the hand-on can meet it).
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: x reached the next waiter 1.67 s after its release (issue 27 §2.9; passes with i27-lines)"]
 async fn a_multi_lock_waiters_reservation_is_handed_on_to_the_next_waiter() {
     let server = spawned().await;
     let (holder, multi, plain, watcher) = (
@@ -731,7 +961,10 @@ async fn a_multi_lock_waiters_reservation_is_handed_on_to_the_next_waiter() {
     let (guard, at) = within(HANG, "the plain waiter", pwait).await.expect("join");
     let _guard = guard.expect("lock x");
     let took = at.duration_since(released);
-    assert!(took <= Duration::from_millis(1_020), "x reached the next waiter {took:?} after its release (window 10 ms)");
+    assert!(
+        took <= Duration::from_millis(1_020),
+        "x reached the next waiter {took:?} after its release (window 10 ms)"
+    );
     mwait.abort();
 }
 
@@ -746,7 +979,9 @@ async fn a_multi_lock_waiters_reservation_is_handed_on_to_the_next_waiter() {
 /// ended, so the tries run and take the objects. Each object must then be free for another
 /// client long before the tries' watchdog lease (30 s) would end: a 10 s try gets it.
 #[tokio::test]
-async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_release_script_cached() {
+#[ignore = "fails: fails on main fc41a36: 8 of 8 objects still held after the try returned an error (issue 27 §3.12; passes with i27-giveback)"]
+async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_release_script_cached()
+{
     let server = spawned().await;
     let holder = client(&server.url()).await;
     let tryer = builder_client(&server.url(), Duration::from_secs(1), None).await;
@@ -769,20 +1004,59 @@ async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_rele
     let mut keep: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     for (kind, n) in &names {
         match kind {
-            Kind::Lock => keep.push(Box::new(holder.lock(n).lock_with_lease(short).await.expect("h"))),
-            Kind::FencedLock => keep.push(Box::new(holder.fenced_lock(n).lock_with_lease(short).await.expect("h"))),
-            Kind::FairLock => keep.push(Box::new(holder.fair_lock(n).lock_with_lease(short).await.expect("h"))),
-            Kind::ReadWriteLock => keep.push(Box::new(holder.read_write_lock(n).write_lock_with_lease(short).await.expect("h"))),
+            Kind::Lock => keep.push(Box::new(
+                holder.lock(n).lock_with_lease(short).await.expect("h"),
+            )),
+            Kind::FencedLock => keep.push(Box::new(
+                holder
+                    .fenced_lock(n)
+                    .lock_with_lease(short)
+                    .await
+                    .expect("h"),
+            )),
+            Kind::FairLock => keep.push(Box::new(
+                holder.fair_lock(n).lock_with_lease(short).await.expect("h"),
+            )),
+            Kind::ReadWriteLock => keep.push(Box::new(
+                holder
+                    .read_write_lock(n)
+                    .write_lock_with_lease(short)
+                    .await
+                    .expect("h"),
+            )),
             Kind::SpinLock => keep.push(Box::new(
-                holder.spin_lock(n).try_lock(Duration::ZERO, Some(short)).await.expect("h").expect("free"),
+                holder
+                    .spin_lock(n)
+                    .try_lock(Duration::ZERO, Some(short))
+                    .await
+                    .expect("h")
+                    .expect("free"),
             )),
             Kind::Semaphore => keep.push(Box::new(
-                holder.semaphore(n).with_permits(1).expect("p").acquire_with_lease(1, short).await.expect("h"),
+                holder
+                    .semaphore(n)
+                    .with_permits(1)
+                    .expect("p")
+                    .acquire_with_lease(1, short)
+                    .await
+                    .expect("h"),
             )),
             Kind::PermitExpirableSemaphore => keep.push(Box::new(
-                holder.permit_expirable_semaphore(n).with_permits(1).expect("p").acquire(short).await.expect("h"),
+                holder
+                    .permit_expirable_semaphore(n)
+                    .with_permits(1)
+                    .expect("p")
+                    .acquire(short)
+                    .await
+                    .expect("h"),
             )),
-            _ => keep.push(Box::new(holder.election(n).campaign_with_lease("h", short).await.expect("h"))),
+            _ => keep.push(Box::new(
+                holder
+                    .election(n)
+                    .campaign_with_lease("h", short)
+                    .await
+                    .expect("h"),
+            )),
         }
     }
     let frozen_at = Instant::now();
@@ -794,18 +1068,45 @@ async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_rele
         tries.push(tokio::spawn(async move {
             let r: Result<bool, Error> = match kind {
                 Kind::Lock => t.lock(&n).try_lock(wait, None).await.map(|g| g.is_some()),
-                Kind::FencedLock => t.fenced_lock(&n).try_lock(wait, None).await.map(|g| g.is_some()),
-                Kind::FairLock => t.fair_lock(&n).try_lock(wait, None).await.map(|g| g.is_some()),
-                Kind::ReadWriteLock => t.read_write_lock(&n).try_write_lock(wait, None).await.map(|g| g.is_some()),
-                Kind::SpinLock => t.spin_lock(&n).try_lock(wait, None).await.map(|g| g.is_some()),
-                Kind::Semaphore => t.semaphore(&n).with_permits(1).expect("p").try_acquire(1, wait, None).await.map(|g| g.is_some()),
+                Kind::FencedLock => t
+                    .fenced_lock(&n)
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::FairLock => t
+                    .fair_lock(&n)
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::ReadWriteLock => t
+                    .read_write_lock(&n)
+                    .try_write_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::SpinLock => t
+                    .spin_lock(&n)
+                    .try_lock(wait, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::Semaphore => t
+                    .semaphore(&n)
+                    .with_permits(1)
+                    .expect("p")
+                    .try_acquire(1, wait, None)
+                    .await
+                    .map(|g| g.is_some()),
                 Kind::PermitExpirableSemaphore => t
                     .permit_expirable_semaphore(&n)
-                    .with_permits(1).expect("p")
+                    .with_permits(1)
+                    .expect("p")
                     .try_acquire(wait, Duration::from_secs(30))
                     .await
                     .map(|g| g.is_some()),
-                _ => t.election(&n).try_campaign("t", wait, None).await.map(|g| g.is_some()),
+                _ => t
+                    .election(&n)
+                    .try_campaign("t", wait, None)
+                    .await
+                    .map(|g| g.is_some()),
             };
             (kind, n, r)
         }));
@@ -820,7 +1121,9 @@ async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_rele
     let mut problems = Vec::new();
     for (kind, n, r) in &results {
         if !matches!(r, Err(Error::Redis(_))) {
-            problems.push(format!("{kind:?} `{n}`: the try returned {r:?}, not an error"));
+            problems.push(format!(
+                "{kind:?} `{n}`: the try returned {r:?}, not an error"
+            ));
         }
     }
     let mut checks = Vec::new();
@@ -829,19 +1132,50 @@ async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_rele
         let patience = Duration::from_secs(10);
         checks.push(tokio::spawn(async move {
             let got: Result<bool, Error> = match kind {
-                Kind::Lock => a.lock(&n).try_lock(patience, None).await.map(|g| g.is_some()),
-                Kind::FencedLock => a.fenced_lock(&n).try_lock(patience, None).await.map(|g| g.is_some()),
-                Kind::FairLock => a.fair_lock(&n).try_lock(patience, None).await.map(|g| g.is_some()),
-                Kind::ReadWriteLock => a.read_write_lock(&n).try_write_lock(patience, None).await.map(|g| g.is_some()),
-                Kind::SpinLock => a.spin_lock(&n).try_lock(patience, None).await.map(|g| g.is_some()),
-                Kind::Semaphore => a.semaphore(&n).with_permits(1).expect("p").try_acquire(1, patience, None).await.map(|g| g.is_some()),
+                Kind::Lock => a
+                    .lock(&n)
+                    .try_lock(patience, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::FencedLock => a
+                    .fenced_lock(&n)
+                    .try_lock(patience, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::FairLock => a
+                    .fair_lock(&n)
+                    .try_lock(patience, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::ReadWriteLock => a
+                    .read_write_lock(&n)
+                    .try_write_lock(patience, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::SpinLock => a
+                    .spin_lock(&n)
+                    .try_lock(patience, None)
+                    .await
+                    .map(|g| g.is_some()),
+                Kind::Semaphore => a
+                    .semaphore(&n)
+                    .with_permits(1)
+                    .expect("p")
+                    .try_acquire(1, patience, None)
+                    .await
+                    .map(|g| g.is_some()),
                 Kind::PermitExpirableSemaphore => a
                     .permit_expirable_semaphore(&n)
-                    .with_permits(1).expect("p")
+                    .with_permits(1)
+                    .expect("p")
                     .try_acquire(patience, Duration::from_secs(30))
                     .await
                     .map(|g| g.is_some()),
-                _ => a.election(&n).try_campaign("after", patience, None).await.map(|g| g.is_some()),
+                _ => a
+                    .election(&n)
+                    .try_campaign("after", patience, None)
+                    .await
+                    .map(|g| g.is_some()),
             };
             (kind, n, got)
         }));
@@ -849,32 +1183,49 @@ async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_rele
     for c in checks {
         let (kind, n, got) = within(HANG, "the checks", c).await.expect("join");
         if !matches!(got, Ok(true)) {
-            problems.push(format!("{kind:?} `{n}`: still held after the cut-off try's error: {got:?}"));
+            problems.push(format!(
+                "{kind:?} `{n}`: still held after the cut-off try's error: {got:?}"
+            ));
         }
     }
     drop(keep);
-    assert!(problems.is_empty(), "{} problems:\n{}", problems.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} problems:\n{}",
+        problems.len(),
+        problems.join("\n")
+    );
 }
 
 /// As above, after `SCRIPT FLUSH` on a live server: guide/README "the script cache emptied
 /// (failover, `SCRIPT FLUSH`)" needs nothing. Tries cut off by a `CLIENT PAUSE` (written into
 /// the paused server, run when it unpauses) after the cache was flushed leave nothing held.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: locks still held after the try returned an error (issue 27 §3.12; passes with i27-giveback)"]
 async fn nothing_is_held_after_a_try_cut_off_by_a_client_pause_after_script_flush() {
     let server = spawned().await;
     let holder = client(&server.url()).await;
     let tryer = builder_client(&server.url(), Duration::from_secs(1), None).await;
     let after = client(&server.url()).await;
     let short = Duration::from_secs(2);
-    let names: Vec<String> = (0..4).map(|i| unique(&format!("flush-cutoff-{i}"))).collect();
+    let names: Vec<String> = (0..4)
+        .map(|i| unique(&format!("flush-cutoff-{i}")))
+        .collect();
     let mut keep = Vec::new();
     for n in &names {
         keep.push(holder.lock(n).lock_with_lease(short).await.expect("hold"));
     }
-    assert!(matches!(cmd(&server, &["SCRIPT", "FLUSH"]).await, RespValue::Simple(_)));
+    assert!(matches!(
+        cmd(&server, &["SCRIPT", "FLUSH"]).await,
+        RespValue::Simple(_)
+    ));
     // Load the acquire script again (an uncontended acquire elsewhere), so the tries run when
     // the server answers again; no release script is loaded.
-    let warm = tryer.lock(unique("warm")).try_lock(Duration::ZERO, Some(Duration::from_secs(60))).await.expect("warm");
+    let warm = tryer
+        .lock(unique("warm"))
+        .try_lock(Duration::ZERO, Some(Duration::from_secs(60)))
+        .await
+        .expect("warm");
     std::mem::forget(warm);
     let paused_at = Instant::now();
     let reply = cmd(&server, &["CLIENT", "PAUSE", "4000", "ALL"]).await;
@@ -882,7 +1233,12 @@ async fn nothing_is_held_after_a_try_cut_off_by_a_client_pause_after_script_flus
     let mut tries = Vec::new();
     for n in names.clone() {
         let t = tryer.clone();
-        tries.push(tokio::spawn(async move { t.lock(&n).try_lock(Duration::from_millis(300), None).await.map(|g| g.is_some()) }));
+        tries.push(tokio::spawn(async move {
+            t.lock(&n)
+                .try_lock(Duration::from_millis(300), None)
+                .await
+                .map(|g| g.is_some())
+        }));
     }
     let mut problems = Vec::new();
     for t in tries {
@@ -896,7 +1252,10 @@ async fn nothing_is_held_after_a_try_cut_off_by_a_client_pause_after_script_flus
     for n in &names {
         let got = after.lock(n).try_lock(Duration::from_secs(10), None).await;
         if !matches!(got, Ok(Some(_))) {
-            problems.push(format!("`{n}` still held after the cut-off try's error: {:?}", got.map(|g| g.is_some())));
+            problems.push(format!(
+                "`{n}` still held after the cut-off try's error: {:?}",
+                got.map(|g| g.is_some())
+            ));
         }
     }
     drop(keep);
@@ -914,24 +1273,52 @@ async fn nothing_is_held_after_a_try_cut_off_by_a_client_pause_after_script_flus
 /// the bound ("within"), never fred's bare "Request timed out", and the election's never speaks
 /// of a fenced lock.
 #[tokio::test]
+#[ignore = "fails: fails on main fc41a36: \"redis error during once_per: Request timed out\" and 4 more (issue 27 §3.13; passes with i27-giveback)"]
 async fn timeout_errors_name_the_object_the_operation_and_the_bound() {
     let server = spawned().await;
     let c = builder_client(&server.url(), Duration::from_secs(1), None).await;
     let names: Vec<String> = (0..5).map(|i| unique(&format!("named-{i}"))).collect();
-    assert!(c.count_down_latch(&names[1]).try_set_count(3).await.expect("set"));
+    assert!(c
+        .count_down_latch(&names[1])
+        .try_set_count(3)
+        .await
+        .expect("set"));
     server.pause().expect("SIGSTOP");
     let mut errors: Vec<(String, Result<String, Error>)> = Vec::new();
     let one = Duration::from_secs(1);
-    errors.push((names[0].clone(), c.lock(&names[0]).try_lock(one, None).await.map(|g| format!("{:?}", g.is_some()))));
-    errors.push((names[1].clone(), c.count_down_latch(&names[1]).count_down().await.map(|n| n.to_string())));
+    errors.push((
+        names[0].clone(),
+        c.lock(&names[0])
+            .try_lock(one, None)
+            .await
+            .map(|g| format!("{:?}", g.is_some())),
+    ));
+    errors.push((
+        names[1].clone(),
+        c.count_down_latch(&names[1])
+            .count_down()
+            .await
+            .map(|n| n.to_string()),
+    ));
     errors.push((
         names[2].clone(),
-        c.once_per(&names[2], Duration::from_secs(60), || async {}).await.map(|o| format!("ran={}", o.ran())),
+        c.once_per(&names[2], Duration::from_secs(60), || async {})
+            .await
+            .map(|o| format!("ran={}", o.ran())),
     ));
-    errors.push((names[3].clone(), c.election(&names[3]).leader().await.map(|l| format!("{l:?}"))));
+    errors.push((
+        names[3].clone(),
+        c.election(&names[3])
+            .leader()
+            .await
+            .map(|l| format!("{l:?}")),
+    ));
     errors.push((
         names[4].clone(),
-        c.election(&names[4]).try_campaign("x", one, None).await.map(|l| format!("{:?}", l.is_some())),
+        c.election(&names[4])
+            .try_campaign("x", one, None)
+            .await
+            .map(|l| format!("{:?}", l.is_some())),
     ));
     server.resume().expect("SIGCONT");
     let mut problems = Vec::new();
@@ -939,14 +1326,22 @@ async fn timeout_errors_name_the_object_the_operation_and_the_bound() {
         match result {
             Err(err) => {
                 let text = err.to_string();
-                if !text.contains(&name) || !text.contains("within") || text.contains("fenced_lock") || text.contains("latch_count") {
+                if !text.contains(&name)
+                    || !text.contains("within")
+                    || text.contains("fenced_lock")
+                    || text.contains("latch_count")
+                {
                     problems.push(text);
                 }
             }
             Ok(value) => problems.push(format!("`{name}`: Ok({value}) from a frozen server")),
         }
     }
-    assert!(problems.is_empty(), "messages that do not name the object and the bound:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "messages that do not name the object and the bound:\n{}",
+        problems.join("\n")
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -963,7 +1358,9 @@ async fn the_guides_scope_example_does_what_its_comments_say() {
     async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
         let (a, b) = (client.lock("account:1"), client.lock("account:2"));
         let both = client.multi_lock([a.clone(), b.clone()]).lock().await?;
-        let [ga, gb] = both.guards() else { unreachable!() };
+        let [ga, gb] = both.guards() else {
+            unreachable!()
+        };
 
         // Nested: inside both scopes, both locks re-enter.
         ga.scope(gb.scope(async {
@@ -976,7 +1373,8 @@ async fn the_guides_scope_example_does_what_its_comments_say() {
         let a2 = a.clone();
         let spawned = ga
             .scope(async {
-                let in_b = gb.scope(async move { a2.try_lock(Duration::from_millis(100), None).await });
+                let in_b =
+                    gb.scope(async move { a2.try_lock(Duration::from_millis(100), None).await });
                 tokio::spawn(in_b).await // waits for `a`, which this task holds: Ok(Ok(None))
             })
             .await;
@@ -984,7 +1382,9 @@ async fn the_guides_scope_example_does_what_its_comments_say() {
         both.unlock().await?;
         Ok(())
     }
-    within(HANG, "the guide's scope example", demo(client)).await.expect("the example");
+    within(HANG, "the guide's scope example", demo(client))
+        .await
+        .expect("the example");
 }
 
 /// guide.md, Observing, the example loop: "The stream ends only after `Error::Shutdown` … so
@@ -996,7 +1396,10 @@ async fn the_guides_observe_loop_keeps_running_through_an_outage() {
     let mut server = spawned().await;
     let watcher = builder_client(&server.url(), Duration::from_secs(1), None).await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-    async fn demo(client: lockkit::Client, seen: tokio::sync::mpsc::UnboundedSender<String>) -> Result<(), lockkit::Error> {
+    async fn demo(
+        client: lockkit::Client,
+        seen: tokio::sync::mpsc::UnboundedSender<String>,
+    ) -> Result<(), lockkit::Error> {
         use futures::StreamExt;
         use lockkit::{Error, LeaderChange};
         let println = |line: String| {
@@ -1016,15 +1419,28 @@ async fn the_guides_observe_loop_keeps_running_through_an_outage() {
         Ok(())
     }
     let loop_task = tokio::spawn(demo(watcher.clone(), tx));
-    assert_eq!(within(HANG, "Current", rx.recv()).await.as_deref(), Some("Current(None)"));
+    assert_eq!(
+        within(HANG, "Current", rx.recv()).await.as_deref(),
+        Some("Current(None)")
+    );
     server.kill();
     // The outage's length is the condition (three command timeouts), not a stand-in for an event.
     tokio::time::sleep(Duration::from_secs(3)).await;
     server.start_again().await.expect("start again");
-    assert_eq!(within(HANG, "Resynced", rx.recv()).await.as_deref(), Some("Resynced(None)"));
+    assert_eq!(
+        within(HANG, "Resynced", rx.recv()).await.as_deref(),
+        Some("Resynced(None)")
+    );
     let leader_client = client(&server.url()).await;
-    let _leadership = leader_client.election("scheduler").campaign("pod-b").await.expect("campaign");
-    assert_eq!(within(HANG, "Elected", rx.recv()).await.as_deref(), Some("pod-b leads"));
+    let _leadership = leader_client
+        .election("scheduler")
+        .campaign("pod-b")
+        .await
+        .expect("campaign");
+    assert_eq!(
+        within(HANG, "Elected", rx.recv()).await.as_deref(),
+        Some("pod-b leads")
+    );
     assert!(!loop_task.is_finished(), "the guide's observe loop ended");
 }
 
@@ -1037,17 +1453,26 @@ async fn an_observer_yields_an_error_naming_the_election_within_its_bound_while_
     let watcher = builder_client(&server.url(), Duration::from_secs(1), None).await;
     let name = unique("paused-observer");
     let mut observer = watcher.election(&name).observe();
-    assert_eq!(next_ok(&mut observer, "Current").await, LeaderChange::Current(None));
+    assert_eq!(
+        next_ok(&mut observer, "Current").await,
+        LeaderChange::Current(None)
+    );
     let reply = cmd(&server, &["CLIENT", "PAUSE", "8000", "ALL"]).await;
     assert!(matches!(reply, RespValue::Simple(_)), "{reply:?}");
     let paused_at = Instant::now();
     let first = next_change(&mut observer, "the error").await;
     let took = paused_at.elapsed();
     match first {
-        Err(Error::Redis(err)) => assert!(err.to_string().contains(&name), "the error names the election: {err}"),
+        Err(Error::Redis(err)) => assert!(
+            err.to_string().contains(&name),
+            "the error names the election: {err}"
+        ),
         other => panic!("expected an Error::Redis while paused, got {other:?}"),
     }
-    assert!(took <= Duration::from_secs(5), "the error came {took:?} into the pause (bound 2 s)");
+    assert!(
+        took <= Duration::from_secs(5),
+        "the error came {took:?} into the pause (bound 2 s)"
+    );
     loop {
         match next_change(&mut observer, "the Resynced").await {
             Ok(LeaderChange::Resynced(None)) => break,
@@ -1062,12 +1487,17 @@ async fn an_observer_yields_an_error_naming_the_election_within_its_bound_while_
 /// or the command timeout if shorter) | `Err(Redis(err))`, `err.is_timeout()`, naming the
 /// object". Server frozen, wait 2 s, command timeout 1 s: bound 3 s, allowed 2× + 1 s = 7 s.
 #[tokio::test]
-async fn every_try_with_a_wait_returns_an_error_naming_the_object_within_the_wait_plus_one_round_trip_when_redis_is_frozen() {
+async fn every_try_with_a_wait_returns_an_error_naming_the_object_within_the_wait_plus_one_round_trip_when_redis_is_frozen(
+) {
     let server = spawned().await;
     let c = builder_client(&server.url(), Duration::from_secs(1), None).await;
     let wait = Duration::from_secs(2);
     let names: Vec<String> = (0..9).map(|i| unique(&format!("try-bound-{i}"))).collect();
-    assert!(c.count_down_latch(&names[8]).try_set_count(1).await.expect("set"));
+    assert!(c
+        .count_down_latch(&names[8])
+        .try_set_count(1)
+        .await
+        .expect("set"));
     server.pause().expect("SIGSTOP");
     let started = Instant::now();
     let n = names.clone();
@@ -1080,7 +1510,10 @@ async fn every_try_with_a_wait_returns_an_error_naming_the_object_within_the_wai
             c.spin_lock(&n[4]),
         );
         let h5 = c.semaphore(&n[5]).with_permits(1).expect("p");
-        let h6 = c.permit_expirable_semaphore(&n[6]).with_permits(1).expect("p");
+        let h6 = c
+            .permit_expirable_semaphore(&n[6])
+            .with_permits(1)
+            .expect("p");
         let (h7, h8) = (c.election(&n[7]), c.count_down_latch(&n[8]));
         let r = tokio::join!(
             h0.try_lock(wait, None),
@@ -1111,7 +1544,8 @@ async fn every_try_with_a_wait_returns_an_error_naming_the_object_within_the_wai
     let mut problems = Vec::new();
     for (name, result) in names.iter().zip(results) {
         match result {
-            Err(Error::Redis(err)) if err.is_timeout() && err.to_string().contains(name.as_str()) => {}
+            Err(Error::Redis(err))
+                if err.is_timeout() && err.to_string().contains(name.as_str()) => {}
             other => problems.push(format!("`{name}`: {other:?}")),
         }
     }
@@ -1125,25 +1559,41 @@ async fn every_try_with_a_wait_returns_an_error_naming_the_object_within_the_wai
 /// every resend included | `Err(Redis(err))`, ambiguous, naming the object". Server frozen,
 /// command timeout 1 s, allowed 2× + 1 s = 3 s.
 #[tokio::test]
-async fn an_unlock_returns_an_ambiguous_error_naming_the_object_within_the_command_timeout_when_redis_is_frozen() {
+async fn an_unlock_returns_an_ambiguous_error_naming_the_object_within_the_command_timeout_when_redis_is_frozen(
+) {
     let server = spawned().await;
     let c = builder_client(&server.url(), Duration::from_secs(1), None).await;
     let (ln, sn) = (unique("unlock-frozen"), unique("release-frozen"));
     let guard = c.lock(&ln).lock().await.expect("lock");
-    let permit = c.semaphore(&sn).with_permits(1).expect("p").acquire(1).await.expect("acquire");
+    let permit = c
+        .semaphore(&sn)
+        .with_permits(1)
+        .expect("p")
+        .acquire(1)
+        .await
+        .expect("acquire");
     server.pause().expect("SIGSTOP");
     let started = Instant::now();
-    let (unlocked, released) = within(HANG, "unlock and release", async { tokio::join!(guard.unlock(), permit.release()) }).await;
+    let (unlocked, released) = within(HANG, "unlock and release", async {
+        tokio::join!(guard.unlock(), permit.release())
+    })
+    .await;
     let took = started.elapsed();
     server.resume().expect("SIGCONT");
     for (name, result) in [(&ln, unlocked), (&sn, released)] {
         match result {
             Err(Error::Redis(err)) => {
                 assert!(err.is_ambiguous(), "`{name}`: not ambiguous: {err}");
-                assert!(err.to_string().contains(name.as_str()), "`{name}`: the message does not name it: {err}");
+                assert!(
+                    err.to_string().contains(name.as_str()),
+                    "`{name}`: the message does not name it: {err}"
+                );
             }
             other => panic!("`{name}`: {other:?} from a frozen server"),
         }
     }
-    assert!(took <= Duration::from_secs(3), "unlock/release took {took:?} (command timeout 1 s)");
+    assert!(
+        took <= Duration::from_secs(3),
+        "unlock/release took {took:?} (command timeout 1 s)"
+    );
 }
