@@ -721,7 +721,9 @@ async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command
 #[tokio::test]
 async fn a_semaphore_waiter_gets_permits_freed_by_a_flushall_instead_of_timing_out() {
     let server = spawned().await;
-    let holder = client(&server.url()).await;
+    // Holders' watchdog leases of 300 s: a waiter that looked again only at a lease end, or
+    // was woken only by the old holder's next renewal (100 s), would time out.
+    let holder = client_with(&server.url(), Duration::from_secs(300)).await;
     let waiter = client(&server.url()).await;
     let (n, pn) = (unique("flushed-sem"), unique("flushed-psem"));
     let permits = holder
@@ -750,6 +752,10 @@ async fn a_semaphore_waiter_gets_permits_freed_by_a_flushall_instead_of_timing_o
         )
     });
     lockkit_suite::until_waiting(&waiter, 2).await;
+    // A waiter registers before its first look; nothing announces that look, so give it
+    // 500 ms (no event exists for "a waiter looked and found nothing free"): the FLUSHALL must
+    // free what the waiter already found taken, not come before its first look.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(matches!(
         cmd(&server, &["FLUSHALL"]).await,
         RespValue::Simple(_)
@@ -773,7 +779,9 @@ async fn a_semaphore_waiter_gets_permits_freed_by_a_flushall_instead_of_timing_o
 #[tokio::test]
 async fn a_latch_waiter_finds_a_latch_opened_by_a_flushall_within_the_recheck_interval() {
     let server = spawned().await;
-    let c = client(&server.url()).await;
+    // A watchdog timeout of 300 s: a waiter that looked again every third of it would miss the
+    // 8 s wait; the recheck interval (default ≈ 1.7 s) is the documented bound.
+    let c = client_with(&server.url(), Duration::from_secs(300)).await;
     let name = unique("flushed-latch");
     assert!(c
         .count_down_latch(&name)
@@ -783,6 +791,10 @@ async fn a_latch_waiter_finds_a_latch_opened_by_a_flushall_within_the_recheck_in
     let latch = c.count_down_latch(&name);
     let wait = tokio::spawn(async move { latch.wait(Duration::from_secs(8)).await });
     lockkit_suite::until_waiting(&c, 1).await;
+    // A waiter registers before its first look; nothing announces that look, so give it
+    // 500 ms (no event exists for "a waiter looked and found nothing free"): the FLUSHALL must
+    // free what the waiter already found taken, not come before its first look.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     assert!(matches!(
         cmd(&server, &["FLUSHALL"]).await,
         RespValue::Simple(_)
