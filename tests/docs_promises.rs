@@ -58,7 +58,6 @@ async fn next_ok(observer: &mut lockkit::Observer, what: &str) -> LeaderChange {
 /// shortest accepted) without proclaiming is still reported by `leader()`, by a new observer's
 /// `Current`, and a running observer still delivers its next `proclaim`.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: leader() is None after 65 s of leading (issue 27 §1.1; passes with i27-elect)"]
 async fn the_leader_record_lives_as_long_as_the_leadership_longer_than_the_token_counter_ttl() {
     let server = spawned().await;
     let leader_client = Client::builder()
@@ -116,7 +115,6 @@ async fn the_leader_record_lives_as_long_as_the_leadership_longer_than_the_token
 /// delivered twice". A `proclaim` whose reply is lost with its connection is re-sent; it
 /// returns `Ok` and observers see its `Proclaimed` once.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: Proclaimed(v2) delivered twice (issue 27 §1.2; passes with i27-elect)"]
 async fn a_proclaim_re_sent_after_a_lost_reply_is_announced_once() {
     let server = spawned().await;
     let proxy = FaultProxy::start(server.addr()).await.expect("proxy");
@@ -324,7 +322,6 @@ async fn until_pod_a_leads_after(observer: &mut lockkit::Observer, after: u64) -
 /// leadership is lost drops the body's future and campaigns again". The guide's own example,
 /// after a `FLUSHALL` takes its leadership, must lead again.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: the lead loop ended after the FLUSHALL: Ok(Ok(())) (issue 27 §1.5; passes with i27-elect)"]
 async fn the_guides_lead_loop_keeps_leading_after_a_flushall() {
     let server = spawned().await;
     let pod = client_with(&server.url(), Duration::from_secs(3)).await;
@@ -350,7 +347,6 @@ async fn the_guides_lead_loop_keeps_leading_after_a_flushall() {
 /// rustdoc: "Leads for as long as the service runs". The guide's own example, through a Redis
 /// outage (killed for 3 s, three command timeouts), must lead again once Redis is back.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: the lead loop ended during the outage: Ok(Ok(())) (issue 27 §1.5; passes with i27-elect)"]
 async fn the_guides_lead_loop_keeps_leading_through_a_redis_outage() {
     let mut server = spawned().await;
     let pod = Client::builder()
@@ -383,7 +379,6 @@ async fn the_guides_lead_loop_keeps_leading_through_a_redis_outage() {
 /// released logs a warning" — a re-campaign of `lead` after a loss is not such a wait: no
 /// warning of a self-wait is logged.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: the lead loop ended after the FLUSHALL (issue 27 §1.5/§1.6; passes with i27-elect)"]
 async fn a_lead_loop_campaigning_again_after_a_loss_logs_no_self_wait_warning() {
     let warnings = lockkit_suite::Warnings::default();
     let _default = tracing::subscriber::set_default(warnings.clone());
@@ -683,7 +678,6 @@ async fn unbounded_waits_keep_their_bound(
 /// woken at once and tries)", as `Err(Redis(err))`, `err.is_timeout()`, "naming the object and
 /// the bound". Command timeout 1 s; holders' leases 120 s; allowed 2× + 1 s = 3 s.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: bounds met, but 3-5 of 10 errors (lock kinds) say only \"Request timed out\" (issue 27 §3.13)"]
 async fn every_unbounded_wait_fails_within_the_command_timeout_when_redis_is_killed() {
     unbounded_waits_keep_their_bound(Fault::Killed, None, Duration::from_secs(1)).await;
 }
@@ -693,7 +687,6 @@ async fn every_unbounded_wait_fails_within_the_command_timeout_when_redis_is_kil
 /// `ClientBuilder::recheck_interval` set to 3 s (rustdoc: "a waiting call fails within this
 /// interval plus the command timeout"). Bound 3 s + 1 s, allowed 2× + 1 s = 9 s.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: bounds met, but 3-5 of 10 errors (lock kinds) say only \"Request timed out\" (issue 27 §3.13)"]
 async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command_timeout_when_redis_is_frozen(
 ) {
     let recheck = Duration::from_secs(3);
@@ -709,7 +702,6 @@ async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command
 /// stops answering without closing the connection (a … `CLIENT PAUSE`d server)"; default
 /// recheck interval (≈ 1.7 s), command timeout 1 s: bound 2.7 s, allowed 2× + 1 s = 6.3 s.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: bounds met, but 3-5 of 10 errors (lock kinds) say only \"Request timed out\" (issue 27 §3.13)"]
 async fn every_unbounded_wait_fails_within_the_recheck_interval_plus_the_command_timeout_when_redis_is_paused(
 ) {
     unbounded_waits_keep_their_bound(Fault::Paused, None, Duration::from_millis(2_667)).await;
@@ -819,7 +811,6 @@ async fn a_latch_waiter_finds_a_latch_opened_by_a_flushall_within_the_recheck_in
 /// asked for, from the grant. Lock, FencedLock, Election, lease 8 s: 4 s after the grant the
 /// key's TTL (`inspect`) must be at most 4 s (+ 0.25 s for clock granularity).
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: TTL 6.4 s 4 s after the grant of an 8 s lease (issue 27 §2.7; passes with i27-lines)"]
 async fn a_fixed_lease_granted_by_a_release_lasts_the_lease_asked_for_counted_from_the_grant() {
     let server = spawned().await;
     let (ca, cb, cc) = (
@@ -886,7 +877,6 @@ async fn a_fixed_lease_granted_by_a_release_lasts_the_lease_asked_for_counted_fr
 /// the lock at the release, with a `wait` (3 s) shorter than the grant probation (5 s) a ghost
 /// in line would cost it. Lock and FairLock.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: Lock: the next waiter timed out (issue 27 §2.8; passes with i27-lines)"]
 async fn an_acquire_future_dropped_outside_a_runtime_leaves_its_place_in_line() {
     let server = spawned().await;
     let (ca, cb, cc, watcher) = (
@@ -947,7 +937,6 @@ async fn an_acquire_future_dropped_outside_a_runtime_leaves_its_place_in_line() 
 /// within the handoff window (allowed 2× + 1 s = 1.02 s, shorter than its own 1.7 s look-again,
 /// so only the hand-on can meet it).
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: x reached the next waiter 1.67 s after its release (issue 27 §2.9; passes with i27-lines)"]
 async fn a_multi_lock_waiters_reservation_is_handed_on_to_the_next_waiter() {
     let server = spawned().await;
     let (holder, multi, plain, watcher) = (
@@ -991,7 +980,6 @@ async fn a_multi_lock_waiters_reservation_is_handed_on_to_the_next_waiter() {
 /// ended, so the tries run and take the objects. Each object must then be free for another
 /// client long before the tries' watchdog lease (30 s) would end: a 10 s try gets it.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: 8 of 8 objects still held after the try returned an error (issue 27 §3.12; passes with i27-giveback)"]
 async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_release_script_cached()
 {
     let server = spawned().await;
@@ -1213,7 +1201,6 @@ async fn nothing_is_held_after_a_try_cut_off_while_redis_was_frozen_with_no_rele
 /// (failover, `SCRIPT FLUSH`)" needs nothing. Tries cut off by a `CLIENT PAUSE` (written into
 /// the paused server, run when it unpauses) after the cache was flushed leave nothing held.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: locks still held after the try returned an error (issue 27 §3.12; passes with i27-giveback)"]
 async fn nothing_is_held_after_a_try_cut_off_by_a_client_pause_after_script_flush() {
     let server = spawned().await;
     let holder = client(&server.url()).await;
@@ -1285,7 +1272,6 @@ async fn nothing_is_held_after_a_try_cut_off_by_a_client_pause_after_script_flus
 /// the bound ("within"), never fred's bare "Request timed out", and the election's never speaks
 /// of a fenced lock.
 #[tokio::test]
-#[ignore = "fails: fails on main fc41a36: \"redis error during once_per: Request timed out\" and 4 more (issue 27 §3.13; passes with i27-giveback)"]
 async fn timeout_errors_name_the_object_the_operation_and_the_bound() {
     let server = spawned().await;
     let c = builder_client(&server.url(), Duration::from_secs(1), None).await;

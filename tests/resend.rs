@@ -872,6 +872,7 @@ fn every_audited_script_has_a_case() {
 
 /// Every script sent with re-sending allowed, run twice with the same arguments in situations
 /// where it writes: the second run changes no key, publishes nothing and answers as the first.
+/// Reads the keys' expiry with `PEXPIRETIME` (Redis 7.0+; `scripts/test` does not run it on 6.2).
 #[tokio::test]
 async fn every_script_that_may_be_resent_changes_nothing_the_second_time() {
     let server = spawned().await;

@@ -561,10 +561,10 @@ async fn an_acl_user_is_refused_outside_its_prefix_and_holds_nothing() {
         let psem = intruder.permit_expirable_semaphore(name("psem"));
         refused(psem.try_acquire(wait, long).await, "semaphore_acquire");
         let latch = intruder.count_down_latch(name("latch"));
-        refused(latch.wait(wait).await, "latch_count");
+        refused(latch.wait(wait).await, "wait");
     }
     let lock = intruder.lock(name("lock"));
-    refused(lock.is_locked().await, "exists");
+    refused(lock.is_locked().await, "is_locked");
     refused(lock.hold_count().await, "lock_hold_count");
     refused(lock.remaining_ttl().await, "remaining_ttl");
     refused(lock.force_unlock().await, "lock_force_unlock");
@@ -573,8 +573,8 @@ async fn an_acl_user_is_refused_outside_its_prefix_and_holds_nothing() {
     refused(sem.add_permits(3).await, "semaphore_add_permits");
     refused(sem.available_permits().await, "semaphore_available");
     let latch = intruder.count_down_latch(name("latch"));
-    refused(latch.try_set_count(3).await, "latch_try_set_count");
-    refused(latch.count_down().await, "latch_count_down");
+    refused(latch.try_set_count(3).await, "try_set_count");
+    refused(latch.count_down().await, "count_down");
 
     assert_eq!(intruder.held_count(), 0);
     assert_eq!(intruder.waiting_count(), 0);

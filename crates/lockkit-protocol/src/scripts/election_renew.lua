@@ -5,7 +5,8 @@
 --              first of each hold's keys is the election's main key (the fenced hold HASH), the
 --              last its leader record (see election_lib.lua); the others are not touched
 -- ARGV[2i-1]   hold marker of the i-th hold
--- ARGV[2i]     lease in ms to extend the i-th hold to; 0 = only check that the hold is still there
+-- ARGV[2i]     lease in ms to extend the i-th hold to (now + lease), or `@<server ms>`: to that
+--              instant (a granted hold's confirmation); 0 = only check that the hold is there
 --
 -- Reply        as lock_renew: one integer per hold, 1 = the hold is live (and was extended),
 --              0 = the hold is gone
@@ -21,7 +22,7 @@ local result = {}
 for i = 1, holds do
   local key, record = KEYS[stride * (i - 1) + 1], KEYS[stride * i]
   local marker = ARGV[2 * i - 1]
-  result[i] = renew_hold(key, marker, tonumber(ARGV[2 * i]), now)
+  result[i] = renew_hold(key, marker, ARGV[2 * i], now)
   if result[i] == 1 then
     follow_hold(key, record, marker, now)
   end
