@@ -139,7 +139,8 @@ pub(crate) static PLAIN: Flavor = Flavor {
 /// back a grant that was on its way to it; one whose client died is skipped by the next release
 /// once its connection is closed, and dropped once its keep-alive has passed. (Only a
 /// [`MultiLock`](crate::MultiLock) waiting for several locks at once is not granted a lock: a
-/// release reserves it for the multi-lock for a few milliseconds instead.)
+/// release reserves it for the multi-lock for a few milliseconds instead, and a multi-lock that
+/// cannot use it yet passes it on to the next waiter at once.)
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
