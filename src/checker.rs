@@ -48,9 +48,58 @@ use tokio::sync::mpsc;
 
 /// Now on `CLOCK_MONOTONIC`, in nanoseconds: the one clock of every timestamp in the suite.
 ///
+/// The first call starts the [scheduling-lag monitor](scheduling_lags), so it watches every
+/// history from its first timestamp.
+///
 /// # Panics
 /// If the clock cannot be read (it always can on Linux).
 pub fn now() -> u64 {
+    lag_monitor();
+    monotonic()
+}
+
+/// How late the lag monitor's thread may wake from its 1 ms sleep before the gap counts as a
+/// window in which the machine did not run this process.
+pub const SCHEDULING_LAG_NS: u64 = 20_000_000;
+
+/// The windows (`now` timestamps, start and end) in which this test process was not scheduled:
+/// a thread that sleeps 1 ms at a time woke more than [`SCHEDULING_LAG_NS`] late. On a loaded
+/// machine (two cores shared with builds and other tests) the test's clients, its recorder and
+/// Redis all stand still for tens of milliseconds now and then; a stall measure cuts these
+/// windows out, as it cuts out faults, because no library can serve a waiter whose process does
+/// not run. Windows since the first [`now`].
+pub fn scheduling_lags() -> Vec<(u64, u64)> {
+    lag_monitor()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+}
+
+/// The lag monitor's windows, the thread started on the first call.
+fn lag_monitor() -> &'static std::sync::Mutex<Vec<(u64, u64)>> {
+    static LAGS: std::sync::OnceLock<std::sync::Mutex<Vec<(u64, u64)>>> =
+        std::sync::OnceLock::new();
+    LAGS.get_or_init(|| {
+        // The monitor is best effort: without its thread no window is cut out.
+        let _ = std::thread::Builder::new()
+            .name("lag-monitor".into())
+            .spawn(|| loop {
+                let before = monotonic();
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                let after = monotonic();
+                if after.saturating_sub(before) > SCHEDULING_LAG_NS {
+                    lag_monitor()
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push((before, after));
+                }
+            });
+        std::sync::Mutex::new(Vec::new())
+    })
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds.
+fn monotonic() -> u64 {
     use nix::time::{clock_gettime, ClockId};
     match clock_gettime(ClockId::CLOCK_MONOTONIC) {
         Ok(ts) => {

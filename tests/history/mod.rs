@@ -417,6 +417,10 @@ pub struct Figures {
     /// The longest interval a waiter was left unserved while the resource was free for it
     /// (outside the excluded windows), in ms; below the bound unless `stalls > 0`.
     pub longest_stall_ms: f64,
+    /// Windows in which the test process was not scheduled
+    /// ([`scheduling_lags`](lockkit_suite::checker::scheduling_lags)), cut out of the stall
+    /// measure like faults.
+    pub scheduling_lags: usize,
     /// Violations and stalls, readable.
     pub explain: String,
 }
@@ -458,11 +462,16 @@ pub fn examine_history<S: Spec>(
         explain: report.explain(),
         ..Figures::default()
     };
+    // Windows in which the machine did not run this process are no library's stall.
+    let mut excluded = excluded.to_vec();
+    let lags = lockkit_suite::checker::scheduling_lags();
+    figures.scheduling_lags = lags.len();
+    excluded.extend(lags);
     for (object, checked) in &report.objects {
         let Verdict::Linearizable { order } = &checked.verdict else {
             continue;
         };
-        for stall in stalls(&spec(object), &checked.ops, order, serve, excluded) {
+        for stall in stalls(&spec(object), &checked.ops, order, serve, &excluded) {
             let ms = stall.len_ns() as f64 / 1e6;
             figures.longest_stall_ms = figures.longest_stall_ms.max(ms);
             if stall.len_ns() > bound_ns {
@@ -504,6 +513,7 @@ pub fn to_record(record: Record, primitive: &str, figures: &Figures) -> Record {
         .num(&key("unknown"), figures.unknown as f64)
         .num(&key("stalls"), figures.stalls as f64)
         .num(&key("longest_stall"), figures.longest_stall_ms)
+        .num(&key("scheduling_lags"), figures.scheduling_lags as f64)
 }
 
 /// Prints one primitive's figures (marker `HISTORY`).
