@@ -219,7 +219,8 @@ impl PermitExpirableSemaphore {
         let keys = self.object.keys()?;
         let inner = self.object.inner();
         let lease = validate_lease(lease)?;
-        let attempt = PermitAttempt::new(&self.object, keys, &PERMIT_HOLDS, 1, lease, false)?;
+        let attempt =
+            PermitAttempt::new(&self.object, keys, &PERMIT_HOLDS, 1, (lease, false), wait)?;
         Ok(acquire(inner, &attempt, wait)
             .await?
             .map(|guard| ExpirablePermit {

@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::{decode_cancel, WAITER_KEEPALIVE};
 use lockkit_protocol::semaphore::{
     decode_try_set_permits, AcquireReply, AddReply, AvailableReply, ACQUIRE, ADD_PERMITS,
-    AVAILABLE, RELEASE, RENEW, TRY_SET_PERMITS,
+    AVAILABLE, CANCEL, RELEASE, RENEW, TRY_SET_PERMITS,
 };
+use lockkit_protocol::wake::Grant;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
@@ -22,6 +25,7 @@ use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
 use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
+use crate::queued::{Leave, Queued};
 
 /// The most permits a semaphore can have in total (and so the most one acquisition can take).
 pub(crate) const MAX_PERMITS: u64 = u32::MAX as u64;
@@ -31,6 +35,14 @@ pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
     kind: Kind::Semaphore,
     release: &RELEASE,
     renew: &RENEW,
+};
+
+/// How a waiter of either semaphore kind that gives up leaves the line (and hands on permits a
+/// release granted it).
+static SEMAPHORE_LEAVE: Leave = Leave {
+    script: &CANCEL,
+    keys: key_refs,
+    decode: decode_cancel,
 };
 
 /// A counting semaphore shared by every client that uses the same name and Redis: at most
@@ -308,8 +320,8 @@ impl Semaphore {
             keys,
             &SEMAPHORE_HOLDS,
             permits,
-            lease,
-            watchdog,
+            (lease, watchdog),
+            wait,
         )?;
         Ok(acquire(inner, &attempt, wait)
             .await?
@@ -446,7 +458,9 @@ pub(crate) fn key_refs(keys: &ObjectKeys) -> Vec<&str> {
     keys.keys.iter().map(String::as_str).collect()
 }
 
-/// One try at taking permits, for both semaphore kinds: yields the granted hold.
+/// One acquire call's tries at taking permits, for both semaphore kinds: yields the hold, taken
+/// by a try or granted by a release. Every try carries the call's one hold marker, which is also
+/// its request's in the semaphore's line (`scripts/line_lib.lua`).
 pub(crate) struct PermitAttempt<'a> {
     client: &'a Arc<ClientInner>,
     object: &'a Object,
@@ -457,63 +471,98 @@ pub(crate) struct PermitAttempt<'a> {
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
+    /// The sequence number and marker of the one hold this call takes, in every try and grant.
+    seq: u64,
+    marker: String,
+    /// This client's own channel for the semaphore: grants to its waiters are published there.
+    channel: String,
+    /// When the latest refused try was sent, and the server's clock when it ran (a grant's
+    /// expiry is read against it).
+    anchor: Mutex<Option<(Instant, u64)>>,
+    /// The call's request in the line, left when the call gives up.
+    queued: Queued<'a>,
+    /// The request's keep-alive in ms; "0": try once, never join (a `try_acquire` with a zero
+    /// wait that fails must not be granted permits later).
+    keepalive: Duration,
+    keepalive_ms: String,
 }
 
 impl<'a> PermitAttempt<'a> {
-    /// Checks `permits` (positive, at most [`MAX_PERMITS`]) and prepares the attempt.
+    /// Checks `permits` (positive, at most [`MAX_PERMITS`]) and prepares the call's tries; `wait`
+    /// is the call's (`Some(ZERO)`: one try, which never joins the line).
     pub(crate) fn new(
         object: &'a Object,
         keys: &'a Arc<ObjectKeys>,
         holds: &'static HoldKind,
         permits: u64,
-        lease: Duration,
-        watchdog: bool,
+        (lease, watchdog): (Duration, bool),
+        wait: Option<Duration>,
     ) -> Result<Self, Error> {
         if permits == 0 {
             return Err(Error::InvalidArgument("cannot acquire zero permits".into()));
         }
         check_permits(permits, "cannot acquire")?;
+        let client = object.inner();
+        let seq = client.next_sequence();
+        let marker = lockkit_protocol::lock::hold_marker(&client.id, seq);
+        let channel = keys.client_channel(&client.id);
+        let lease_ms = lease_millis(lease).to_string();
+        let permits_arg = permits.to_string();
+        let request = format!("{marker} {lease_ms} {permits_arg} {channel}");
+        let keepalive = if wait == Some(Duration::ZERO) {
+            Duration::ZERO
+        } else {
+            WAITER_KEEPALIVE
+        };
         Ok(Self {
-            client: object.inner(),
+            client,
             object,
             keys,
             holds,
             permits,
-            permits_arg: permits.to_string(),
+            permits_arg,
             lease,
-            lease_ms: lease_millis(lease).to_string(),
+            lease_ms,
             watchdog,
+            seq,
+            marker,
+            channel,
+            anchor: Mutex::new(None),
+            queued: Queued::new(
+                client,
+                object.kind,
+                &object.name,
+                keys,
+                &SEMAPHORE_LEAVE,
+                request,
+            ),
+            keepalive,
+            keepalive_ms: lease_millis(keepalive).to_string(),
         })
     }
-}
 
-impl Attempt for PermitAttempt<'_> {
-    type Output = HoldGuard;
-
-    fn channel(&self) -> &str {
-        &self.keys.channel
-    }
-
-    fn object(&self) -> (Kind, &str) {
-        (self.object.kind, &self.object.name)
-    }
-
-    fn need(&self) -> u64 {
-        self.permits
-    }
-
-    async fn attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
-        let client = self.client;
-        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
-        // script may have taken is given back.
-        let guard = HoldGuard::prepare(
-            client,
+    /// The guard of the call's one hold, armed: made before each try is sent, and for a grant.
+    fn hold_guard(&self) -> HoldGuard {
+        HoldGuard::prepare_marked(
+            self.client,
             self.holds,
             &self.object.name,
             self.keys,
-            self.lease,
-            self.watchdog,
-        );
+            (self.lease, self.watchdog),
+            None,
+            self.seq,
+        )
+    }
+
+    /// One run of the acquire script; `keepalive_ms` = "0" never joins the line.
+    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<HoldGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = self.hold_guard();
+        if keepalive_ms != "0" {
+            self.queued.joining();
+        }
         let sent = Instant::now();
         let reply = client
             .exec
@@ -522,25 +571,33 @@ impl Attempt for PermitAttempt<'_> {
                 self.object.kind,
                 &key_refs(self.keys),
                 &[
-                    &guard.hold().marker,
+                    &self.marker,
                     &self.permits_arg,
                     &self.lease_ms,
-                    &self.keys.channel,
+                    &self.channel,
                     client.exec.publish_flag(),
                     // Read at each try: a total configured while waiting counts.
                     &configured_arg(self.object, self.keys),
+                    keepalive_ms,
                 ],
                 Resend::Allowed,
             )
             .await?;
         let reason = match AcquireReply::decode(&reply)? {
             AcquireReply::Acquired { .. } => {
-                return Ok(Outcome::Acquired(guard.granted(sent)?.replicated().await?))
+                // Taking the permits takes the request out of the line in the same script.
+                self.queued.granted();
+                return Ok(Outcome::Acquired(guard.granted(sent)?.replicated().await?));
             }
-            AcquireReply::Busy { retry_ms } => {
+            AcquireReply::Busy { retry_ms, now_ms } => {
                 guard.disarm();
+                *self.anchor.lock() = Some((sent, now_ms));
+                // Retry (and so keep the request alive) well before its keep-alive runs out.
+                let refresh = self.keepalive / 3;
                 return Ok(Outcome::Busy {
-                    retry_in: retry_ms.map(Duration::from_millis),
+                    retry_in: Some(
+                        retry_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
+                    ),
                 });
             }
             AcquireReply::MoreThanTotal { total } => format!(
@@ -557,9 +614,60 @@ impl Attempt for PermitAttempt<'_> {
                  try_set_permits or add_permits)"
                 .into(),
         };
-        // Refused: the script took nothing.
+        // Refused: the script took nothing, and took the request out of the line.
+        self.queued.granted();
         guard.disarm();
         Err(refused(self.object, reason))
+    }
+}
+
+impl Attempt for PermitAttempt<'_> {
+    type Output = HoldGuard;
+
+    /// This client's own channel for the semaphore.
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn object(&self) -> (Kind, &str) {
+        (self.object.kind, &self.object.name)
+    }
+
+    /// A release grants permits to the line's head and names it by its marker: its client wakes
+    /// that very waiter.
+    fn waiter_tag(&self) -> Option<&str> {
+        Some(&self.marker)
+    }
+
+    fn need(&self) -> u64 {
+        self.permits
+    }
+
+    async fn attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
+        self.try_once(&self.keepalive_ms).await
+    }
+
+    /// A try that leaves the line when refused (keep-alive 0): the wait ran out, so no release
+    /// may grant permits to this call any more.
+    async fn last_attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
+        let outcome = self.try_once("0").await?;
+        if !matches!(outcome, Outcome::Acquired(_)) {
+            // The script took the request out: nothing is left to leave.
+            self.queued.granted();
+        }
+        Ok(outcome)
+    }
+
+    /// The permits are this call's already: the release that freed them made the call's request
+    /// a hold and said so on this client's channel.
+    async fn claim(&self, grant: Grant) -> Result<Option<HoldGuard>, Error> {
+        let anchor = *self.anchor.lock();
+        let Some(guard) = self.hold_guard().claim_grant(anchor, grant)? else {
+            return Ok(None);
+        };
+        // The grant took the request out of the line.
+        self.queued.granted();
+        Ok(Some(guard.replicated().await?))
     }
 }
 
