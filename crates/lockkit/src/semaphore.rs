@@ -81,14 +81,31 @@ static SEMAPHORE_LEAVE: Leave = Leave {
 /// Permits are not owned by a task and there is no reentrancy: each acquisition is one hold of `k`
 /// permits, given back by its [`SemaphorePermit`] (from any task), or when its lease ends.
 ///
-/// # Waiting
-/// A task that finds too few permits free subscribes to the semaphore's channel and sleeps until
-/// permits come back (a release of `k` permits wakes `k` waiters of each client), or at most the
-/// client's [recheck interval](crate::ClientBuilder::recheck_interval) (≈ 1.7 s by default),
-/// whatever the holders' leases say: permits that come back without a message (a lease that ran
-/// out, data loss) reach a waiter within that interval. A woken waiter that finds too few
-/// permits for itself hands the wake-up on to a waiter of its client that asks for fewer, so a
-/// freed permit is not wasted on a waiter that cannot use it.
+/// # Waiting: a FIFO line
+/// Waiting acquire calls stand in one line in Redis, in the order they first found too few
+/// permits, across every client. Whatever frees permits — a release, an
+/// [`add_permits`](Semaphore::add_permits), a holder's lease found run out (by any script on the
+/// semaphore, at the latest by a waiter's own look, which it makes every third of its 5 s
+/// keep-alive) — grants them, in the same script, to the head of the line while the head's
+/// request fits: the granted call holds its permits at once and is told on its client's own
+/// channel, with one message; no other client hears anything.
+///
+/// **A request for many permits at the head is not overtaken by smaller ones behind it**, even
+/// when enough permits are free for them: the same choice as tokio's `Semaphore`, for the same
+/// reason — otherwise a steady stream of small requests could starve an `acquire(k)` forever. A
+/// call that does not wait is no exception: [`try_acquire`](Semaphore::try_acquire) with a zero
+/// `wait` takes permits only when nobody waits ahead of it (it is refused while anyone waits, even
+/// with permits free, and never joins the line), so it cannot take permits the head is gathering.
+/// [`available_permits`](Semaphore::available_permits) counts the permits free, including those
+/// kept for a head that needs more.
+///
+/// A waiting call that goes away (its wait ran out, its future was dropped, its client shut
+/// down) leaves the line at once, and permits granted to it that it had not taken yet go on to
+/// the next; the last try of a wait that ran out leaves the line in the same script. A grant
+/// is on probation as a lock's is: a grantee that died unseen costs the others at most 5 s, never
+/// its lease. A waiter also looks again on its own at least every
+/// [recheck interval](crate::ClientBuilder::recheck_interval) (≈ 1.7 s by default): permits that
+/// come back without a script on the semaphore (data loss) reach the line within it.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -160,8 +177,8 @@ impl Semaphore {
     /// Sets the total number of permits to `permits`, only if it was never set; returns whether
     /// this call set it. Either way, the client remembers `permits` as the semaphore's total (see
     /// [`with_permits`](Semaphore::with_permits)), so the semaphore is set up again with it if
-    /// its keys are lost. A total that is set wakes every waiter (one waiting since the keys were
-    /// lost is refused at once if it asks for more).
+    /// its keys are lost. A total that is set serves the line (a waiter waiting since the keys
+    /// were lost is refused at once if it asks for more).
     ///
     /// Zero is accepted (no acquisition is possible until [`add_permits`](Semaphore::add_permits)
     /// adds some).
@@ -184,10 +201,11 @@ impl Semaphore {
     /// - On a semaphore whose total is absent (never set, or lost with the data), the total
     ///   starts from the [configured total](Semaphore::configured_permits), or from zero.
     /// - The client remembers the new total as the semaphore's configured total.
-    /// - Added permits wake as many waiters.
+    /// - Added permits are granted to the line's head while its request fits (see
+    ///   [Waiting](Semaphore#waiting-a-fifo-line)).
     /// - Taking permits away never takes them from holders: while holders keep more than the new
-    ///   total, no permit is free, and they come back as holders release. It wakes every waiter,
-    ///   so a waiter that asks for more than the new total is refused at once.
+    ///   total, no permit is free, and they come back as holders release. A waiter that asks for
+    ///   more than the new total leaves the line and is refused at once.
     ///
     /// # Cancel safety
     /// As [`try_set_permits`](Semaphore::try_set_permits).
@@ -204,7 +222,10 @@ impl Semaphore {
     /// How many permits are free now (when the total is absent: the
     /// [configured total](Semaphore::configured_permits), which an acquire would set, or 0).
     ///
-    /// Permits of holds whose lease has ended are given back first (and announced to waiters).
+    /// Permits of holds whose lease has ended are given back first, and granted to the line's
+    /// head while it fits. Permits free while a waiter at the head needs more are counted: they
+    /// are kept for it, and a new acquire does not get them (see
+    /// [Waiting](Semaphore#waiting-a-fifo-line)).
     ///
     /// # Cancel safety
     /// Cancel-safe.
@@ -270,7 +291,9 @@ impl Semaphore {
 
     /// Tries to take `permits` permits, waiting at most `wait`.
     ///
-    /// - `wait = Duration::ZERO` makes one attempt and never waits;
+    /// - `wait = Duration::ZERO` makes one attempt and never waits: it takes the permits only if
+    ///   they are free **and nobody waits ahead of it** (the line is FIFO, see
+    ///   [Waiting](Semaphore#waiting-a-fifo-line)), and never joins the line;
     /// - `lease = None` holds them in watchdog mode, `Some(lease)` with a fixed lease.
     ///
     /// Returns `Ok(None)` when too few permits were free within `wait`. A `wait` too long to
@@ -740,7 +763,7 @@ impl SemaphorePermit {
         self.guard.hold().lost_signal()
     }
 
-    /// Gives the permits back now, and wakes as many waiters.
+    /// Gives the permits back now: they are granted to the line's head while it fits.
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, the release goes on in the background.

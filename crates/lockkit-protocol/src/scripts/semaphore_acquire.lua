@@ -49,7 +49,7 @@ if total == nil then
     return {3, 0}
   end
   redis.call('HSET', main, 'permits', total)
-  refuse_impossible(main, waiting, timeouts, sharded)
+  refuse_impossible(main, waiting, timeouts, sharded, now)
 end
 
 local reply

@@ -37,7 +37,7 @@ elseif new > max then
 else
   redis.call('HSET', main, 'permits', new)
   if current == nil or delta < 0 then
-    refuse_impossible(main, waiting, timeouts, sharded)
+    refuse_impossible(main, waiting, timeouts, sharded, now)
   end
   reply = {1, new}
 end

@@ -131,14 +131,15 @@ local function grant_line(main, leases, waiting, timeouts, sharded, now, caller)
   end)
 end
 
--- After the total was set or lowered: every request in the line that asks for more than the
+-- After the total was set or lowered: every live request in the line that asks for more than the
 -- total leaves it, and its waiter is woken ('w:<marker>' on its channel) to try once more and be
 -- refused at once, not when its keep-alive runs out.
-local function refuse_impossible(main, waiting, timeouts, sharded)
+local function refuse_impossible(main, waiting, timeouts, sharded, now)
   local total = tonumber(redis.call('HGET', main, 'permits'))
   if total == nil or redis.call('EXISTS', waiting) == 0 then
     return
   end
+  prune(waiting, timeouts, now)
   for _, member in ipairs(redis.call('ZRANGE', waiting, 0, -1)) do
     local marker, _, ask, channel = parse_request(member)
     if not marker or (tonumber(ask) or 0) > total then

@@ -18,7 +18,8 @@ local main, leases, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 repair_eviction(main, leases)
 local set = redis.call('HSETNX', main, 'permits', ARGV[1])
 if set == 1 then
-  refuse_impossible(main, waiting, timeouts, ARGV[3])
-  grant_line(main, leases, waiting, timeouts, ARGV[3], now_ms(), nil)
+  local now = now_ms()
+  refuse_impossible(main, waiting, timeouts, ARGV[3], now)
+  grant_line(main, leases, waiting, timeouts, ARGV[3], now, nil)
 end
 return {set}
