@@ -51,12 +51,7 @@ async fn line_length(redis: &RedisServer, name: &str) -> i64 {
 
 /// Starts a waiter for `permits` through `client` and returns once its request stands in the line
 /// (the line is one longer), so waiters join in the order they are started.
-async fn join(
-    redis: &RedisServer,
-    client: &Client,
-    name: &str,
-    permits: u64,
-) -> Waiting {
+async fn join(redis: &RedisServer, client: &Client, name: &str, permits: u64) -> Waiting {
     let before = line_length(redis, name).await;
     let semaphore = client.semaphore(name);
     let task = tokio::spawn(async move { semaphore.try_acquire(permits, PATIENCE, None).await });
@@ -132,7 +127,11 @@ async fn a_big_request_at_the_head_is_not_overtaken(same_client: bool) {
             .is_none(),
         "a try with a zero wait jumped the line"
     );
-    assert_eq!(line_length(&redis, &name).await, 2, "the try joined the line");
+    assert_eq!(
+        line_length(&redis, &name).await,
+        2,
+        "the try joined the line"
+    );
     assert!(!big.is_finished() && !small.is_finished());
 
     held.pop().expect("one held").release().await.unwrap();
@@ -180,7 +179,11 @@ async fn added_permits_grant_the_head_while_it_fits() {
     }
     assert_eq!(semaphore.add_permits(4).await.unwrap(), 7);
     assert_eq!(semaphore.available_permits().await.unwrap(), 0);
-    assert_eq!(line_length(&redis, &name).await, 1, "only the waiter for 3 is left");
+    assert_eq!(
+        line_length(&redis, &name).await,
+        1,
+        "only the waiter for 3 is left"
+    );
     let (last_permits, last) = line.pop().expect("four waiters");
     let mut permits = Vec::new();
     for (want, task) in line {

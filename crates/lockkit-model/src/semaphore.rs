@@ -414,8 +414,9 @@ impl Semaphore {
             return;
         }
         self.prune(now);
-        let (refused, kept): (Vec<Waiter>, Vec<Waiter>) =
-            std::mem::take(&mut self.line).into_iter().partition(|w| w.permits > total);
+        let (refused, kept): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.line)
+            .into_iter()
+            .partition(|w| w.permits > total);
         self.line = kept;
         for waiter in refused {
             self.publish(&waiter.channel, format!("w:{}", waiter.marker));
@@ -578,7 +579,10 @@ impl Semaphore {
                 channel,
             } => {
                 let member = format!("{hold} {lease_ms} {permits} {channel}");
-                let mut removed = self.line.iter().any(|w| w.member() == member);
+                let mut removed = self
+                    .line
+                    .iter()
+                    .any(|w| w.member() == member && w.deadline > now);
                 self.leave(&member);
                 self.purge(now);
                 if self.holds.remove(hold).is_some() {

@@ -52,7 +52,8 @@ pub static CANCEL: Script = with_prelude!(["hold_lib", "line_lib", "handoff_lib"
 /// The live hold count of some owners (lock, fenced lock and fair lock).
 pub static HOLD_COUNT: Script = with_prelude!("hold_lib", "lock_hold_count");
 /// Delete a lock whoever holds it.
-pub static FORCE_UNLOCK: Script = with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_force_unlock");
+pub static FORCE_UNLOCK: Script =
+    with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_force_unlock");
 
 /// How long a release reserves the free lock for a multi-lock member waiting in the waiting set
 /// (a request that only looks, see `scripts/handoff_lib.lua`): the member's client is woken and

@@ -56,13 +56,16 @@ pub static RELEASE: Script = with_prelude!(["line_lib", "semaphore_lib"], "semap
 /// Extend or check many holds at once (the watchdog's batch; two keys per hold).
 pub static RENEW: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_renew");
 /// Set the total, only if it was never set.
-pub static TRY_SET_PERMITS: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_try_set_permits");
+pub static TRY_SET_PERMITS: Script =
+    with_prelude!(["line_lib", "semaphore_lib"], "semaphore_try_set_permits");
 /// Add to or take from the total.
-pub static ADD_PERMITS: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_add_permits");
+pub static ADD_PERMITS: Script =
+    with_prelude!(["line_lib", "semaphore_lib"], "semaphore_add_permits");
 /// Count the free permits.
 pub static AVAILABLE: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_available");
 /// Set one hold's lease to end a given time from now.
-pub static UPDATE_LEASE: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_update_lease");
+pub static UPDATE_LEASE: Script =
+    with_prelude!(["line_lib", "semaphore_lib"], "semaphore_update_lease");
 
 /// Take a request whose call stopped waiting out of the line, and hand on what was granted to it.
 pub static CANCEL: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_cancel");

@@ -160,7 +160,8 @@ impl HoldGuard {
         };
         let local = |server: u64| sent + Duration::from_millis(server.saturating_sub(server_ms));
         let deadline = local(grant.expiry_ms);
-        let lease_ms = u64::try_from(crate::hold::lease_millis(self.hold.lease)).unwrap_or(u64::MAX);
+        let lease_ms =
+            u64::try_from(crate::hold::lease_millis(self.hold.lease)).unwrap_or(u64::MAX);
         let lease_end_ms = grant.now_ms.saturating_add(lease_ms);
         let lease_end = crate::watchdog::LeaseEnd {
             server_ms: lease_end_ms,

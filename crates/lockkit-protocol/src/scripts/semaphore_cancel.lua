@@ -10,7 +10,8 @@
 -- ARGV[2]  the semaphore's channel (not used)
 -- ARGV[3]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
--- Reply    {1} the request was waiting or granted, and is removed; {0} it was not
+-- Reply    {1} the request was waiting (its keep-alive not run out) or granted, and is removed;
+--          {0} it was not
 --
 -- A grant a release made to the request that its client did not claim (the call gave up while
 -- the grant was on its way) is given back at once, and the line is served again (grant_line):
@@ -19,9 +20,12 @@
 local main, leases, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local member, sharded = ARGV[1], ARGV[3]
 
-local removed = redis.call('ZREM', timeouts, member) + redis.call('ZREM', waiting, member)
-local marker = parse_request(member)
 local now = now_ms()
+-- Counted only while live: a request whose keep-alive passed was gone already.
+local deadline = tonumber(redis.call('ZSCORE', timeouts, member))
+local removed = (deadline and deadline > now) and 1 or 0
+leave_waiting(waiting, timeouts, member)
+local marker = parse_request(member)
 purge(main, leases, now)
 if marker and redis.call('ZSCORE', leases, marker) then
   end_hold(main, leases, marker)
