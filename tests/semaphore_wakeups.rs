@@ -254,3 +254,35 @@ async fn a_release_tells_only_the_granted_client() {
     permit.release().await.unwrap();
     let _: () = publisher.del(keys.keys.clone()).await.unwrap();
 }
+
+/// A holder that dies holding the only permit (nobody releases it): when its lease runs out,
+/// whichever script finds that first — here the waiters' own looks at the lease's end — grants
+/// the permit to the head of the line, not to the waiter whose look found it.
+#[tokio::test]
+async fn a_dead_holders_permit_goes_to_the_head_of_the_line() {
+    let redis = spawned().await;
+    let url = redis.url();
+    let holder = client(&url).await;
+    let name = unique("fifo-dead-holder");
+    let semaphore = holder.semaphore(&name);
+    assert!(semaphore.try_set_permits(1).await.unwrap());
+    let dead = semaphore
+        .try_acquire(1, Duration::ZERO, Some(Duration::from_millis(300)))
+        .await
+        .unwrap()
+        .expect("the free permit");
+    // The holder "dies": its guard never releases.
+    std::mem::forget(dead);
+    let (first, second) = (client(&url).await, client(&url).await);
+    let head = join(&redis, &first, &name, 1).await;
+    let behind = join(&redis, &second, &name, 1).await;
+    let permit = granted(head, 1).await;
+    assert_eq!(
+        line_length(&redis, &name).await,
+        1,
+        "the waiter behind took it"
+    );
+    assert!(!behind.is_finished());
+    permit.release().await.unwrap();
+    granted(behind, 1).await.release().await.unwrap();
+}

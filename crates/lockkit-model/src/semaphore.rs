@@ -965,6 +965,119 @@ mod tests {
         );
     }
 
+    fn wait(hold: &str, permits: u64, channel: &str) -> SemOp {
+        SemOp::Wait {
+            hold: hold.into(),
+            permits,
+            lease_ms: 60_000,
+            configured: None,
+            channel: channel.into(),
+            keepalive_ms: 5_000,
+        }
+    }
+
+    fn payloads(s: &mut Semaphore) -> Vec<(String, String)> {
+        s.take_messages()
+            .into_iter()
+            .map(|m| (m.channel, m.payload))
+            .collect()
+    }
+
+    #[test]
+    fn the_line_is_granted_in_order_and_a_big_head_is_not_overtaken() {
+        let mut s = Semaphore::new();
+        s.listen("a");
+        s.listen("b");
+        s.apply(0, &SemOp::TrySetPermits { permits: 2 });
+        assert!(matches!(
+            s.apply(0, &acquire("#h:1", 1, 60_000)),
+            SemRet::Acquired { .. }
+        ));
+        assert!(matches!(
+            s.apply(0, &acquire("#h:2", 1, 60_000)),
+            SemRet::Acquired { .. }
+        ));
+        assert_eq!(s.apply(1, &wait("#big", 2, "a")), SemRet::Busy);
+        assert_eq!(s.apply(2, &wait("#small", 1, "b")), SemRet::Busy);
+        // One permit back: kept for the head, which needs two; nobody is told anything.
+        assert_eq!(
+            s.apply(
+                3,
+                &SemOp::Release {
+                    hold: "#h:1".into()
+                }
+            ),
+            SemRet::Released
+        );
+        assert!(payloads(&mut s).is_empty());
+        assert_eq!(s.available(), 1);
+        // Nor does a try that does not wait jump the line.
+        assert_eq!(s.apply(3, &acquire("#t:1", 1, 60_000)), SemRet::Busy);
+        // The second permit back: the head gets both, on its channel alone, on probation.
+        assert_eq!(
+            s.apply(
+                4,
+                &SemOp::Release {
+                    hold: "#h:2".into()
+                }
+            ),
+            SemRet::Released
+        );
+        assert_eq!(
+            payloads(&mut s),
+            vec![("a".into(), "g:2:0:4:5004:#big".into())]
+        );
+        assert_eq!(s.holds()["#big"].expiry, 4 + PROBATION_MS);
+        assert_eq!(
+            s.apply(
+                5,
+                &SemOp::Release {
+                    hold: "#big".into()
+                }
+            ),
+            SemRet::Released
+        );
+        assert_eq!(
+            payloads(&mut s),
+            vec![("b".into(), "g:1:0:5:5005:#small".into())]
+        );
+        assert!(s.line().is_empty());
+    }
+
+    #[test]
+    fn an_unheard_grant_is_undone_and_the_next_request_gets_it() {
+        let mut s = Semaphore::new();
+        s.listen("a");
+        s.apply(0, &SemOp::TrySetPermits { permits: 1 });
+        s.apply(0, &acquire("#h:1", 1, 60_000));
+        s.apply(1, &wait("#gone", 1, "nobody"));
+        s.apply(2, &wait("#here", 1, "a"));
+        s.apply(
+            3,
+            &SemOp::Release {
+                hold: "#h:1".into(),
+            },
+        );
+        let messages = s.take_messages();
+        assert_eq!(messages.len(), 2);
+        assert!(!messages[0].heard && messages[1].heard);
+        assert!(!s.holds().contains_key("#gone"));
+        assert!(s.holds().contains_key("#here"));
+    }
+
+    #[test]
+    fn a_lowered_total_refuses_the_requests_it_made_impossible() {
+        let mut s = Semaphore::new();
+        s.listen("a");
+        s.apply(0, &SemOp::TrySetPermits { permits: 3 });
+        s.apply(0, &acquire("#h:1", 3, 60_000));
+        s.apply(1, &wait("#three", 3, "a"));
+        s.apply(2, &wait("#one", 1, "a"));
+        s.apply(3, &add(-1));
+        assert_eq!(payloads(&mut s), vec![("a".into(), "w:#three".into())]);
+        assert_eq!(s.line().len(), 1);
+    }
+
     #[test]
     fn spec_permits_in_force_never_exceed_the_total() {
         let acquire = |hold: &str, permits: u64, may_lapse: bool| PermitHistoryOp::Acquire {
