@@ -255,34 +255,75 @@ async fn a_release_tells_only_the_granted_client() {
     let _: () = publisher.del(keys.keys.clone()).await.unwrap();
 }
 
-/// A holder that dies holding the only permit (nobody releases it): when its lease runs out,
-/// whichever script finds that first — here the waiters' own looks at the lease's end — grants
-/// the permit to the head of the line, not to the waiter whose look found it.
+/// A holder that dies holding the only permit (nobody releases it): when its lease has run out,
+/// whichever script finds that first grants the permit to the head of the line, not to the
+/// caller whose script found it. Here the waiter behind the head looks first (the acquire script
+/// as its retry sends it, run directly, so the order does not depend on timers): it stays in
+/// line, and the head holds the permit and is told so on its channel.
 #[tokio::test]
 async fn a_dead_holders_permit_goes_to_the_head_of_the_line() {
+    use lockkit::protocol::semaphore::ACQUIRE;
     let redis = spawned().await;
     let url = redis.url();
     let holder = client(&url).await;
     let name = unique("fifo-dead-holder");
+    let keys = keys(&name);
     let semaphore = holder.semaphore(&name);
     assert!(semaphore.try_set_permits(1).await.unwrap());
+    let lease = Duration::from_millis(200);
     let dead = semaphore
-        .try_acquire(1, Duration::ZERO, Some(Duration::from_millis(300)))
+        .try_acquire(1, Duration::ZERO, Some(lease))
         .await
         .unwrap()
         .expect("the free permit");
     // The holder "dies": its guard never releases.
     std::mem::forget(dead);
-    let (first, second) = (client(&url).await, client(&url).await);
-    let head = join(&redis, &first, &name, 1).await;
-    let behind = join(&redis, &second, &name, 1).await;
-    let permit = granted(head, 1).await;
+    let (head, behind) = (keys.client_channel("A"), keys.client_channel("B"));
+    let listener = raw(&url).await;
+    let mut messages = listener.message_rx();
+    listener.subscribe(head.as_str()).await.unwrap();
+    let try_as = |marker: &'static str, channel: &str| {
+        let args = [marker, "1", "60000", channel, "0", "", "60000"];
+        let command: Vec<String> = lockkit_suite::eval(ACQUIRE.source(), &keys.keys, &args)
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        command
+    };
+    let run = |command: Vec<String>| {
+        let redis = &redis;
+        async move {
+            let parts: Vec<&str> = command.iter().map(String::as_str).collect();
+            lockkit_suite::ints(&redis.command(&parts).await.unwrap())
+        }
+    };
+    assert_eq!(run(try_as("#A:1", &head)).await[0], 0, "the head waits");
+    assert_eq!(run(try_as("#B:1", &behind)).await[0], 0, "the second waits");
+    // The lease runs out: this pause is the lease itself (no event announces it).
+    tokio::time::sleep(lease + Duration::from_millis(50)).await;
     assert_eq!(
-        line_length(&redis, &name).await,
-        1,
-        "the waiter behind took it"
+        run(try_as("#B:1", &behind)).await[0],
+        0,
+        "the waiter behind took the dead holder's permit"
     );
-    assert!(!behind.is_finished());
-    permit.release().await.unwrap();
-    granted(behind, 1).await.release().await.unwrap();
+    let held = redis
+        .command(&["ZSCORE", &keys.keys[1], "#A:1"])
+        .await
+        .unwrap();
+    assert!(
+        held.as_str().is_some(),
+        "the head does not hold it: {held:?}"
+    );
+    let grant = within(BOUND, "the grant to the head", messages.recv())
+        .await
+        .unwrap();
+    assert_eq!(&*grant.channel, head.as_str());
+    assert!(
+        matches!(
+            Wake::decode(&grant.value.as_string().unwrap_or_default()),
+            Wake::Grant { waiter, .. } if waiter == "#A:1"
+        ),
+        "{grant:?}"
+    );
+    assert_eq!(line_length(&redis, &name).await, 1);
 }
