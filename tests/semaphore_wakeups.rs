@@ -327,3 +327,50 @@ async fn a_dead_holders_permit_goes_to_the_head_of_the_line() {
     );
     assert_eq!(line_length(&redis, &name).await, 1);
 }
+
+/// A granted permit starts on probation (it ends after 5 s unless confirmed); the client that
+/// claimed it confirms it to its lease counted from the grant, so a fixed lease longer than the
+/// probation outlives it while held, and a watchdog-mode permit too (its first renewal comes
+/// after the probation would have ended).
+#[tokio::test]
+async fn a_granted_permit_outlives_its_probation_while_held() {
+    use lockkit::protocol::lock::GRANT_PROBATION;
+    let redis = spawned().await;
+    let url = redis.url();
+    let holder = client(&url).await;
+    let waiter = client(&url).await;
+    let name = unique("fifo-probation");
+    let (semaphore, mut held) = all_held(&holder, &name, 2).await;
+    let fixed = {
+        let semaphore = waiter.semaphore(&name);
+        let before = line_length(&redis, &name).await;
+        let task = tokio::spawn(async move {
+            semaphore
+                .try_acquire(1, PATIENCE, Some(Duration::from_secs(60)))
+                .await
+        });
+        within(BOUND, "the waiter to join the line", async {
+            while line_length(&redis, &name).await <= before {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+        task
+    };
+    let watchdog = join(&redis, &waiter, &name, 1).await;
+    for permit in held.drain(..) {
+        permit.release().await.unwrap();
+    }
+    let fixed = granted(fixed, 1).await;
+    let watchdog = granted(watchdog, 1).await;
+    // Time passing is the scenario: past the probation, both grants must have been confirmed.
+    tokio::time::sleep(GRANT_PROBATION + Duration::from_secs(1)).await;
+    assert!(!fixed.is_lost() && !watchdog.is_lost());
+    assert_eq!(
+        semaphore.available_permits().await.unwrap(),
+        0,
+        "both still held"
+    );
+    fixed.release().await.unwrap();
+    watchdog.release().await.unwrap();
+}
