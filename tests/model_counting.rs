@@ -319,12 +319,13 @@ fn common(snapshot_taken: bool, sleeps: bool, duplicates: bool) -> BoxedStrategy
 
 /// The scripts the client sends with `Resend::Allowed` (among those the sequences run as one
 /// call on the object's keys): a duplicate may deliver them twice.
-const RESENT: [&str; 7] = [
+const RESENT: [&str; 8] = [
     "rwlock_acquire",
     "rwlock_status",
     "semaphore_acquire",
     "semaphore_available",
     "semaphore_update_lease",
+    "semaphore_cancel",
     "latch_try_set_count",
     "latch_count_down",
 ];
@@ -391,16 +392,22 @@ fn second_delivery(script: &Script, first: &Exchange, again: &Exchange) -> Resul
     let timed = (script.name() == "rwlock_status")
         .then(|| a.as_ref().map_or(0, Vec::len).checked_sub(1))
         .flatten();
-    let alike = match (&a, &b) {
-        (Some(a), Some(b)) => {
-            a.len() == b.len()
-                && a.iter()
-                    .zip(b)
-                    .enumerate()
-                    .all(|(i, (x, y))| x == y || (Some(i) == timed && x.abs_diff(*y) <= slack))
-        }
-        _ => first.reply == again.reply,
-    };
+    // A cancel's second delivery finds nothing left to remove ({1} then {0}); the client only
+    // logs it (queued.rs).
+    let cancel = script.name() == "semaphore_cancel"
+        && a.as_deref() == Some(&[1][..])
+        && b.as_deref() == Some(&[0][..]);
+    let alike = cancel
+        || match (&a, &b) {
+            (Some(a), Some(b)) => {
+                a.len() == b.len()
+                    && a.iter()
+                        .zip(b)
+                        .enumerate()
+                        .all(|(i, (x, y))| x == y || (Some(i) == timed && x.abs_diff(*y) <= slack))
+            }
+            _ => first.reply == again.reply,
+        };
     if !(alike || (refused(&a) && refused(&b))) {
         return Err(format!(
             "{what} answered {:?} where the first answered {:?}",
@@ -951,6 +958,18 @@ enum SemStep {
         /// The caller's configured total (`None`: none).
         configured: Option<u64>,
     },
+    /// An acquire by a call that waits if refused (it joins the line): through client `A`
+    /// (`client` 0, whose channel has a subscriber: a grant there is heard) or `B` (1: nobody
+    /// listens, a grant there is undone at once).
+    Wait {
+        hold: String,
+        permits: u64,
+        lease_ms: u64,
+        client: usize,
+        keepalive_ms: u64,
+    },
+    /// The waiting call with this marker gives up (`semaphore_cancel`).
+    Cancel(String),
     Release(String),
     Renew(Vec<(String, u64)>),
     UpdateLease(String, u64),
@@ -994,6 +1013,20 @@ impl<const EXPIRABLE: bool, const DUPS: bool> ReferenceStateMachine
                 configured,
             },
         );
+        let permits = if EXPIRABLE { 1..=1u64 } else { 1..=3u64 };
+        let wait = (
+            0..2usize,
+            permits,
+            lease(),
+            prop_oneof![Just(LONG), 40u64..=150],
+        )
+            .prop_map(move |(c, permits, lease_ms, keepalive_ms)| SemStep::Wait {
+                hold: format!("#{}:{}", ["A", "B"][c], 100 + seq),
+                permits,
+                lease_ms,
+                client: c,
+                keepalive_ms,
+            });
         let bad = if EXPIRABLE {
             prop_oneof![
                 Just(BadSem::Acquire(1, 0)),
@@ -1030,7 +1063,9 @@ impl<const EXPIRABLE: bool, const DUPS: bool> ReferenceStateMachine
                     .prop_map(|(delta, configured)| SemStep::Add(delta, configured))
                     .boxed(),
             ),
-            (6, acquire.boxed()),
+            (4, acquire.boxed()),
+            (5, wait.boxed()),
+            (2, state.marker().prop_map(SemStep::Cancel).boxed()),
             (4, state.marker().prop_map(SemStep::Release).boxed()),
             (
                 2,
@@ -1073,7 +1108,7 @@ impl<const EXPIRABLE: bool, const DUPS: bool> ReferenceStateMachine
 
     fn apply(mut state: Self::State, step: &SemStep) -> Self::State {
         match step {
-            SemStep::Acquire { hold, .. } => state.note(hold, step),
+            SemStep::Acquire { hold, .. } | SemStep::Wait { hold, .. } => state.note(hold, step),
             SemStep::Common(c) => state.common(c),
             _ => {}
         }
@@ -1106,7 +1141,7 @@ fn sem_decode(reply: &RespValue, op: &SemOp) -> SemRet {
                 psem::AddReply::AboveMax { total } => SemRet::AboveMax { total },
             }
         }
-        SemOp::Acquire { .. } => {
+        SemOp::Acquire { .. } | SemOp::Wait { .. } => {
             match psem::AcquireReply::decode(&v).unwrap_or_else(|e| undecodable(op, e)) {
                 psem::AcquireReply::Acquired { available } => SemRet::Acquired {
                     available: Some(available),
@@ -1130,6 +1165,9 @@ fn sem_decode(reply: &RespValue, op: &SemOp) -> SemRet {
         ),
         SemOp::UpdateLease { .. } => SemRet::LeaseUpdated(
             psem::decode_update_lease(&v).unwrap_or_else(|e| undecodable(op, e)),
+        ),
+        SemOp::Cancel { .. } => SemRet::Cancelled(
+            lockkit::protocol::lock::decode_cancel(&v).unwrap_or_else(|e| undecodable(op, e)),
         ),
         SemOp::Available | SemOp::Evict(_) => {
             match psem::AvailableReply::decode(&v).unwrap_or_else(|e| undecodable(op, e)) {
@@ -1235,6 +1273,64 @@ fn sem_observed(keys: &Keys, now: u64) -> Result<Keys, String> {
     })
 }
 
+/// A subscriber's messages, for comparing with a model's: subscribed to the given channels and
+/// to a mark of its own, published after each step so that everything a step published has
+/// arrived when the mark does.
+struct Messages {
+    /// The subscribed connection (kept open).
+    _client: fred::clients::Client,
+    rx: std::sync::Mutex<tokio::sync::broadcast::Receiver<fred::types::Message>>,
+    mark: String,
+}
+
+impl Messages {
+    fn start(h: &Harness, channels: &[&str]) -> Self {
+        use fred::interfaces::{EventInterface, PubsubInterface};
+        let mark = unique("model-mark");
+        h.rt.block_on(async {
+            let client = raw(&h.server.url()).await;
+            let rx = client.message_rx();
+            for channel in channels.iter().copied().chain([mark.as_str()]) {
+                client.subscribe(channel).await.expect("SUBSCRIBE");
+            }
+            Self {
+                _client: client,
+                rx: std::sync::Mutex::new(rx),
+                mark,
+            }
+        })
+    }
+
+    /// The messages since the last call (channel, payload), in order.
+    fn drain(&self, h: &Harness) -> Vec<(String, String)> {
+        use fred::interfaces::PubsubInterface;
+        let mut rx = self.rx.lock().expect("one reader");
+        h.rt.block_on(async {
+            // From another connection: a subscribed one may only subscribe.
+            let _: i64 = h
+                .raw
+                .publish(self.mark.as_str(), "mark")
+                .await
+                .expect("PUBLISH");
+            let mut got = Vec::new();
+            let wait = Duration::from_secs(30);
+            loop {
+                let message = tokio::time::timeout(wait, rx.recv())
+                    .await
+                    .expect("the mark within 30 s")
+                    .expect("the message stream");
+                if *message.channel == *self.mark {
+                    return got;
+                }
+                got.push((
+                    message.channel.to_string(),
+                    message.value.as_string().unwrap_or_default(),
+                ));
+            }
+        })
+    }
+}
+
 fn sem_sequence<const EXPIRABLE: bool>(
     h: &Harness,
     steps: &[SemStep],
@@ -1251,6 +1347,12 @@ fn sem_sequence<const EXPIRABLE: bool>(
     let expirable = h.client.permit_expirable_semaphore(name.clone());
     let reads = reads(&keys);
     let mut model = Semaphore::new();
+    // A subscriber on the semaphore's channel and on client A's own channel (B's has none): what
+    // it receives is compared with the messages of the model.
+    let channels = [keys.client_channel("A"), keys.client_channel("B")];
+    let listener = Messages::start(h, &[&keys.channel, &channels[0]]);
+    model.listen(&channels[0]);
+    let mut waits: BTreeMap<String, SemOp> = BTreeMap::new();
     let mut saved = None;
     let mut last: Option<Last<SemOp>> = None;
     let max = MAX_PERMITS.to_string();
@@ -1309,6 +1411,66 @@ fn sem_sequence<const EXPIRABLE: bool>(
                     configured: *configured,
                 },
             ),
+            SemStep::Wait {
+                hold,
+                permits,
+                lease_ms,
+                client,
+                keepalive_ms,
+            } => {
+                waits.insert(
+                    hold.clone(),
+                    SemOp::Cancel {
+                        hold: hold.clone(),
+                        permits: *permits,
+                        lease_ms: *lease_ms,
+                        channel: channels[*client].clone(),
+                    },
+                );
+                (
+                    &psem::ACQUIRE,
+                    to_args(&[
+                        hold,
+                        &permits.to_string(),
+                        &lease_ms.to_string(),
+                        &channels[*client],
+                        "0",
+                        "",
+                        &keepalive_ms.to_string(),
+                    ]),
+                    SemOp::Wait {
+                        hold: hold.clone(),
+                        permits: *permits,
+                        lease_ms: *lease_ms,
+                        configured: None,
+                        channel: channels[*client].clone(),
+                        keepalive_ms: *keepalive_ms,
+                    },
+                )
+            }
+            SemStep::Cancel(hold) => {
+                let op = waits.get(hold).cloned().unwrap_or_else(|| SemOp::Cancel {
+                    hold: hold.clone(),
+                    permits: 1,
+                    lease_ms: LONG,
+                    channel: channels[0].clone(),
+                });
+                let SemOp::Cancel {
+                    permits,
+                    lease_ms,
+                    channel,
+                    ..
+                } = &op
+                else {
+                    unreachable!("a cancel")
+                };
+                let member = format!("{hold} {lease_ms} {permits} {channel}");
+                (
+                    &psem::CANCEL,
+                    to_args(&[&member, &keys.channel, "0"]),
+                    op.clone(),
+                )
+            }
             SemStep::Release(hold) => (
                 &psem::RELEASE,
                 to_args(&[hold, &keys.channel, "0"]),
@@ -1322,10 +1484,14 @@ fn sem_sequence<const EXPIRABLE: bool>(
                 let op = SemOp::Renew {
                     holds: holds.clone(),
                 };
-                let batch: Vec<String> = holds.iter().flat_map(|_| keys.keys.clone()).collect();
+                // The renewal reads a hold's first two keys (main, leases) whatever its stride:
+                // two per hold keep a batch of three within `eval`'s nine keys.
+                let batch: Vec<String> =
+                    holds.iter().flat_map(|_| keys.keys[..2].to_vec()).collect();
                 let ex =
                     h.rt.block_on(exchange(h, Some(&psem::RENEW), &batch, &args, &reads));
-                sem_check(&ex, &mut model, &op, &[]).map_err(fail)?;
+                let heard = listener.drain(h);
+                sem_check(&ex, &heard, &mut model, &op, &[]).map_err(fail)?;
                 continue;
             }
             SemStep::UpdateLease(hold, lease_ms) => (
@@ -1357,8 +1523,15 @@ fn sem_sequence<const EXPIRABLE: bool>(
                     &args,
                     &reads,
                 ));
-                sem_check(&ex, &mut model, &SemOp::Evict(*key), &[SemOp::Available])
-                    .map_err(fail)?;
+                let heard = listener.drain(h);
+                sem_check(
+                    &ex,
+                    &heard,
+                    &mut model,
+                    &SemOp::Evict(*key),
+                    &[SemOp::Available],
+                )
+                .map_err(fail)?;
                 continue;
             }
             SemStep::Bad(bad) => {
@@ -1393,11 +1566,18 @@ fn sem_sequence<const EXPIRABLE: bool>(
         };
         let ex =
             h.rt.block_on(exchange(h, Some(script), &keys.keys, &args, &reads));
+        let heard = listener.drain(h);
         let unchanged = match &again {
-            Some(first) => second_delivery(script, &first.ex, &ex).map_err(fail)?,
+            Some(first) => {
+                let unchanged = second_delivery(script, &first.ex, &ex).map_err(fail)?;
+                if unchanged && !heard.is_empty() {
+                    return Err(fail(format!("a second delivery published {heard:?}")));
+                }
+                unchanged
+            }
             None => false,
         };
-        let checked = sem_check(&ex, &mut model, &op, &[]);
+        let checked = sem_check(&ex, &heard, &mut model, &op, &[]);
         // A second delivery that changed nothing, where the model would have: it stays.
         if !unchanged {
             checked.map_err(fail)?;
@@ -1407,16 +1587,22 @@ fn sem_sequence<const EXPIRABLE: bool>(
     Ok(())
 }
 
-/// Checks one script step: `op` (then `then`, at the same instant) against the reply and keys.
+/// Checks one script step: `op` (then `then`, at the same instant) against the reply, the keys
+/// and the messages the subscriber got (`heard`: channel, payload), which must be the model's
+/// messages that reached a subscriber, in order.
 fn sem_check(
     ex: &Exchange,
+    heard: &[(String, String)],
     model: &mut Semaphore,
     op: &SemOp,
     then: &[SemOp],
 ) -> Result<(), String> {
-    let observed = sem_decode(
-        ex.reply.as_ref().expect("a reply"),
-        then.last().unwrap_or(op),
+    let observed = (
+        sem_decode(
+            ex.reply.as_ref().expect("a reply"),
+            then.last().unwrap_or(op),
+        ),
+        heard.to_vec(),
     );
     let keys = decode_keys(&ex.reads);
     sem_observed(&keys, ex.t0)?;
@@ -1426,7 +1612,14 @@ fn sem_check(
         model,
         |m, t| {
             let ret = m.apply(t, op);
-            then.iter().fold(ret, |_, next| m.apply(t, next))
+            let ret = then.iter().fold(ret, |_, next| m.apply(t, next));
+            let published = m
+                .take_messages()
+                .into_iter()
+                .filter(|message| message.heard)
+                .map(|message| (message.channel, message.payload))
+                .collect::<Vec<_>>();
+            (ret, published)
         },
         |e, o, _| e == o,
         sem_keys,

@@ -151,8 +151,9 @@ async fn inspected_until(
 }
 
 /// `inspect` used to show no waiters for a semaphore with 28 waiting tasks. Every kind now says
-/// what can be known: a lock lists its waiters; a semaphore, a read-write lock and a latch,
-/// whose waiters Redis does not keep, say so and count the clients waiting on their channel.
+/// what can be known: a lock and a semaphore list their waiters (issue 28: a semaphore's stand
+/// in a line in Redis); a read-write lock and a latch, whose waiters Redis does not keep, say so
+/// and count the clients waiting on their channel.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_tells_of_the_waiters_of_every_kind() {
     let server = spawned().await;
@@ -179,16 +180,17 @@ async fn inspect_tells_of_the_waiters_of_every_kind() {
         }
         until_waiting(pod, 14).await;
     }
-    let gpus = inspected_until(
-        &observer,
-        Kind::Semaphore,
-        &name,
-        "two waiting clients",
-        |o| o.waiting_clients == Some(2),
-    )
+    // Issue 28: a semaphore's waiters stand in a line in Redis, listed head first.
+    let gpus = inspected_until(&observer, Kind::Semaphore, &name, "28 waiting calls", |o| {
+        o.waiters.len() == 28
+    })
     .await;
-    assert!(!gpus.waiters_listed, "{gpus:?}");
-    assert!(gpus.waiters.is_empty(), "{gpus:?}");
+    assert!(gpus.waiters_listed, "{gpus:?}");
+    assert!(
+        gpus.waiters.iter().all(|w| w.ends_with(" for 1")),
+        "{gpus:?}"
+    );
+    assert_eq!(gpus.waiting_clients, None, "{gpus:?}");
     held.release().await.unwrap();
     for task in waiting {
         within(HANG, "the waiting tasks", task)
@@ -365,8 +367,10 @@ async fn a_refused_connect_logs_no_warning_beside_its_error() {
     assert_eq!(closed_twice, Vec::<String>::new());
 }
 
-/// On a cluster with sharded pub/sub, the waiting clients of a semaphore are counted on the
-/// shard that owns its channel's slot; with classic pub/sub (Redis 6.2) they are not counted.
+/// On a cluster, a semaphore's waiting call is listed from its line (issue 28: the line is kept in
+/// Redis, in the semaphore's slot), whatever the pub/sub mode; no subscribers are counted. (Until
+/// issue 28 this counted the waiting clients on the shard of the semaphore's channel: waiters
+/// subscribed to it then.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_counts_a_semaphore_s_waiting_clients_on_a_cluster() {
     let cluster = lockkit_testkit::RedisCluster::start(3, 0)
@@ -374,9 +378,6 @@ async fn inspect_counts_a_semaphore_s_waiting_clients_on_a_cluster() {
         .unwrap_or_else(|err| panic!("cannot start a redis cluster: {err}"));
     let url = cluster.url();
     let observer = Client::connect(&url).await.unwrap();
-    // Classic pub/sub on a cluster (Redis 6.2): subscribers may be on any node, so inspect says
-    // it cannot count them (`None`) rather than count one node's.
-    let sharded = observer.pubsub_mode() == lockkit::PubSubMode::Sharded;
     let pod = Client::connect(&url).await.unwrap();
     let name = unique("cluster-gpus");
     let semaphore = observer.semaphore(&name);
@@ -385,13 +386,9 @@ async fn inspect_counts_a_semaphore_s_waiting_clients_on_a_cluster() {
     let waiting = pod.semaphore(&name);
     let waiter = tokio::spawn(async move { waiting.acquire(1).await?.release().await });
     until_waiting(&pod, 1).await;
-    inspected_until(
-        &observer,
-        Kind::Semaphore,
-        &name,
-        "one waiting client",
-        |o| o.waiting_clients == if sharded { Some(1) } else { None },
-    )
+    inspected_until(&observer, Kind::Semaphore, &name, "one waiting call", |o| {
+        o.waiters.len() == 1 && o.waiting_clients.is_none()
+    })
     .await;
     held.release().await.unwrap();
     within(HANG, "the waiter", waiter).await.unwrap().unwrap();

@@ -18,8 +18,8 @@
 //! - `lock_renew` (`Lock`, `FencedLock`, `FairLock`), `election_renew`, `rwlock_renew`,
 //!   `spin_lock_renew`, `semaphore_renew`: the watchdog's rounds and the confirmation of a granted
 //!   hold (`watchdog.rs`);
-//! - `lock_cancel` (lock, fenced lock, election) and `fair_lock_cancel`: a waiter leaving its
-//!   line (`queued.rs`);
+//! - `lock_cancel` (lock, fenced lock, election), `fair_lock_cancel` and `semaphore_cancel`
+//!   (both semaphores): a waiter leaving its line (`queued.rs`);
 //! - `lock_hold_count` (`object.rs`), `rwlock_status` (`read_write_lock.rs`),
 //!   `semaphore_available` (`semaphore.rs`), `semaphore_update_lease`
 //!   (`permit_expirable_semaphore.rs`), `latch_try_set_count` and `latch_count_down`
@@ -475,34 +475,51 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
         ),
     ));
 
-    // semaphore_acquire, semaphore_renew, semaphore_available, semaphore_update_lease.
+    // semaphore_acquire, semaphore_renew, semaphore_available, semaphore_update_lease,
+    // semaphore_cancel. A request in the line is `<marker> <lease> <permits> <channel>`.
     for kind in [Kind::Semaphore, Kind::PermitExpirableSemaphore] {
         let k = keys_of(kind, name);
+        let (ka, kc, kd) = (
+            k.client_channel("A"),
+            k.client_channel("C"),
+            k.client_channel("D"),
+        );
+        // A try that does not wait (keep-alive 0), on the semaphore's channel.
         let acquire = |marker: &str, permits: &str, lease: &str, configured: &str| {
             call(
                 &semaphore::ACQUIRE,
                 &k.keys,
-                &[marker, permits, lease, &k.channel, "0", configured],
+                &[marker, permits, lease, &k.channel, "0", configured, "0"],
             )
         };
-        let set = call(
-            &semaphore::TRY_SET_PERMITS,
-            &k.keys,
-            &["3", &k.channel, "0"],
-        );
+        // A try that waits in the line if refused, on the client's own channel.
+        let waits = |marker: &str, permits: &str, channel: &str| {
+            call(
+                &semaphore::ACQUIRE,
+                &k.keys,
+                &[marker, permits, LONG, channel, "0", "", LONG],
+            )
+        };
+        let release = |marker: &str| call(&semaphore::RELEASE, &k.keys, &[marker, &k.channel, "0"]);
+        let set = |total: &str| {
+            call(
+                &semaphore::TRY_SET_PERMITS,
+                &k.keys,
+                &[total, &k.channel, "0"],
+            )
+        };
         cases.push((
             "semaphore_acquire: sets the configured total and takes permits",
-            Case::new(&k, vec![], acquire("#A:1", "2", LONG, "3")).publishes(),
+            Case::new(&k, vec![], acquire("#A:1", "2", LONG, "3")),
         ));
         cases.push((
             "semaphore_acquire: takes permits, giving back an ended lease first",
             Case::new(
                 &k,
-                vec![set, acquire("#B:1", "2", "20", "")],
+                vec![set("3"), acquire("#B:1", "2", "20", "")],
                 acquire("#A:1", "2", LONG, ""),
             )
-            .after(Duration::from_millis(50))
-            .publishes(),
+            .after(Duration::from_millis(50)),
         ));
         cases.push((
             "semaphore_acquire: too few permits",
@@ -513,6 +530,55 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
             ),
         ));
         cases.push((
+            "semaphore_acquire: too few permits, joins the line",
+            Case::new(
+                &k,
+                vec![acquire("#B:1", "2", LONG, "3")],
+                waits("#A:1", "2", &ka),
+            ),
+        ));
+        cases.push((
+            "semaphore_acquire: grants the head the permits of an ended lease, then joins the line",
+            Case::new(
+                &k,
+                vec![acquire("#B:1", "1", "20", "1"), waits("#C:1", "1", &kc)],
+                waits("#A:1", "1", &ka),
+            )
+            .after(Duration::from_millis(50))
+            .publishes(),
+        ));
+        cases.push((
+            "semaphore_acquire: claims a grant",
+            Case::new(
+                &k,
+                vec![
+                    acquire("#B:1", "1", LONG, "1"),
+                    waits("#C:1", "1", &kc),
+                    release("#B:1"),
+                ],
+                waits("#C:1", "1", &kc),
+            ),
+        ));
+        cases.push((
+            "semaphore_cancel: gives back an unclaimed grant, which goes to the next in line",
+            Case::new(
+                &k,
+                vec![
+                    acquire("#B:1", "1", LONG, "1"),
+                    waits("#C:1", "1", &kc),
+                    waits("#D:1", "1", &kd),
+                    release("#B:1"),
+                ],
+                call(
+                    &semaphore::CANCEL,
+                    &k.keys,
+                    &[&format!("#C:1 {LONG} 1 {kc}"), &k.channel, "0"],
+                ),
+            )
+            .replies_may_differ("{1} then {0} (nothing left to remove); queued.rs only logs it")
+            .publishes(),
+        ));
+        cases.push((
             "semaphore_renew",
             Case::new(
                 &k,
@@ -521,10 +587,18 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
             ),
         ));
         cases.push((
-            "semaphore_available: gives back an ended lease",
+            "semaphore_renew: confirms a grant to an instant",
             Case::new(
                 &k,
-                vec![acquire("#B:1", "2", "20", "3")],
+                vec![acquire("#A:1", "1", "30000", "3")],
+                call(&semaphore::RENEW, &k.keys, &["#A:1", "@99999999999999"]),
+            ),
+        ));
+        cases.push((
+            "semaphore_available: grants the head the permits of an ended lease",
+            Case::new(
+                &k,
+                vec![acquire("#B:1", "2", "20", "3"), waits("#C:1", "3", &kc)],
                 call(&semaphore::AVAILABLE, &k.keys, &[&k.channel, "0"]),
             )
             .after(Duration::from_millis(50))
@@ -853,6 +927,7 @@ const AUDITED: &[&str] = &[
     "rwlock_status",
     "semaphore_available",
     "semaphore_update_lease",
+    "semaphore_cancel",
     "latch_try_set_count",
     "latch_count_down",
     "election_proclaim",

@@ -27,7 +27,7 @@ use lockkit_model::semaphore::{PermitHistoryOp, PermitSpec};
 use lockkit_model::spec::Spec;
 use lockkit_suite::checker::Record;
 use lockkit_suite::linearizability::{
-    check, stalls, Budget, Call, History, Verdict, STALL_BOUND_NS,
+    check, stalls, Budget, Call, History, Stall, Verdict, STALL_BOUND_NS,
 };
 
 /// An operation on one object.
@@ -433,12 +433,21 @@ pub fn examine(
     bound_ns: u64,
     excluded: &[(u64, u64)],
 ) -> Figures {
-    examine_history(
+    // A semaphore serves its line first come first served (issue 28): a waiter is not due while
+    // a waiter that came before it still waits (it may need more than is free: it is not
+    // overtaken).
+    let fifo = recording
+        .history
+        .operations()
+        .first()
+        .is_some_and(|op| matches!(model(&op.object), Model::Semaphore { .. }));
+    examine_fifo(
         &recording.history,
         |object| model(object).spec(),
         serve,
         bound_ns,
         excluded,
+        fifo,
     )
 }
 
@@ -451,6 +460,23 @@ pub fn examine_history<S: Spec>(
     serve: impl Fn(&S::Op) -> Option<S::Ret> + Copy,
     bound_ns: u64,
     excluded: &[(u64, u64)],
+) -> Figures {
+    examine_fifo(history, spec, serve, bound_ns, excluded, false)
+}
+
+/// As [`examine_history`]; with `fifo`, the objects serve their waiters in line (a semaphore's
+/// FIFO line, issue 28): a waiter's stall counts only while no waiting operation invoked before
+/// it is still outstanding. That loses no stall of a FIFO object: the earliest outstanding waiter
+/// is never excused, and when the resource is free for it, its own stall is counted. (The line's
+/// order is when a call first found the object busy; the invocation order stands in for it, which
+/// can only excuse more.)
+pub fn examine_fifo<S: Spec>(
+    history: &History<S::Op, S::Ret>,
+    spec: impl Fn(&str) -> S,
+    serve: impl Fn(&S::Op) -> Option<S::Ret> + Copy,
+    bound_ns: u64,
+    excluded: &[(u64, u64)],
+    fifo: bool,
 ) -> Figures {
     let report = check(history, &spec, budget());
     let mut figures = Figures {
@@ -472,6 +498,22 @@ pub fn examine_history<S: Spec>(
             continue;
         };
         for stall in stalls(&spec(object), &checked.ops, order, serve, &excluded) {
+            let stall = if fifo {
+                // The windows in which a waiter invoked earlier still waited excuse this one.
+                let waiter = &checked.ops[stall.waiter];
+                let ahead: Vec<(u64, u64)> = checked
+                    .ops
+                    .iter()
+                    .filter(|op| serve(&op.op).is_some() && op.call < waiter.call)
+                    .map(|op| (op.call, op.end()))
+                    .collect();
+                match longest_outside(stall.from, stall.to, &ahead) {
+                    Some((from, to)) => Stall { from, to, ..stall },
+                    None => continue,
+                }
+            } else {
+                stall
+            };
             let ms = stall.len_ns() as f64 / 1e6;
             figures.longest_stall_ms = figures.longest_stall_ms.max(ms);
             if stall.len_ns() > bound_ns {
@@ -485,6 +527,28 @@ pub fn examine_history<S: Spec>(
         }
     }
     figures
+}
+
+/// The longest part of `[from, to)` outside every window of `windows`; `None` when nothing is
+/// left.
+fn longest_outside(from: u64, to: u64, windows: &[(u64, u64)]) -> Option<(u64, u64)> {
+    let mut pieces = vec![(from, to)];
+    for &(a, b) in windows {
+        pieces = pieces
+            .into_iter()
+            .flat_map(|(x, y)| {
+                if b <= x || a >= y {
+                    vec![(x, y)]
+                } else {
+                    [(x, a.max(x)), (b.min(y), y)]
+                        .into_iter()
+                        .filter(|(p, q)| p < q)
+                        .collect()
+                }
+            })
+            .collect();
+    }
+    pieces.into_iter().max_by_key(|(x, y)| y - x)
 }
 
 /// The check budget: `LOCKKIT_LIN_BUDGET` search steps per object history, default 2 million.

@@ -266,9 +266,8 @@ async fn inspect_of_a_semaphore_with_waiting_tasks_does_not_say_none() {
             semaphore.acquire(1).await?.release().await
         }));
     }
-    let expected =
-        "waiters        not kept in Redis for a semaphore: 1 client(s) subscribed to its \
-                    channel, each with one or more tasks waiting (or watching)\n";
+    // Issue 28: a semaphore's waiters stand in a line in Redis, listed head first.
+    let expected = " for 1\n";
     let text = within("the waiting client to show", async {
         loop {
             let output = lockkit(&url, &["inspect", "--kind", "semaphore", "gpus"]).await;
@@ -285,7 +284,7 @@ async fn inspect_of_a_semaphore_with_waiting_tasks_does_not_say_none() {
     assert!(pod.waiting_count() > 0, "{text}");
     let output = lockkit(&url, &["--json", "inspect", "--kind", "semaphore", "gpus"]).await;
     let gpus = object(&json(&output), "semaphore").clone();
-    assert_eq!(gpus["waiters_listed"], false, "{gpus}");
+    assert_eq!(gpus["waiters_listed"], true, "{gpus}");
     permit.release().await.unwrap();
     for task in waiting {
         within("the waiting tasks", task).await.unwrap().unwrap();

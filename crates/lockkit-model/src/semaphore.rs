@@ -26,15 +26,36 @@
 //!
 //! Renewal (the watchdog's batch) never shortens a lease and never revives a lapsed hold.
 //!
+//! The FIFO line and its direct grant (issue 28; `scripts/line_lib.lua`, `semaphore_lib.lua`, the
+//! rustdoc of `Semaphore`, "Waiting: a FIFO line"), the grant as part of the model as the lock's
+//! is ([`crate::lock`]):
+//!
+//! > Waiting acquire calls stand in one line […] Whatever frees permits — a release, an
+//! > `add_permits`, a holder's lease found run out — grants them, in the same script, to the head
+//! > of the line while the head's request fits: the granted call holds its permits at once and is
+//! > told on its client's own channel, with one message; no other client hears anything.
+//! > A request for many permits at the head is not overtaken by smaller ones behind it […]
+//! > `try_acquire` with a zero `wait` takes permits only when nobody waits ahead of it.
+//!
+//! A request is `<marker> <lease> <permits> <channel>`; a try that waits (keep-alive > 0) joins
+//! the line or keeps its place and pushes its keep-alive deadline, one that does not (keep-alive
+//! 0) leaves it; entries whose deadline passed are dropped before the line is served. A grant is
+//! a hold of `min(lease, PROBATION_MS)` announced with `g:<k>:0:<now>:<expiry>:<marker>` on the
+//! request's channel; a grant nobody heard is undone at once and the walk goes on. A total set or
+//! lowered takes every live request that asks for more out of the line and publishes `w:<marker>`
+//! on its channel. Which channels have a subscriber is part of the state ([`Semaphore::listen`]);
+//! the messages are kept for the caller to compare with what a subscriber got
+//! ([`Semaphore::take_messages`]).
+//!
 //! And its "Data loss" paragraph (issue 19, §6):
 //!
 //! > an acquire that finds the semaphore's keys gone […] sets the total again, atomically, before
 //! > it takes its permits […] the first to find the keys gone sets it. `add_permits` on a total
 //! > that is absent starts from the configured total.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use crate::lock::LockRet;
+use crate::lock::{LockRet, PROBATION_MS};
 use crate::spec::{release_seen, Seen, Spec};
 use crate::timed::Timed;
 
@@ -61,6 +82,42 @@ pub enum Key {
     Leases,
 }
 
+/// One waiting acquire call in the line.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Waiter {
+    /// The call's hold marker.
+    pub marker: String,
+    /// The lease it asked for (ms).
+    pub lease_ms: u64,
+    /// The permits it asked for.
+    pub permits: u64,
+    /// Its client's own channel.
+    pub channel: String,
+    /// Its keep-alive deadline (server ms): dropped once it has passed.
+    pub deadline: u64,
+}
+
+impl Waiter {
+    /// The request as the scripts file it: `<marker> <lease> <permits> <channel>`.
+    pub fn member(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.marker, self.lease_ms, self.permits, self.channel
+        )
+    }
+}
+
+/// One published message.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Message {
+    /// The channel.
+    pub channel: String,
+    /// The payload.
+    pub payload: String,
+    /// Whether a subscriber got it.
+    pub heard: bool,
+}
+
 /// The state of one semaphore (either kind).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Semaphore {
@@ -68,6 +125,11 @@ pub struct Semaphore {
     holds: BTreeMap<String, Hold>,
     evicted: u64,
     foreign: bool,
+    /// The line, head first (kept apart from the two keys above: an eviction, a foreign value
+    /// or deleting the two keys leaves it).
+    line: Vec<Waiter>,
+    listening: BTreeSet<String>,
+    messages: Vec<Message>,
 }
 
 /// An operation on a semaphore.
@@ -96,6 +158,34 @@ pub enum SemOp {
         /// The caller's configured total: an absent total is set to it first (`None`: the
         /// acquire is refused as `NotSet`).
         configured: Option<u64>,
+    },
+    /// As [`Acquire`](SemOp::Acquire), by a call that waits if refused: its request (on its
+    /// client's `channel`) joins the line, or keeps its place, until `keepalive_ms` from now.
+    Wait {
+        /// The call's hold marker, the same for every try.
+        hold: String,
+        /// How many.
+        permits: u64,
+        /// The lease in ms.
+        lease_ms: u64,
+        /// The caller's configured total.
+        configured: Option<u64>,
+        /// Its client's own channel.
+        channel: String,
+        /// The keep-alive in ms (0: a try that does not wait, as `Acquire`).
+        keepalive_ms: u64,
+    },
+    /// A waiting call gave up: its request leaves the line, permits granted to it and not taken
+    /// are given back, and the line is served.
+    Cancel {
+        /// The call's hold marker.
+        hold: String,
+        /// How many it asked for.
+        permits: u64,
+        /// The lease it asked for.
+        lease_ms: u64,
+        /// Its client's own channel.
+        channel: String,
     },
     /// Give back one hold (by its taker's guard, or by id).
     Release {
@@ -170,6 +260,8 @@ pub enum SemRet {
     Renewed(Vec<bool>),
     /// Whether the hold was there (and its lease set).
     LeaseUpdated(bool),
+    /// Whether the request was in the line, or granted (`Cancel`).
+    Cancelled(bool),
     /// The free permits and the total.
     Available {
         /// Free now.
@@ -226,23 +318,205 @@ impl Semaphore {
         self.holds.retain(|_, h| h.expiry > now);
     }
 
+    /// The two first keys gone (`foreign`: a value of another type at the main key): the line,
+    /// kept in keys of its own, stays.
+    fn reset(&mut self, foreign: bool) {
+        let (line, listening, messages) = (
+            std::mem::take(&mut self.line),
+            std::mem::take(&mut self.listening),
+            std::mem::take(&mut self.messages),
+        );
+        *self = Self::new();
+        self.foreign = foreign;
+        (self.line, self.listening, self.messages) = (line, listening, messages);
+    }
+
+    /// The line, head first (entries whose deadline passed included until a script drops them).
+    pub fn line(&self) -> &[Waiter] {
+        &self.line
+    }
+
+    /// `channel` has a subscriber from now on (a grant published there is heard).
+    pub fn listen(&mut self, channel: &str) {
+        self.listening.insert(channel.to_owned());
+    }
+
+    /// The messages published since the last call, in order.
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.messages)
+    }
+
+    fn publish(&mut self, channel: &str, payload: String) -> bool {
+        let heard = self.listening.contains(channel);
+        self.messages.push(Message {
+            channel: channel.to_owned(),
+            payload,
+            heard,
+        });
+        heard
+    }
+
+    /// Drops the requests whose keep-alive deadline passed by `now` (line_lib.lua's `prune`).
+    fn prune(&mut self, now: u64) {
+        self.line.retain(|w| w.deadline > now);
+    }
+
+    /// Takes `member` out of the line.
+    fn leave(&mut self, member: &str) {
+        self.line.retain(|w| w.member() != member);
+    }
+
+    /// semaphore_lib.lua's `grant_line`: grants the head while it fits; stops at a head that
+    /// asks for more than is free, at `caller`'s request, or while the total is absent; drops a
+    /// head asking for more than the total, or whose marker holds already.
+    fn grant_line(&mut self, now: u64, caller: Option<&str>) {
+        if self.line.is_empty() {
+            return;
+        }
+        self.prune(now);
+        while let Some(head) = self.line.first().cloned() {
+            let Some(total) = self.total else {
+                return;
+            };
+            if Some(head.marker.as_str()) == caller {
+                return;
+            }
+            if head.permits > total || self.holds.contains_key(&head.marker) {
+                self.line.remove(0);
+                continue;
+            }
+            if self.available() < head.permits {
+                return;
+            }
+            self.line.remove(0);
+            let expiry = now + head.lease_ms.min(PROBATION_MS);
+            self.holds.insert(
+                head.marker.clone(),
+                Hold {
+                    permits: head.permits,
+                    expiry,
+                },
+            );
+            let grant = format!("g:{}:0:{now}:{expiry}:{}", head.permits, head.marker);
+            if !self.publish(&head.channel, grant) {
+                self.holds.remove(&head.marker);
+            }
+        }
+    }
+
+    /// semaphore_lib.lua's `refuse_impossible`: every live request asking for more than the
+    /// total leaves the line and is told (`w:<marker>`).
+    fn refuse_impossible(&mut self, now: u64) {
+        let Some(total) = self.total else {
+            return;
+        };
+        if self.line.is_empty() {
+            return;
+        }
+        self.prune(now);
+        let (refused, kept): (Vec<Waiter>, Vec<Waiter>) = std::mem::take(&mut self.line)
+            .into_iter()
+            .partition(|w| w.permits > total);
+        self.line = kept;
+        for waiter in refused {
+            self.publish(&waiter.channel, format!("w:{}", waiter.marker));
+        }
+    }
+
+    /// semaphore_acquire.lua.
+    #[allow(clippy::too_many_arguments)] // the script's arguments
+    fn acquire(
+        &mut self,
+        now: u64,
+        hold: &str,
+        permits: u64,
+        lease_ms: u64,
+        configured: Option<u64>,
+        channel: &str,
+        keepalive_ms: u64,
+    ) -> SemRet {
+        let me = Waiter {
+            marker: hold.to_owned(),
+            lease_ms,
+            permits,
+            channel: channel.to_owned(),
+            deadline: now + keepalive_ms,
+        };
+        let member = me.member();
+        self.purge(now);
+        if self.total.is_none() {
+            // The first initialiser wins: a total set already is kept.
+            self.total = configured;
+            if self.total.is_none() {
+                self.leave(&member);
+                return SemRet::NotSet;
+            }
+            self.refuse_impossible(now);
+        }
+        let total = self.total.unwrap_or(0);
+        let ret = if let Some(h) = self.holds.get_mut(hold) {
+            h.expiry = h.expiry.max(now + lease_ms);
+            self.leave(&member);
+            SemRet::Acquired {
+                available: Some(self.available()),
+            }
+        } else if permits > total {
+            self.leave(&member);
+            SemRet::MoreThanTotal { total }
+        } else {
+            self.grant_line(now, Some(hold));
+            let first = self.line.first().map(Waiter::member);
+            if first.as_ref().is_none_or(|m| *m == member) && self.available() >= permits {
+                self.holds.insert(
+                    hold.to_owned(),
+                    Hold {
+                        permits,
+                        expiry: now + lease_ms,
+                    },
+                );
+                self.leave(&member);
+                SemRet::Acquired {
+                    available: Some(self.available()),
+                }
+            } else {
+                if keepalive_ms > 0 {
+                    match self.line.iter_mut().find(|w| w.member() == member) {
+                        Some(w) => w.deadline = now + keepalive_ms,
+                        None => self.line.push(me),
+                    }
+                } else {
+                    self.leave(&member);
+                }
+                SemRet::Busy
+            }
+        };
+        self.grant_line(now, None);
+        ret
+    }
+
     /// The result of `op` at `now`, and the state it leaves (deterministic: the script's reply).
     pub fn apply(&mut self, now: u64, op: &SemOp) -> SemRet {
         if let Some(ret) = Self::invalid(op) {
             return ret;
         }
         match op {
-            SemOp::Foreign => {
-                *self = Self::new();
-                self.foreign = true;
-                return SemRet::Done;
-            }
-            SemOp::Clear => {
-                *self = Self::new();
+            SemOp::Foreign | SemOp::Clear => {
+                self.reset(*op == SemOp::Foreign);
                 return SemRet::Done;
             }
             SemOp::Renew { holds } if self.foreign => {
                 return SemRet::Renewed(vec![false; holds.len()]);
+            }
+            SemOp::Cancel {
+                hold,
+                permits,
+                lease_ms,
+                channel,
+            } if self.foreign => {
+                // The script leaves the line before its first read of the main key fails.
+                let member = format!("{hold} {lease_ms} {permits} {channel}");
+                self.leave(&member);
+                return SemRet::WrongType;
             }
             _ if self.foreign => return SemRet::WrongType,
             _ => {}
@@ -253,64 +527,78 @@ impl Semaphore {
                 let set = self.total.is_none();
                 if set {
                     self.total = Some(*permits);
+                    self.refuse_impossible(now);
+                    self.grant_line(now, None);
                 }
                 SemRet::Set(set)
             }
             SemOp::AddPermits { delta, configured } => {
                 self.purge(now);
-                let total = self.total.or(*configured).unwrap_or(0);
-                match total.checked_add_signed(*delta) {
+                let current = self.total;
+                let total = current.or(*configured).unwrap_or(0);
+                let ret = match total.checked_add_signed(*delta) {
                     None => SemRet::BelowZero { total },
                     Some(new) if new > MAX_PERMITS => SemRet::AboveMax { total },
                     Some(new) => {
                         self.total = Some(new);
+                        if current.is_none() || *delta < 0 {
+                            self.refuse_impossible(now);
+                        }
                         SemRet::Added { total: new }
                     }
-                }
+                };
+                self.grant_line(now, None);
+                ret
             }
             SemOp::Acquire {
                 hold,
                 permits,
                 lease_ms,
                 configured,
+            } => self.acquire(now, hold, *permits, *lease_ms, *configured, "", 0),
+            SemOp::Wait {
+                hold,
+                permits,
+                lease_ms,
+                configured,
+                channel,
+                keepalive_ms,
+            } => self.acquire(
+                now,
+                hold,
+                *permits,
+                *lease_ms,
+                *configured,
+                channel,
+                *keepalive_ms,
+            ),
+            SemOp::Cancel {
+                hold,
+                permits,
+                lease_ms,
+                channel,
             } => {
+                let member = format!("{hold} {lease_ms} {permits} {channel}");
+                let mut removed = self
+                    .line
+                    .iter()
+                    .any(|w| w.member() == member && w.deadline > now);
+                self.leave(&member);
                 self.purge(now);
-                // The first initialiser wins: a total set already is kept.
-                if self.total.is_none() {
-                    self.total = *configured;
+                if self.holds.remove(hold).is_some() {
+                    removed = true;
                 }
-                let Some(total) = self.total else {
-                    return SemRet::NotSet;
-                };
-                if let Some(h) = self.holds.get_mut(hold) {
-                    h.expiry = h.expiry.max(now + lease_ms);
-                    return SemRet::Acquired {
-                        available: Some(self.available()),
-                    };
-                }
-                if *permits > total {
-                    return SemRet::MoreThanTotal { total };
-                }
-                if self.available() < *permits {
-                    return SemRet::Busy;
-                }
-                self.holds.insert(
-                    hold.clone(),
-                    Hold {
-                        permits: *permits,
-                        expiry: now + lease_ms,
-                    },
-                );
-                SemRet::Acquired {
-                    available: Some(self.available()),
-                }
+                self.grant_line(now, None);
+                SemRet::Cancelled(removed)
             }
             SemOp::Release { hold } => {
                 self.purge(now);
-                match self.holds.remove(hold) {
+                let ret = match self.holds.remove(hold) {
                     Some(_) => SemRet::Released,
                     None => SemRet::NotHeld,
-                }
+                };
+                self.grant_line(now, None);
+                ret
             }
             SemOp::Renew { holds } => {
                 // A lapsed hold is never revived (whether or not a purge removed it yet).
@@ -329,16 +617,19 @@ impl Semaphore {
             }
             SemOp::UpdateLease { hold, lease_ms } => {
                 self.purge(now);
-                match self.holds.get_mut(hold) {
+                let ret = match self.holds.get_mut(hold) {
                     Some(h) => {
                         h.expiry = now + lease_ms;
                         SemRet::LeaseUpdated(true)
                     }
                     None => SemRet::LeaseUpdated(false),
-                }
+                };
+                self.grant_line(now, None);
+                ret
             }
             SemOp::Available => {
                 self.purge(now);
+                self.grant_line(now, None);
                 match self.total {
                     None => SemRet::NotSet,
                     Some(total) => SemRet::Available {
@@ -361,6 +652,9 @@ impl Semaphore {
         let bad = match op {
             SemOp::TrySetPermits { permits } => *permits > MAX_PERMITS,
             SemOp::Acquire {
+                permits, lease_ms, ..
+            }
+            | SemOp::Wait {
                 permits, lease_ms, ..
             } => *permits == 0 || *permits > MAX_PERMITS || bad_lease(*lease_ms),
             SemOp::UpdateLease { hold, lease_ms } => bad_lease(*lease_ms) || !is_permit_id(hold),
@@ -385,7 +679,7 @@ impl Semaphore {
             // leases left over are dropped (a repair).
             Key::Main => {
                 let orphans = !self.holds.is_empty();
-                *self = Self::new();
+                self.reset(false);
                 if orphans {
                     self.evicted = 1;
                 }
@@ -414,7 +708,7 @@ impl Timed for Semaphore {
             before.purge(now);
         }
         let mut out = vec![(ret.clone(), after.clone())];
-        if matches!(op, SemOp::Acquire { .. }) {
+        if matches!(op, SemOp::Acquire { .. } | SemOp::Wait { .. }) {
             out.push((SemRet::TimedOut, before.clone()));
         }
         out.push((SemRet::Error, before));
@@ -423,7 +717,11 @@ impl Timed for Semaphore {
     }
 
     fn deadlines(&self) -> Vec<u64> {
-        self.holds.values().map(|h| h.expiry).collect()
+        self.holds
+            .values()
+            .map(|h| h.expiry)
+            .chain(self.line.iter().map(|w| w.deadline))
+            .collect()
     }
 
     fn accepts(expected: &SemRet, observed: &SemRet) -> bool {
@@ -665,6 +963,119 @@ mod tests {
             ),
             SemRet::Renewed(vec![false])
         );
+    }
+
+    fn wait(hold: &str, permits: u64, channel: &str) -> SemOp {
+        SemOp::Wait {
+            hold: hold.into(),
+            permits,
+            lease_ms: 60_000,
+            configured: None,
+            channel: channel.into(),
+            keepalive_ms: 5_000,
+        }
+    }
+
+    fn payloads(s: &mut Semaphore) -> Vec<(String, String)> {
+        s.take_messages()
+            .into_iter()
+            .map(|m| (m.channel, m.payload))
+            .collect()
+    }
+
+    #[test]
+    fn the_line_is_granted_in_order_and_a_big_head_is_not_overtaken() {
+        let mut s = Semaphore::new();
+        s.listen("a");
+        s.listen("b");
+        s.apply(0, &SemOp::TrySetPermits { permits: 2 });
+        assert!(matches!(
+            s.apply(0, &acquire("#h:1", 1, 60_000)),
+            SemRet::Acquired { .. }
+        ));
+        assert!(matches!(
+            s.apply(0, &acquire("#h:2", 1, 60_000)),
+            SemRet::Acquired { .. }
+        ));
+        assert_eq!(s.apply(1, &wait("#big", 2, "a")), SemRet::Busy);
+        assert_eq!(s.apply(2, &wait("#small", 1, "b")), SemRet::Busy);
+        // One permit back: kept for the head, which needs two; nobody is told anything.
+        assert_eq!(
+            s.apply(
+                3,
+                &SemOp::Release {
+                    hold: "#h:1".into()
+                }
+            ),
+            SemRet::Released
+        );
+        assert!(payloads(&mut s).is_empty());
+        assert_eq!(s.available(), 1);
+        // Nor does a try that does not wait jump the line.
+        assert_eq!(s.apply(3, &acquire("#t:1", 1, 60_000)), SemRet::Busy);
+        // The second permit back: the head gets both, on its channel alone, on probation.
+        assert_eq!(
+            s.apply(
+                4,
+                &SemOp::Release {
+                    hold: "#h:2".into()
+                }
+            ),
+            SemRet::Released
+        );
+        assert_eq!(
+            payloads(&mut s),
+            vec![("a".into(), "g:2:0:4:5004:#big".into())]
+        );
+        assert_eq!(s.holds()["#big"].expiry, 4 + PROBATION_MS);
+        assert_eq!(
+            s.apply(
+                5,
+                &SemOp::Release {
+                    hold: "#big".into()
+                }
+            ),
+            SemRet::Released
+        );
+        assert_eq!(
+            payloads(&mut s),
+            vec![("b".into(), "g:1:0:5:5005:#small".into())]
+        );
+        assert!(s.line().is_empty());
+    }
+
+    #[test]
+    fn an_unheard_grant_is_undone_and_the_next_request_gets_it() {
+        let mut s = Semaphore::new();
+        s.listen("a");
+        s.apply(0, &SemOp::TrySetPermits { permits: 1 });
+        s.apply(0, &acquire("#h:1", 1, 60_000));
+        s.apply(1, &wait("#gone", 1, "nobody"));
+        s.apply(2, &wait("#here", 1, "a"));
+        s.apply(
+            3,
+            &SemOp::Release {
+                hold: "#h:1".into(),
+            },
+        );
+        let messages = s.take_messages();
+        assert_eq!(messages.len(), 2);
+        assert!(!messages[0].heard && messages[1].heard);
+        assert!(!s.holds().contains_key("#gone"));
+        assert!(s.holds().contains_key("#here"));
+    }
+
+    #[test]
+    fn a_lowered_total_refuses_the_requests_it_made_impossible() {
+        let mut s = Semaphore::new();
+        s.listen("a");
+        s.apply(0, &SemOp::TrySetPermits { permits: 3 });
+        s.apply(0, &acquire("#h:1", 3, 60_000));
+        s.apply(1, &wait("#three", 3, "a"));
+        s.apply(2, &wait("#one", 1, "a"));
+        s.apply(3, &add(-1));
+        assert_eq!(payloads(&mut s), vec![("a".into(), "w:#three".into())]);
+        assert_eq!(s.line().len(), 1);
     }
 
     #[test]

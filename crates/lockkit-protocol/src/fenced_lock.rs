@@ -34,9 +34,15 @@ pub const MIN_COUNTER_TTL: std::time::Duration = std::time::Duration::from_secs(
 pub const MAX_COUNTER_TTL: std::time::Duration = std::time::Duration::from_secs(365 * 24 * 3600);
 
 /// Take one hold and mint its token.
-pub static ACQUIRE: Script = with_prelude!(["hold_lib", "handoff_lib"], "fenced_lock_acquire");
+pub static ACQUIRE: Script = with_prelude!(
+    ["hold_lib", "line_lib", "handoff_lib"],
+    "fenced_lock_acquire"
+);
 /// Give back one hold.
-pub static RELEASE: Script = with_prelude!(["hold_lib", "handoff_lib"], "fenced_lock_release");
+pub static RELEASE: Script = with_prelude!(
+    ["hold_lib", "line_lib", "handoff_lib"],
+    "fenced_lock_release"
+);
 
 #[cfg(test)]
 mod tests {

@@ -157,7 +157,7 @@ impl Kind {
             // The fenced lock's four first: its scripts run unchanged on KEYS[1..5].
             Kind::Election => &["token", "handoff", "waiting", "timeouts", "leader"],
             Kind::FairLock => &["queue", "timeouts"],
-            Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases"],
+            Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases", "waiting", "timeouts"],
             Kind::ReadWriteLock => &["expiries"],
             Kind::CountDownLatch => &["requests"],
             Kind::Lock => &["handoff", "waiting", "timeouts"],

@@ -40,19 +40,20 @@ use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// Take one hold.
-pub static ACQUIRE: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_acquire");
+pub static ACQUIRE: Script = with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_acquire");
 /// Give back one hold.
-pub static RELEASE: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_release");
+pub static RELEASE: Script = with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_release");
 /// Extend or check many holds at once (the watchdog's batch), for every kind whose main key is a
 /// lock HASH: lock, fenced lock and fair lock.
 pub static RENEW: Script = with_prelude!("hold_lib", "lock_renew");
 /// Take an owner that stopped waiting out of the waiting set, and hand on its reservation (lock
 /// and fenced lock).
-pub static CANCEL: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_cancel");
+pub static CANCEL: Script = with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_cancel");
 /// The live hold count of some owners (lock, fenced lock and fair lock).
 pub static HOLD_COUNT: Script = with_prelude!("hold_lib", "lock_hold_count");
 /// Delete a lock whoever holds it.
-pub static FORCE_UNLOCK: Script = with_prelude!(["hold_lib", "handoff_lib"], "lock_force_unlock");
+pub static FORCE_UNLOCK: Script =
+    with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_force_unlock");
 
 /// How long a release reserves the free lock for a multi-lock member waiting in the waiting set
 /// (a request that only looks, see `scripts/handoff_lib.lua`): the member's client is woken and
@@ -264,6 +265,7 @@ pub(crate) fn strip_preludes(source: &str) -> &str {
     let mut src = source;
     for lib in [
         include_str!("scripts/hold_lib.lua"),
+        include_str!("scripts/line_lib.lua"),
         include_str!("scripts/handoff_lib.lua"),
         include_str!("scripts/fair_lib.lua"),
         include_str!("scripts/election_lib.lua"),

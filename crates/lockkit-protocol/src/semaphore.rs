@@ -7,27 +7,40 @@
 //! |---|---|---|
 //! | `<prefix>:semaphore:{name}` | HASH | `permits` = total; `used` = permits of live holds; `#<hold>` = permits of that hold; `evicted` = repairs after an eviction |
 //! | `<prefix>:semaphore.leases:{name}` | ZSET | member `#<hold>`, score = end of its lease in server ms |
+//! | `<prefix>:semaphore.waiting:{name}` | ZSET | the line: member `<marker> <lease> <k> <channel>` (a waiting acquire call), score = when it joined (server µs) |
+//! | `<prefix>:semaphore.timeouts:{name}` | ZSET | the same members, score = keep-alive deadline (server ms) |
 //!
-//! A hold (a [`hold_marker`](crate::lock::hold_marker), unique per acquire request) is live while
+//! A hold (a [`hold_marker`](crate::lock::hold_marker), unique per acquire call) is live while
 //! its score is in the future. Every script first gives back the permits of holds whose lease has
-//! ended and announces them, so a crashed holder's permits come back on their own. Release messages
-//! say how many permits came back (`n:<k>`, see [`wake`](crate::wake)).
+//! ended, so a crashed holder's permits come back on their own.
+//!
+//! **The line** (`scripts/line_lib.lua`, the lock's mechanism): waiting acquire calls stand in a
+//! FIFO line. Whatever frees permits (a release, a lease found run out, permits added) grants them
+//! to the head of the line while the head's request fits, in the same script, and tells each
+//! granted call on its client's own channel ([`ObjectKeys::client_channel`](crate::keys::ObjectKeys::client_channel),
+//! message `g:<k>:0:<now>:<expiry>:<marker>`, see [`wake`](crate::wake)); nobody else hears
+//! anything. A request for many permits at the head is not overtaken by smaller ones behind it
+//! (as with tokio's `Semaphore`: no starvation of `acquire_many`), and an acquire takes free
+//! permits only when nobody waits ahead of it. A grant is on probation as a lock's is
+//! ([`GRANT_PROBATION`](crate::lock::GRANT_PROBATION)). The two line keys expire with the last
+//! keep-alive.
 //!
 //! Neither key has a TTL, so only a maxmemory policy of `allkeys-*` can evict one of them. Every
 //! script but the watchdog's renewal (which reports a hold whose keys are gone as lost) first
-//! checks that the two keys still go together: leases gone while permits are counted as used, or leases left without a total.
+//! checks that the two first keys still go together: leases gone while permits are counted as used, or leases left without a total.
 //! It then drops the orphaned holds (their permits come back), and counts the repair in the
 //! `evicted` field.
 //!
 //! **Data loss.** A total that is absent (never set, or lost with the data: an empty restart,
 //! `FLUSHALL`, an eviction, a failover to a lagging replica) is set again by the first acquire or
 //! `add_permits` that carries a configured total (an ARGV; `''` = none): the runtime passes the
-//! total its client last set or was given for the object. Every change that can make a waiter's
-//! request impossible (a total set where it was absent, or lowered) is announced with `all`, so
-//! every waiter tries once more and is refused at once if it asks for more than the new total.
+//! total its client last set or was given for the object. Every change that can make a waiting
+//! request impossible (a total set where it was absent, or lowered) takes each such request out
+//! of the line and wakes its waiter (`w:<marker>` on its client's channel), which tries once more
+//! and is refused at once.
 //!
-//! Every script is `semaphore_lib.lua` (the helpers: server time, purge, announce) followed by the
-//! operation's own file.
+//! Every script is `line_lib.lua` and `semaphore_lib.lua` (the helpers: server time, purge, the
+//! line's grant) followed by the operation's own file.
 //!
 //! The release and renew scripts follow the conventions every hold kind shares: a release is
 //! decoded by [`ReleaseReply`](crate::lock::ReleaseReply) (`{1,0}` freed, `{0,0}` not held), a
@@ -37,22 +50,28 @@ use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// Take `k` permits as one hold.
-pub static ACQUIRE: Script = with_prelude!("semaphore_lib", "semaphore_acquire");
+pub static ACQUIRE: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_acquire");
 /// Give back the permits of one hold (the release convention of every hold kind).
-pub static RELEASE: Script = with_prelude!("semaphore_lib", "semaphore_release");
+pub static RELEASE: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_release");
 /// Extend or check many holds at once (the watchdog's batch; two keys per hold).
-pub static RENEW: Script = with_prelude!("semaphore_lib", "semaphore_renew");
+pub static RENEW: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_renew");
 /// Set the total, only if it was never set.
-pub static TRY_SET_PERMITS: Script = with_prelude!("semaphore_lib", "semaphore_try_set_permits");
+pub static TRY_SET_PERMITS: Script =
+    with_prelude!(["line_lib", "semaphore_lib"], "semaphore_try_set_permits");
 /// Add to or take from the total.
-pub static ADD_PERMITS: Script = with_prelude!("semaphore_lib", "semaphore_add_permits");
+pub static ADD_PERMITS: Script =
+    with_prelude!(["line_lib", "semaphore_lib"], "semaphore_add_permits");
 /// Count the free permits.
-pub static AVAILABLE: Script = with_prelude!("semaphore_lib", "semaphore_available");
+pub static AVAILABLE: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_available");
 /// Set one hold's lease to end a given time from now.
-pub static UPDATE_LEASE: Script = with_prelude!("semaphore_lib", "semaphore_update_lease");
+pub static UPDATE_LEASE: Script =
+    with_prelude!(["line_lib", "semaphore_lib"], "semaphore_update_lease");
+
+/// Take a request whose call stopped waiting out of the line, and hand on what was granted to it.
+pub static CANCEL: Script = with_prelude!(["line_lib", "semaphore_lib"], "semaphore_cancel");
 
 /// Every semaphore script.
-pub const SCRIPTS: [&Script; 7] = [
+pub const SCRIPTS: [&Script; 8] = [
     &ACQUIRE,
     &RELEASE,
     &RENEW,
@@ -60,6 +79,7 @@ pub const SCRIPTS: [&Script; 7] = [
     &ADD_PERMITS,
     &AVAILABLE,
     &UPDATE_LEASE,
+    &CANCEL,
 ];
 
 /// Whether `id` has the shape of a hold marker (a permit id): `#` followed by something.
@@ -81,10 +101,12 @@ pub enum AcquireReply {
         /// The permits still free afterwards.
         available: u64,
     },
-    /// Too few permits are free.
+    /// Too few permits are free, or others wait ahead in the line.
     Busy {
         /// Milliseconds until the earliest holder's lease ends; `None` when unknown.
         retry_ms: Option<u64>,
+        /// The server's clock when the script ran (Unix ms): a grant's expiry is read against it.
+        now_ms: u64,
     },
     /// Refused: more permits were asked for than the semaphore has in total.
     MoreThanTotal {
@@ -103,10 +125,10 @@ impl AcquireReply {
             [1, available] if available >= 0 => Ok(Self::Acquired {
                 available: available.unsigned_abs(),
             }),
-            [0, wait] if wait >= 0 => Ok(Self::Busy {
-                retry_ms: Some(wait.unsigned_abs()),
+            [0, wait, now] if wait >= -1 && now >= 0 => Ok(Self::Busy {
+                retry_ms: (wait >= 0).then_some(wait.unsigned_abs()),
+                now_ms: now.unsigned_abs(),
             }),
-            [0, -1] => Ok(Self::Busy { retry_ms: None }),
             [2, total] if total >= 0 => Ok(Self::MoreThanTotal {
                 total: total.unsigned_abs(),
             }),
@@ -206,15 +228,20 @@ mod tests {
             Ok(AcquireReply::Acquired { available: 2 })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, 150]),
+            AcquireReply::decode(&[0, 150, 7]),
             Ok(AcquireReply::Busy {
-                retry_ms: Some(150)
+                retry_ms: Some(150),
+                now_ms: 7
             })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, -1]),
-            Ok(AcquireReply::Busy { retry_ms: None })
+            AcquireReply::decode(&[0, -1, 7]),
+            Ok(AcquireReply::Busy {
+                retry_ms: None,
+                now_ms: 7
+            })
         );
+        assert!(AcquireReply::decode(&[0, 150]).is_err());
         assert_eq!(
             AcquireReply::decode(&[2, 5]),
             Ok(AcquireReply::MoreThanTotal { total: 5 })
@@ -280,7 +307,10 @@ mod tests {
 
     #[test]
     fn every_script_is_the_helpers_then_its_documented_operation() {
-        let lib = include_str!("scripts/semaphore_lib.lua");
+        let lib = concat!(
+            include_str!("scripts/line_lib.lua"),
+            include_str!("scripts/semaphore_lib.lua")
+        );
         for script in SCRIPTS {
             let src = script.source();
             let op = src.strip_prefix(lib).expect("starts with the helpers");

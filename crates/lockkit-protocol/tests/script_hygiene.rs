@@ -48,6 +48,7 @@ fn all_scripts() -> Vec<&'static Script> {
         &semaphore::ADD_PERMITS,
         &semaphore::AVAILABLE,
         &semaphore::UPDATE_LEASE,
+        &semaphore::CANCEL,
         &latch::TRY_SET_COUNT,
         &latch::COUNT_DOWN,
         &election::PROCLAIM,

@@ -140,6 +140,40 @@ impl HoldGuard {
         Ok(guard)
     }
 
+    /// Takes a hold a release granted this waiter (direct grant, `grant`: its message), read
+    /// against `anchor`: when the waiter's latest refused try was sent and the server's clock
+    /// when it ran. The server's clock then was at most what it said when that try was sent, so
+    /// the local deadline of the grant's expiry is never later than Redis' own. The hold's lease
+    /// is counted from the grant (the server's time in the message), as an uncontended acquire's
+    /// is counted from its script: the confirmation of a longer lease asks for grant + lease.
+    /// `None` (the guard is disarmed): no anchor, or heard too late (the message was held up past
+    /// the grant's probation: the hold may be gone, and another waiter may hold the object), and
+    /// the caller tries instead, as the same call.
+    pub(crate) fn claim_grant(
+        self,
+        anchor: Option<(Instant, u64)>,
+        grant: lockkit_protocol::wake::Grant,
+    ) -> Result<Option<Self>, Error> {
+        let Some((sent, server_ms)) = anchor else {
+            self.disarm();
+            return Ok(None);
+        };
+        let local = |server: u64| sent + Duration::from_millis(server.saturating_sub(server_ms));
+        let deadline = local(grant.expiry_ms);
+        let lease_ms =
+            u64::try_from(crate::hold::lease_millis(self.hold.lease)).unwrap_or(u64::MAX);
+        let lease_end_ms = grant.now_ms.saturating_add(lease_ms);
+        let lease_end = crate::watchdog::LeaseEnd {
+            server_ms: lease_end_ms,
+            local: local(lease_end_ms),
+        };
+        if Instant::now() >= deadline {
+            self.disarm();
+            return Ok(None);
+        }
+        self.granted_until(deadline, lease_end).map(Some)
+    }
+
     /// Records the grant and hands the hold to the watchdog (see
     /// [`granted`](HoldGuard::granted)).
     fn register(mut self) -> Result<Self, Error> {

@@ -63,19 +63,20 @@ pub struct Inspection {
     /// Who holds the object, and how many times (or how many permits).
     pub holders: Vec<Holder>,
     /// The owners waiting for the object: a fair lock's queue in grant order, a lock's or fenced
-    /// lock's waiting set, longest waiting first; only waiters whose keep-alive has not run out
-    /// (a waiter that gave up leaves at once, one whose client died once its keep-alive passed).
-    /// Empty for the other kinds, whose waiters Redis does not keep: see
-    /// [`waiters_listed`](Inspection::waiters_listed) and
+    /// lock's waiting set, longest waiting first; for a semaphore or permit-expirable semaphore,
+    /// its line, head first, each waiting call as `<hold marker> for <k>` (the permits it asks
+    /// for). Only waiters whose keep-alive has not run out (a waiter that gave up leaves at once,
+    /// one whose client died once its keep-alive passed). Empty for the other kinds, whose
+    /// waiters Redis does not keep: see [`waiters_listed`](Inspection::waiters_listed) and
     /// [`waiting_clients`](Inspection::waiting_clients).
     pub waiters: Vec<String>,
     /// Whether [`waiters`](Inspection::waiters) lists this kind's waiters: `true` for a lock,
-    /// fenced lock and fair lock, whose waiters are kept in Redis. A semaphore's, permit-expirable
-    /// semaphore's, read-write lock's and count-down latch's waiters wait in their own clients
-    /// for a message on the object's channel, and a spin lock's poll: Redis has no list of them,
-    /// and `waiters` is empty however many there are.
+    /// fenced lock, fair lock and both semaphores, whose waiters are kept in Redis. A read-write
+    /// lock's and count-down latch's waiters wait in their own clients for a message on the
+    /// object's channel, and a spin lock's poll: Redis has no list of them, and `waiters` is
+    /// empty however many there are.
     pub waiters_listed: bool,
-    /// For a semaphore, permit-expirable semaphore, read-write lock or count-down latch: how
+    /// For a read-write lock or count-down latch: how
     /// many clients are subscribed to the object's channel (`PUBSUB NUMSUB`, or
     /// `PUBSUB SHARDNUMSUB` with sharded pub/sub), that is clients with one or more tasks
     /// waiting for it now, or until a moment ago (a client keeps an idle subscription for
@@ -392,7 +393,12 @@ async fn read(
         waiters: Vec::new(),
         waiters_listed: matches!(
             kind,
-            Kind::Lock | Kind::FencedLock | Kind::FairLock | Kind::Election
+            Kind::Lock
+                | Kind::FencedLock
+                | Kind::FairLock
+                | Kind::Election
+                | Kind::Semaphore
+                | Kind::PermitExpirableSemaphore
         ),
         waiting_clients: None,
         fencing_token: None,
@@ -429,12 +435,6 @@ async fn read(
                 .map_err(command_error("inspect", key, kind))?;
             let now = now_ms(redis, key).await?;
             inspection.holders = lock_holders(&fields, now);
-            // Live waiters only: an entry whose keep-alive deadline passed belongs to a waiter
-            // that is gone (the next script drops it).
-            let deadlines: HashMap<String, f64> = scored(redis, kind, &aux("timeouts"))
-                .await?
-                .into_iter()
-                .collect();
             let waiting = if kind == Kind::FairLock {
                 custom(redis, kind, "LRANGE", &aux("queue"), &["0", "-1"]).await?
             } else {
@@ -444,9 +444,9 @@ async fn read(
                     .map(|(owner, _)| owner)
                     .collect()
             };
-            inspection.waiters = waiting
+            inspection.waiters = live(redis, kind, &aux("timeouts"), waiting, now)
+                .await?
                 .into_iter()
-                .filter(|waiter| deadlines.get(waiter).is_some_and(|end| *end > now as f64))
                 // A lock's waiting entry is a request, `<marker> <lease> <owner> <channel>`.
                 .map(|waiter| match kind {
                     Kind::FairLock => waiter,
@@ -513,6 +513,23 @@ async fn read(
             inspection.used_permits = Some(number(fields.get("used")).unwrap_or(0));
             inspection.evictions = number(fields.get("evicted"));
             inspection.warnings = semaphore_warnings(redis, kind, key, &inspection, &ends).await;
+            // The line: requests `<marker> <lease> <permits> <channel>` (scripts/line_lib.lua).
+            let line = scored(redis, kind, &aux("waiting"))
+                .await?
+                .into_iter()
+                .map(|(request, _)| request)
+                .collect();
+            inspection.waiters = live(redis, kind, &aux("timeouts"), line, now)
+                .await?
+                .into_iter()
+                .map(|request| {
+                    let mut fields = request.split(' ');
+                    match (fields.next(), fields.nth(1)) {
+                        (Some(marker), Some(permits)) => format!("{marker} for {permits}"),
+                        _ => request.clone(),
+                    }
+                })
+                .collect();
             // Live holds only: an ended lease is given back by the next script that runs.
             inspection.holders = ends
                 .iter()
@@ -529,16 +546,27 @@ async fn read(
         _ => {}
     }
     // The kinds whose waiters wait for a message on the object's channel, kept by no key.
-    if matches!(
-        kind,
-        Kind::Semaphore
-            | Kind::PermitExpirableSemaphore
-            | Kind::ReadWriteLock
-            | Kind::CountDownLatch
-    ) {
+    if matches!(kind, Kind::ReadWriteLock | Kind::CountDownLatch) {
         inspection.waiting_clients = subscribed_clients(redis, &keys.channel, sharded).await;
     }
     Ok(inspection)
+}
+
+/// The entries of `waiting` (in order) whose keep-alive deadline in the `timeouts` ZSET has not
+/// passed by `now`: an entry past it belongs to a waiter that is gone (the next script drops it).
+async fn live(
+    redis: &RedisClient,
+    kind: Kind,
+    timeouts: &str,
+    waiting: Vec<String>,
+    now: u64,
+) -> Result<Vec<String>, Error> {
+    let deadlines: HashMap<String, f64> =
+        scored(redis, kind, timeouts).await?.into_iter().collect();
+    Ok(waiting
+        .into_iter()
+        .filter(|waiter| deadlines.get(waiter).is_some_and(|end| *end > now as f64))
+        .collect())
 }
 
 /// What is wrong, or at risk, with a semaphore read into `inspection` (`ends`: its leases).

@@ -22,7 +22,6 @@ use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
 use crate::owner;
 use crate::queued::{Leave, Queued};
-use crate::watchdog::LeaseEnd;
 
 /// What distinguishes the reentrant hash locks that share this file's machinery: their kind
 /// (key segment), acquire script and hold kind. Their data layout and replies are the same.
@@ -645,37 +644,16 @@ impl Attempt for LockAttempt<'_> {
     }
 
     /// The lock is this call's already: the release that freed it made the call's request the
-    /// holder and said so on this client's channel. The local deadline of the grant's expiry is
-    /// read against the latest refused try: the server's clock then was at most what it said
-    /// when that try was sent, so the deadline is never later than Redis' own. The hold's lease
-    /// is counted from the grant (the server's time in the message), as an uncontended acquire's
-    /// is counted from its script: the confirmation of a longer lease asks for grant + lease.
+    /// holder and said so on this client's channel ([`HoldGuard::claim_grant`], read against the
+    /// latest refused try).
     async fn claim(&self, grant: Grant) -> Result<Option<LockGuard>, Error> {
-        let Some((sent, server_ms)) = *self.anchor.lock() else {
-            // No refused try to read the grant against (cannot happen: the request joined with
-            // one): a try finds the granted hold.
+        let anchor = *self.anchor.lock();
+        let Some(guard) = self.hold_guard().claim_grant(anchor, grant)? else {
             return Ok(None);
         };
-        let local = |server: u64| sent + Duration::from_millis(server.saturating_sub(server_ms));
-        let deadline = local(grant.expiry_ms);
-        let lease_ms = u64::try_from(lease_millis(self.lease)).unwrap_or(u64::MAX);
-        let lease_end_ms = grant.now_ms.saturating_add(lease_ms);
-        let lease_end = LeaseEnd {
-            server_ms: lease_end_ms,
-            local: local(lease_end_ms),
-        };
-        if Instant::now() >= deadline {
-            // Heard too late (the message was held up past the grant's probation): the hold may
-            // be gone, and another waiter may hold the lock. Try instead, as the same call.
-            return Ok(None);
-        }
-        let guard = self.hold_guard();
         // The grant took the request out of the waiting set.
         self.queued.granted();
-        let guard = guard
-            .granted_until(deadline, lease_end)?
-            .replicated()
-            .await?;
+        let guard = guard.replicated().await?;
         Ok(Some(LockGuard::new(guard, grant.hold_count, grant.token)))
     }
 }

@@ -49,6 +49,15 @@ pub(crate) static PERMIT_HOLDS: HoldKind = HoldKind {
 /// (`into_id`) is released by a clean-up process. When permits are taken and given back by the
 /// same code, [`Semaphore`](crate::Semaphore) is simpler, and its watchdog keeps long holds alive.
 ///
+/// # Waiting: a FIFO line
+/// Waiting acquire calls stand in one line in Redis, as a [`Semaphore`](crate::Semaphore)'s do
+/// (see its [Waiting](crate::Semaphore#waiting-a-fifo-line) section): a release (by guard or by
+/// id), an [`add_permits`](Self::add_permits) or a lease found run out grants the freed permits
+/// to the head of the line, first come first served, with one message to the granted call's
+/// client and none to the others. [`try_acquire`](Self::try_acquire) with a zero `wait` is
+/// refused while anyone waits, even with a permit free: it does not jump the line (the reason,
+/// as for tokio's `Semaphore`: no waiter is starved by newcomers).
+///
 /// # Leases
 /// Every permit has a fixed lease, chosen at acquisition and changeable by id with
 /// [`update_lease`](Self::update_lease). There is no watchdog mode: a permit's id may travel to
@@ -181,8 +190,9 @@ impl PermitExpirableSemaphore {
 
     /// Tries to take one permit for `lease`, waiting at most `wait`.
     ///
-    /// `wait = Duration::ZERO` makes one attempt and never waits. Returns `Ok(None)` when no
-    /// permit was free within `wait`. A `wait` too long to represent as a deadline waits without
+    /// `wait = Duration::ZERO` makes one attempt and never waits: it takes a permit only if one
+    /// is free **and nobody waits ahead of it** (the line is FIFO), and never joins the line.
+    /// Returns `Ok(None)` when no permit was free for this call within `wait`. A `wait` too long to represent as a deadline waits without
     /// bound.
     ///
     /// # Cancel safety
@@ -219,7 +229,8 @@ impl PermitExpirableSemaphore {
         let keys = self.object.keys()?;
         let inner = self.object.inner();
         let lease = validate_lease(lease)?;
-        let attempt = PermitAttempt::new(&self.object, keys, &PERMIT_HOLDS, 1, lease, false)?;
+        let attempt =
+            PermitAttempt::new(&self.object, keys, &PERMIT_HOLDS, 1, (lease, false), wait)?;
         Ok(acquire(inner, &attempt, wait)
             .await?
             .map(|guard| ExpirablePermit {
@@ -228,7 +239,7 @@ impl PermitExpirableSemaphore {
             }))
     }
 
-    /// Releases the permit with this id, whoever took it, and wakes a waiter.
+    /// Releases the permit with this id, whoever took it: it goes to the head of the line.
     ///
     /// A guard of that permit that is still alive (in this or another process) finds out at its
     /// client's next watchdog check: it reports [`is_lost`](ExpirablePermit::is_lost), and its
@@ -357,7 +368,7 @@ impl ExpirablePermit {
         self.guard.hold().lost_signal()
     }
 
-    /// Gives the permit back now, and wakes a waiter.
+    /// Gives the permit back now: it goes to the head of the line.
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, the release goes on in the background.

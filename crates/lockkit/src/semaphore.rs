@@ -9,10 +9,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::{decode_cancel, WAITER_KEEPALIVE};
 use lockkit_protocol::semaphore::{
     decode_try_set_permits, AcquireReply, AddReply, AvailableReply, ACQUIRE, ADD_PERMITS,
-    AVAILABLE, RELEASE, RENEW, TRY_SET_PERMITS,
+    AVAILABLE, CANCEL, RELEASE, RENEW, TRY_SET_PERMITS,
 };
+use lockkit_protocol::wake::Grant;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
@@ -22,6 +25,7 @@ use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
 use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
+use crate::queued::{Leave, Queued};
 
 /// The most permits a semaphore can have in total (and so the most one acquisition can take).
 pub(crate) const MAX_PERMITS: u64 = u32::MAX as u64;
@@ -31,6 +35,14 @@ pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
     kind: Kind::Semaphore,
     release: &RELEASE,
     renew: &RENEW,
+};
+
+/// How a waiter of either semaphore kind that gives up leaves the line (and hands on permits a
+/// release granted it).
+static SEMAPHORE_LEAVE: Leave = Leave {
+    script: &CANCEL,
+    keys: key_refs,
+    decode: decode_cancel,
 };
 
 /// A counting semaphore shared by every client that uses the same name and Redis: at most
@@ -69,14 +81,31 @@ pub(crate) static SEMAPHORE_HOLDS: HoldKind = HoldKind {
 /// Permits are not owned by a task and there is no reentrancy: each acquisition is one hold of `k`
 /// permits, given back by its [`SemaphorePermit`] (from any task), or when its lease ends.
 ///
-/// # Waiting
-/// A task that finds too few permits free subscribes to the semaphore's channel and sleeps until
-/// permits come back (a release of `k` permits wakes `k` waiters of each client), or at most the
-/// client's [recheck interval](crate::ClientBuilder::recheck_interval) (≈ 1.7 s by default),
-/// whatever the holders' leases say: permits that come back without a message (a lease that ran
-/// out, data loss) reach a waiter within that interval. A woken waiter that finds too few
-/// permits for itself hands the wake-up on to a waiter of its client that asks for fewer, so a
-/// freed permit is not wasted on a waiter that cannot use it.
+/// # Waiting: a FIFO line
+/// Waiting acquire calls stand in one line in Redis, in the order they first found too few
+/// permits, across every client. Whatever frees permits — a release, an
+/// [`add_permits`](Semaphore::add_permits), a holder's lease found run out (by any script on the
+/// semaphore, at the latest by a waiter's own look, which it makes every third of its 5 s
+/// keep-alive) — grants them, in the same script, to the head of the line while the head's
+/// request fits: the granted call holds its permits at once and is told on its client's own
+/// channel, with one message; no other client hears anything.
+///
+/// **A request for many permits at the head is not overtaken by smaller ones behind it**, even
+/// when enough permits are free for them: the same choice as tokio's `Semaphore`, for the same
+/// reason — otherwise a steady stream of small requests could starve an `acquire(k)` forever. A
+/// call that does not wait is no exception: [`try_acquire`](Semaphore::try_acquire) with a zero
+/// `wait` takes permits only when nobody waits ahead of it (it is refused while anyone waits, even
+/// with permits free, and never joins the line), so it cannot take permits the head is gathering.
+/// [`available_permits`](Semaphore::available_permits) counts the permits free, including those
+/// kept for a head that needs more.
+///
+/// A waiting call that goes away (its wait ran out, its future was dropped, its client shut
+/// down) leaves the line at once, and permits granted to it that it had not taken yet go on to
+/// the next; the last try of a wait that ran out leaves the line in the same script. A grant
+/// is on probation as a lock's is: a grantee that died unseen costs the others at most 5 s, never
+/// its lease. A waiter also looks again on its own at least every
+/// [recheck interval](crate::ClientBuilder::recheck_interval) (≈ 1.7 s by default): permits that
+/// come back without a script on the semaphore (data loss) reach the line within it.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -148,8 +177,8 @@ impl Semaphore {
     /// Sets the total number of permits to `permits`, only if it was never set; returns whether
     /// this call set it. Either way, the client remembers `permits` as the semaphore's total (see
     /// [`with_permits`](Semaphore::with_permits)), so the semaphore is set up again with it if
-    /// its keys are lost. A total that is set wakes every waiter (one waiting since the keys were
-    /// lost is refused at once if it asks for more).
+    /// its keys are lost. A total that is set serves the line (a waiter waiting since the keys
+    /// were lost is refused at once if it asks for more).
     ///
     /// Zero is accepted (no acquisition is possible until [`add_permits`](Semaphore::add_permits)
     /// adds some).
@@ -172,10 +201,11 @@ impl Semaphore {
     /// - On a semaphore whose total is absent (never set, or lost with the data), the total
     ///   starts from the [configured total](Semaphore::configured_permits), or from zero.
     /// - The client remembers the new total as the semaphore's configured total.
-    /// - Added permits wake as many waiters.
+    /// - Added permits are granted to the line's head while its request fits (see
+    ///   [Waiting](Semaphore#waiting-a-fifo-line)).
     /// - Taking permits away never takes them from holders: while holders keep more than the new
-    ///   total, no permit is free, and they come back as holders release. It wakes every waiter,
-    ///   so a waiter that asks for more than the new total is refused at once.
+    ///   total, no permit is free, and they come back as holders release. A waiter that asks for
+    ///   more than the new total leaves the line and is refused at once.
     ///
     /// # Cancel safety
     /// As [`try_set_permits`](Semaphore::try_set_permits).
@@ -192,7 +222,10 @@ impl Semaphore {
     /// How many permits are free now (when the total is absent: the
     /// [configured total](Semaphore::configured_permits), which an acquire would set, or 0).
     ///
-    /// Permits of holds whose lease has ended are given back first (and announced to waiters).
+    /// Permits of holds whose lease has ended are given back first, and granted to the line's
+    /// head while it fits. Permits free while a waiter at the head needs more are counted: they
+    /// are kept for it, and a new acquire does not get them (see
+    /// [Waiting](Semaphore#waiting-a-fifo-line)).
     ///
     /// # Cancel safety
     /// Cancel-safe.
@@ -258,7 +291,9 @@ impl Semaphore {
 
     /// Tries to take `permits` permits, waiting at most `wait`.
     ///
-    /// - `wait = Duration::ZERO` makes one attempt and never waits;
+    /// - `wait = Duration::ZERO` makes one attempt and never waits: it takes the permits only if
+    ///   they are free **and nobody waits ahead of it** (the line is FIFO, see
+    ///   [Waiting](Semaphore#waiting-a-fifo-line)), and never joins the line;
     /// - `lease = None` holds them in watchdog mode, `Some(lease)` with a fixed lease.
     ///
     /// Returns `Ok(None)` when too few permits were free within `wait`. A `wait` too long to
@@ -308,8 +343,8 @@ impl Semaphore {
             keys,
             &SEMAPHORE_HOLDS,
             permits,
-            lease,
-            watchdog,
+            (lease, watchdog),
+            wait,
         )?;
         Ok(acquire(inner, &attempt, wait)
             .await?
@@ -446,7 +481,9 @@ pub(crate) fn key_refs(keys: &ObjectKeys) -> Vec<&str> {
     keys.keys.iter().map(String::as_str).collect()
 }
 
-/// One try at taking permits, for both semaphore kinds: yields the granted hold.
+/// One acquire call's tries at taking permits, for both semaphore kinds: yields the hold, taken
+/// by a try or granted by a release. Every try carries the call's one hold marker, which is also
+/// its request's in the semaphore's line (`scripts/line_lib.lua`).
 pub(crate) struct PermitAttempt<'a> {
     client: &'a Arc<ClientInner>,
     object: &'a Object,
@@ -457,63 +494,98 @@ pub(crate) struct PermitAttempt<'a> {
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
+    /// The sequence number and marker of the one hold this call takes, in every try and grant.
+    seq: u64,
+    marker: String,
+    /// This client's own channel for the semaphore: grants to its waiters are published there.
+    channel: String,
+    /// When the latest refused try was sent, and the server's clock when it ran (a grant's
+    /// expiry is read against it).
+    anchor: Mutex<Option<(Instant, u64)>>,
+    /// The call's request in the line, left when the call gives up.
+    queued: Queued<'a>,
+    /// The request's keep-alive in ms; "0": try once, never join (a `try_acquire` with a zero
+    /// wait that fails must not be granted permits later).
+    keepalive: Duration,
+    keepalive_ms: String,
 }
 
 impl<'a> PermitAttempt<'a> {
-    /// Checks `permits` (positive, at most [`MAX_PERMITS`]) and prepares the attempt.
+    /// Checks `permits` (positive, at most [`MAX_PERMITS`]) and prepares the call's tries; `wait`
+    /// is the call's (`Some(ZERO)`: one try, which never joins the line).
     pub(crate) fn new(
         object: &'a Object,
         keys: &'a Arc<ObjectKeys>,
         holds: &'static HoldKind,
         permits: u64,
-        lease: Duration,
-        watchdog: bool,
+        (lease, watchdog): (Duration, bool),
+        wait: Option<Duration>,
     ) -> Result<Self, Error> {
         if permits == 0 {
             return Err(Error::InvalidArgument("cannot acquire zero permits".into()));
         }
         check_permits(permits, "cannot acquire")?;
+        let client = object.inner();
+        let seq = client.next_sequence();
+        let marker = lockkit_protocol::lock::hold_marker(&client.id, seq);
+        let channel = keys.client_channel(&client.id);
+        let lease_ms = lease_millis(lease).to_string();
+        let permits_arg = permits.to_string();
+        let request = format!("{marker} {lease_ms} {permits_arg} {channel}");
+        let keepalive = if wait == Some(Duration::ZERO) {
+            Duration::ZERO
+        } else {
+            WAITER_KEEPALIVE
+        };
         Ok(Self {
-            client: object.inner(),
+            client,
             object,
             keys,
             holds,
             permits,
-            permits_arg: permits.to_string(),
+            permits_arg,
             lease,
-            lease_ms: lease_millis(lease).to_string(),
+            lease_ms,
             watchdog,
+            seq,
+            marker,
+            channel,
+            anchor: Mutex::new(None),
+            queued: Queued::new(
+                client,
+                object.kind,
+                &object.name,
+                keys,
+                &SEMAPHORE_LEAVE,
+                request,
+            ),
+            keepalive,
+            keepalive_ms: lease_millis(keepalive).to_string(),
         })
     }
-}
 
-impl Attempt for PermitAttempt<'_> {
-    type Output = HoldGuard;
-
-    fn channel(&self) -> &str {
-        &self.keys.channel
-    }
-
-    fn object(&self) -> (Kind, &str) {
-        (self.object.kind, &self.object.name)
-    }
-
-    fn need(&self) -> u64 {
-        self.permits
-    }
-
-    async fn attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
-        let client = self.client;
-        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
-        // script may have taken is given back.
-        let guard = HoldGuard::prepare(
-            client,
+    /// The guard of the call's one hold, armed: made before each try is sent, and for a grant.
+    fn hold_guard(&self) -> HoldGuard {
+        HoldGuard::prepare_marked(
+            self.client,
             self.holds,
             &self.object.name,
             self.keys,
-            self.lease,
-            self.watchdog,
-        );
+            (self.lease, self.watchdog),
+            None,
+            self.seq,
+        )
+    }
+
+    /// One run of the acquire script; `keepalive_ms` = "0" never joins the line.
+    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<HoldGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = self.hold_guard();
+        if keepalive_ms != "0" {
+            self.queued.joining();
+        }
         let sent = Instant::now();
         let reply = client
             .exec
@@ -522,25 +594,33 @@ impl Attempt for PermitAttempt<'_> {
                 self.object.kind,
                 &key_refs(self.keys),
                 &[
-                    &guard.hold().marker,
+                    &self.marker,
                     &self.permits_arg,
                     &self.lease_ms,
-                    &self.keys.channel,
+                    &self.channel,
                     client.exec.publish_flag(),
                     // Read at each try: a total configured while waiting counts.
                     &configured_arg(self.object, self.keys),
+                    keepalive_ms,
                 ],
                 Resend::Allowed,
             )
             .await?;
         let reason = match AcquireReply::decode(&reply)? {
             AcquireReply::Acquired { .. } => {
-                return Ok(Outcome::Acquired(guard.granted(sent)?.replicated().await?))
+                // Taking the permits takes the request out of the line in the same script.
+                self.queued.granted();
+                return Ok(Outcome::Acquired(guard.granted(sent)?.replicated().await?));
             }
-            AcquireReply::Busy { retry_ms } => {
+            AcquireReply::Busy { retry_ms, now_ms } => {
                 guard.disarm();
+                *self.anchor.lock() = Some((sent, now_ms));
+                // Retry (and so keep the request alive) well before its keep-alive runs out.
+                let refresh = self.keepalive / 3;
                 return Ok(Outcome::Busy {
-                    retry_in: retry_ms.map(Duration::from_millis),
+                    retry_in: Some(
+                        retry_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
+                    ),
                 });
             }
             AcquireReply::MoreThanTotal { total } => format!(
@@ -557,9 +637,60 @@ impl Attempt for PermitAttempt<'_> {
                  try_set_permits or add_permits)"
                 .into(),
         };
-        // Refused: the script took nothing.
+        // Refused: the script took nothing, and took the request out of the line.
+        self.queued.granted();
         guard.disarm();
         Err(refused(self.object, reason))
+    }
+}
+
+impl Attempt for PermitAttempt<'_> {
+    type Output = HoldGuard;
+
+    /// This client's own channel for the semaphore.
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn object(&self) -> (Kind, &str) {
+        (self.object.kind, &self.object.name)
+    }
+
+    /// A release grants permits to the line's head and names it by its marker: its client wakes
+    /// that very waiter.
+    fn waiter_tag(&self) -> Option<&str> {
+        Some(&self.marker)
+    }
+
+    fn need(&self) -> u64 {
+        self.permits
+    }
+
+    async fn attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
+        self.try_once(&self.keepalive_ms).await
+    }
+
+    /// A try that leaves the line when refused (keep-alive 0): the wait ran out, so no release
+    /// may grant permits to this call any more.
+    async fn last_attempt(&self) -> Result<Outcome<HoldGuard>, Error> {
+        let outcome = self.try_once("0").await?;
+        if !matches!(outcome, Outcome::Acquired(_)) {
+            // The script took the request out: nothing is left to leave.
+            self.queued.granted();
+        }
+        Ok(outcome)
+    }
+
+    /// The permits are this call's already: the release that freed them made the call's request
+    /// a hold and said so on this client's channel.
+    async fn claim(&self, grant: Grant) -> Result<Option<HoldGuard>, Error> {
+        let anchor = *self.anchor.lock();
+        let Some(guard) = self.hold_guard().claim_grant(anchor, grant)? else {
+            return Ok(None);
+        };
+        // The grant took the request out of the line.
+        self.queued.granted();
+        Ok(Some(guard.replicated().await?))
     }
 }
 
@@ -632,7 +763,7 @@ impl SemaphorePermit {
         self.guard.hold().lost_signal()
     }
 
-    /// Gives the permits back now, and wakes as many waiters.
+    /// Gives the permits back now: they are granted to the line's head while it fits.
     ///
     /// # Cancel safety
     /// If the future is dropped before it completes, the release goes on in the background.

@@ -1,87 +1,26 @@
--- handoff_lib: the waiting set and the direct grant of the lock and the fenced lock, put in front
--- of their acquire, release, cancel and force-unlock scripts at compile time (see lock.rs):
---   waiting   a ZSET request -> when it first found the lock taken (server microseconds): the order
---   timeouts  a ZSET request -> its keep-alive deadline (server ms), pushed on by every retry; a
---             request whose deadline passed stopped waiting (gave up unseen, or its client died)
+-- handoff_lib: the lock's and fenced lock's use of the line (line_lib.lua), put in front of their
+-- acquire, release, cancel and force-unlock scripts at compile time (see lock.rs), with one more key:
 --   handoff   a STRING naming the owner a release reserved the free lock for (a multi-lock member
 --             that only looks, see below), expiring after the handoff window
--- A request is one waiting acquire call: `<marker> <lease ms> <owner> <channel>`, with the call's
--- hold marker (the same for every try of the call), the lease it asked for (0: a multi-lock member
--- that only looks and takes nothing), its owner, and the waiting client's own channel for this
--- lock (the last field: it may contain spaces).
+-- A request's ask (line_lib.lua) is its owner; its lease is 0 for a multi-lock member that only
+-- looks and takes nothing.
 --
 -- Direct grant: when the lock falls free with requests waiting, the script that freed it makes the
 -- longest-waiting request the holder (its marker, its lease) and publishes the grant on that
--- request's channel, to that one client. The message is the grant: the waiter owns the lock when
--- it hears it, with no second round trip. A grant nobody heard (the client is gone, or has not
--- subscribed yet) is undone at once and the next request gets it. A grant starts on probation: it
--- expires after min(lease, PROBATION_MS) unless its client confirms it (renews it to its lease
--- counted from the grant: `now` in the message + lease, lock_renew.lua's `@<server ms>`), so
--- a grant to a client that died unseen costs the others at most the probation, never a lease.
--- Needs hold_lib.lua's now_ms, settle, take and live_hold in front.
+-- request's channel, to that one client (line_lib.lua, serve_line: the lock fits one request, so
+-- the walk ends at the first grant heard). The message is the grant: the waiter owns the lock
+-- when it hears it, with no second round trip. A grant starts on probation (line_lib.lua); its
+-- confirmation is lock_renew.lua's `@<server ms>`.
+-- Needs hold_lib.lua's now_ms, settle, take and live_hold and line_lib.lua in front.
 
 -- The handoff window in ms (lockkit_protocol::lock::HANDOFF_WINDOW): how long a looker's
 -- reservation lasts.
 local HANDOFF_WINDOW_MS = 10
--- The probation of a grant in ms (lockkit_protocol::lock::GRANT_PROBATION).
-local PROBATION_MS = 5000
 
--- Makes `k` live at least `ms` more milliseconds.
-local function extend(k, ms)
-  if redis.call('PTTL', k) < ms then
-    redis.call('PEXPIRE', k, ms)
-  end
-end
-
--- A request's member string.
-local function request(marker, lease, owner, channel)
-  return marker .. ' ' .. lease .. ' ' .. owner .. ' ' .. channel
-end
-
--- A request's marker, lease (a number), owner and channel; nil for a malformed one.
-local function parse_request(member)
-  local marker, lease, owner, channel = string.match(member, '^(%S+) (%d+) (%S+) (.*)$')
-  if not marker then
-    return nil
-  end
-  return marker, tonumber(lease), owner, channel
-end
-
--- Takes `member` out of the waiting set.
-local function leave_waiting(waiting, timeouts, member)
-  redis.call('ZREM', waiting, member)
-  redis.call('ZREM', timeouts, member)
-end
-
--- Drops every request whose keep-alive deadline passed by `now`.
-local function prune(waiting, timeouts, now)
-  local stale = redis.call('ZRANGEBYSCORE', timeouts, '-inf', now)
-  for _, member in ipairs(stale) do
-    redis.call('ZREM', waiting, member)
-  end
-  if #stale > 0 then
-    redis.call('ZREMRANGEBYSCORE', timeouts, '-inf', now)
-  end
-end
-
--- Reports the lock busy for `pttl` ({0, pttl, now}); first, if the caller will wait (`keepalive`
--- ms > 0), its request joins the waiting set, keeping an earlier place, and its deadline moves to
--- now + keepalive. A caller that will not wait (keep-alive 0: a single try, or the last try of a
--- wait that ran out) leaves it instead, in the same script, so no release can grant the lock to
--- a call that has returned.
+-- Reports the lock busy for `pttl` ({0, pttl, now}); first, the caller's request joins the line,
+-- or leaves it (line_lib.lua, stay_in_line).
 local function wait_turn(waiting, timeouts, member, keepalive, pttl, now)
-  keepalive = tonumber(keepalive)
-  if keepalive > 0 then
-    if not redis.call('ZSCORE', waiting, member) then
-      local time = redis.call('TIME')
-      redis.call('ZADD', waiting, tonumber(time[1]) * 1000000 + tonumber(time[2]), member)
-    end
-    redis.call('ZADD', timeouts, now + keepalive, member)
-    extend(waiting, keepalive)
-    extend(timeouts, keepalive)
-  elseif redis.call('EXISTS', waiting) == 1 then
-    leave_waiting(waiting, timeouts, member)
-  end
+  stay_in_line(waiting, timeouts, member, keepalive, now)
   return {0, pttl, now}
 end
 
@@ -91,24 +30,6 @@ local function reserved_turn(waiting, timeouts, member, keepalive, window, now)
   local busy = wait_turn(waiting, timeouts, member, keepalive, window, now)
   busy[4] = 1
   return busy
-end
-
--- Publishes `message` on `channel` (SPUBLISH when `sharded` = '1'); whether a subscriber got it
--- (pcall: a failed publish must not undo the script's other work; it counts as unheard).
--- `sharded` = '2' is classic PUBLISH on a cluster: the cluster bus carries the message to the
--- subscribers of every node, but PUBLISH counts only this node's, so the count says nothing and
--- every publish counts as heard (a grant nobody takes then lasts its probation).
-local function heard(channel, sharded, message)
-  local receivers
-  if sharded == '1' then
-    receivers = redis.pcall('SPUBLISH', channel, message)
-  else
-    receivers = redis.pcall('PUBLISH', channel, message)
-  end
-  if sharded == '2' then
-    return type(receivers) == 'number'
-  end
-  return type(receivers) == 'number' and receivers > 0
 end
 
 -- The fenced lock's token counter TTL in ms when a script is given none
@@ -164,44 +85,32 @@ end
 -- given, is the owner of an acquire running this: the handover stops (nil) at a request of its
 -- own, which the caller then takes itself.
 local function hand_over(key, handoff, waiting, timeouts, sharded, now, counter, caller)
-  if redis.call('EXISTS', waiting) == 0 then
-    return nil
-  end
-  prune(waiting, timeouts, now)
-  while true do
-    local head = redis.call('ZRANGE', waiting, 0, 0)[1]
-    if not head then
-      return nil
-    end
-    local marker, lease, owner, channel = parse_request(head)
+  return serve_line(waiting, timeouts, now, function(marker, lease, owner, channel)
     if caller and owner == caller then
-      return nil
+      return 'stop'
     end
-    leave_waiting(waiting, timeouts, head)
-    if not marker then
-      -- Not a request (written by something else): dropped.
-    elseif lease == 0 then
+    if lease == 0 then
       if heard(channel, sharded, 'p:' .. marker) then
         redis.call('SET', handoff, owner, 'PX', HANDOFF_WINDOW_MS)
         return 'reserved'
       end
-    else
-      local expiry = now + math.min(lease, PROBATION_MS)
-      -- The token first: a grant whose expiry has passed by the time it is taken (a long walk
-      -- over unheard requests) deletes the key at PEXPIREAT, and the token field goes with it
-      -- (minted after, it would make a new key holding only the token, with no expiry).
-      local token = 0
-      if counter then
-        token = mint(key, counter, marker)
-      end
-      local count = take(key, owner, marker, expiry, nil, false)
-      local grant = string.format('g:%d:%d:%d:%d:', count, token, now, expiry) .. marker
-      if heard(channel, sharded, grant) then
-        return 'granted'
-      end
-      settle(key, now, marker)
+      return 'next'
     end
-  end
+    local expiry = now + math.min(lease, PROBATION_MS)
+    -- The token first: a grant whose expiry has passed by the time it is taken (a long walk
+    -- over unheard requests) deletes the key at PEXPIREAT, and the token field goes with it
+    -- (minted after, it would make a new key holding only the token, with no expiry).
+    local token = 0
+    if counter then
+      token = mint(key, counter, marker)
+    end
+    local count = take(key, owner, marker, expiry, nil, false)
+    if heard(channel, sharded, grant_message(count, token, now, expiry, marker)) then
+      return 'granted'
+    end
+    settle(key, now, marker)
+    return 'next'
+  end)
 end
 
 -- What a caller that found the lock handed over to another request is told: the grantee's

@@ -2,10 +2,12 @@
 --
 -- KEYS[1]  main HASH (see semaphore_lib.lua)
 -- KEYS[2]  leases ZSET
+-- KEYS[3]  waiting ZSET (the line, see semaphore_acquire.lua)
+-- KEYS[4]  timeouts ZSET
 -- ARGV[1]  delta: permits to add, negative to remove
 -- ARGV[2]  the largest total accepted
--- ARGV[3]  channel on which permits that came back are announced
--- ARGV[4]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
+-- ARGV[3]  the semaphore's channel (not used: grants go to the waiting clients' own channels)
+-- ARGV[4]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 -- ARGV[5]  the handle's configured total, '' when it has none: an absent total (never set, or
 --          lost with the data) starts from it instead of from 0
 --
@@ -15,14 +17,15 @@
 --
 -- A semaphore whose total is absent starts from the configured total, or from 0. Removing permits
 -- never takes them away from holders: while they keep more than the new total, no permit is free.
--- Added permits are announced ('n:<k>'), so that many waiters try again. A total that was absent
--- or is lowered is announced to every waiter ('all'): a waiter whose request is now more than the
--- total must be refused at once, not when a holder's lease ends.
-local main, leases = KEYS[1], KEYS[2]
+-- Added permits are granted to the line's head while it fits (grant_line). A total that was
+-- absent or is lowered first refuses every waiting request that asks for more than it
+-- (refuse_impossible): such a waiter is told at once, not when its keep-alive runs out.
+local main, leases, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local delta, max = tonumber(ARGV[1]), tonumber(ARGV[2])
-local channel, sharded = ARGV[3], ARGV[4]
+local sharded = ARGV[4]
 
-local returned = purge(main, leases, now_ms())
+local now = now_ms()
+purge(main, leases, now)
 local reply
 local current = tonumber(redis.call('HGET', main, 'permits'))
 local total = current or configured_total(ARGV[5]) or 0
@@ -34,11 +37,9 @@ elseif new > max then
 else
   redis.call('HSET', main, 'permits', new)
   if current == nil or delta < 0 then
-    announce_total_changed(channel, sharded)
-    return {1, new}
+    refuse_impossible(main, waiting, timeouts, sharded, now)
   end
-  returned = returned + delta
   reply = {1, new}
 end
-announce(main, returned, channel, sharded)
+grant_line(main, leases, waiting, timeouts, sharded, now, nil)
 return reply

@@ -1,5 +1,5 @@
--- semaphore_lib: helpers shared by every semaphore script (both kinds); the runtime prepends this
--- file to each semaphore_*.lua, so the helpers are written once.
+-- semaphore_lib: helpers shared by every semaphore script (both kinds); the runtime prepends
+-- line_lib.lua and this file to each semaphore_*.lua, so the helpers are written once.
 --
 -- Data of one semaphore:
 -- KEYS[1]  main HASH: field `permits` = the total number of permits (absent: never set, or lost
@@ -9,10 +9,20 @@
 --          times a script found one of the two keys evicted and repaired it (absent: never)
 -- KEYS[2]  leases ZSET: member = hold marker, score = end of that hold's lease, in server
 --          milliseconds (redis.call('TIME'), never a client clock)
+-- KEYS[3]  waiting ZSET, KEYS[4] timeouts ZSET: the line of waiting acquire calls (line_lib.lua);
+--          a request's ask is its number of permits. Both expire with the last keep-alive.
 --
 -- A hold is live while its score is in the future. Every script first gives back the permits of
 -- the holds whose lease has ended (`purge`), so a crashed holder's permits come back without
--- anyone releasing them; the permits that came back are announced.
+-- anyone releasing them.
+--
+-- The line is FIFO: whatever frees permits (a release, a lease found run out, permits added, a
+-- total set) grants them to the head of the line while the head's request fits (`grant_line`),
+-- one message per granted call on its client's own channel, nothing to anyone else. A request for
+-- many permits at the head is not overtaken by smaller ones behind it (tokio's Semaphore makes
+-- the same choice: no starvation of acquire_many); an acquire finds permits free only when nobody
+-- waits ahead of it. A request that a total change made impossible (it asks for more than the
+-- total) leaves the line and its waiter is woken ('w:<marker>') to be refused (`refuse_impossible`).
 
 -- The server's time in milliseconds.
 local function now_ms()
@@ -82,35 +92,63 @@ local function available(main)
   return math.max(total - used, 0)
 end
 
--- Publishes `payload` on the semaphore's channel (SPUBLISH when `sharded` is '1').
-local function publish(channel, sharded, payload)
-  if sharded == '1' then
-    redis.pcall('SPUBLISH', channel, payload)
-  else
-    redis.pcall('PUBLISH', channel, payload)
-  end
+-- Ends the hold `marker` now: its permits come back. Returns them (0: it was not there).
+local function end_hold(main, leases, marker)
+  local k = tonumber(redis.call('HGET', main, marker)) or 0
+  redis.call('HDEL', main, marker)
+  redis.call('ZREM', leases, marker)
+  give_back(main, k)
+  return k
 end
 
--- Announces that `returned` permits came back: 'n:<k>' wakes k waiters, k = the permits that
--- came back, or fewer when fewer are free (a total reduced below what holders keep). Nothing
--- when none are free.
-local function announce(main, returned, channel, sharded)
-  if returned <= 0 then
-    return
-  end
-  local k = math.min(returned, available(main))
-  if k <= 0 then
-    return
-  end
-  publish(channel, sharded, 'n:' .. k)
+-- Grants free permits to the line (line_lib.lua, serve_line) while its head's request fits: the
+-- head becomes a hold of its permits on probation (expiry now + min(lease, PROBATION_MS)) and is
+-- told on its channel; a grant nobody heard is undone at once. The walk stops at a head that asks
+-- for more than is free (it is not overtaken), at the request of `caller` (a marker: the acquire
+-- running this serves itself), or while the total is absent. A head asking for more than the
+-- total is dropped (refuse_impossible tells it).
+local function grant_line(main, leases, waiting, timeouts, sharded, now, caller)
+  serve_line(waiting, timeouts, now, function(marker, lease, ask, channel)
+    local k = tonumber(ask)
+    local total = tonumber(redis.call('HGET', main, 'permits'))
+    if marker == caller or total == nil then
+      return 'stop'
+    end
+    if k == nil or k < 1 or k > total or redis.call('ZSCORE', leases, marker) then
+      return 'next'
+    end
+    if available(main) < k then
+      return 'stop'
+    end
+    local expiry = now + math.min(lease, PROBATION_MS)
+    redis.call('HSET', main, marker, k)
+    redis.call('HINCRBY', main, 'used', k)
+    redis.call('ZADD', leases, expiry, marker)
+    if not heard(channel, sharded, grant_message(k, 0, now, expiry, marker)) then
+      end_hold(main, leases, marker)
+    end
+    return 'next'
+  end)
 end
 
--- Announces that the total was set (it was absent) or lowered: 'all' makes every waiter try
--- once more, so a waiter whose request the new total made impossible is refused at once (and one
--- that can now be served is), instead of sleeping until a holder's lease ends. Replaces the
--- 'n:<k>' announcement of the same script run: every waiter tries anyway.
-local function announce_total_changed(channel, sharded)
-  publish(channel, sharded, 'all')
+-- After the total was set or lowered: every live request in the line that asks for more than the
+-- total leaves it, and its waiter is woken ('w:<marker>' on its channel) to try once more and be
+-- refused at once, not when its keep-alive runs out.
+local function refuse_impossible(main, waiting, timeouts, sharded, now)
+  local total = tonumber(redis.call('HGET', main, 'permits'))
+  if total == nil or redis.call('EXISTS', waiting) == 0 then
+    return
+  end
+  prune(waiting, timeouts, now)
+  for _, member in ipairs(redis.call('ZRANGE', waiting, 0, -1)) do
+    local marker, _, ask, channel = parse_request(member)
+    if not marker or (tonumber(ask) or 0) > total then
+      leave_waiting(waiting, timeouts, member)
+      if marker then
+        heard(channel, sharded, 'w:' .. marker)
+      end
+    end
+  end
 end
 
 -- The total given by a script argument (a handle's configured total), or nil: an absent argument,

@@ -1,10 +1,12 @@
 -- semaphore_renew: extend (or only check) many semaphore holds in one round trip. Used by the
--- watchdog; both semaphore kinds.
+-- watchdog, and to confirm a granted hold; both semaphore kinds.
 --
--- KEYS[2i-1]   main HASH of the i-th hold's semaphore (see semaphore_lib.lua)
--- KEYS[2i]     leases ZSET of the i-th hold's semaphore
+-- KEYS         the keys of each hold, `stride` keys per hold (stride = #KEYS / (#ARGV / 2)): its
+--              main HASH and leases ZSET first (see semaphore_lib.lua), the others not touched
 -- ARGV[2i-1]   hold marker of the i-th hold
--- ARGV[2i]     lease in ms to extend the i-th hold to; 0 = only check that it is still there
+-- ARGV[2i]     lease in ms to extend the i-th hold to (now + lease); 0 = only check that it is
+--              still there; `@<server ms>` = extend it to that instant (the confirmation of a
+--              granted hold: its grant's time + its lease, see line_lib.lua)
 --
 -- Reply        array with one integer per hold: 1 = the hold is live (and was extended),
 --              0 = gone (lease ended, released by id, or a key overwritten with another type:
@@ -13,16 +15,24 @@
 -- A hold whose lease has ended is never revived, even before a purge has removed it; nor is a
 -- released one (its marker left the ZSET in the same atomic step). The lease is never shortened.
 local now = now_ms()
+local holds = #ARGV / 2
+local stride = #KEYS / holds
 local result = {}
-for i = 1, #KEYS / 2 do
-  local main, leases = KEYS[2 * i - 1], KEYS[2 * i]
-  local marker, lease = ARGV[2 * i - 1], tonumber(ARGV[2 * i])
+for i = 1, holds do
+  local main, leases = KEYS[stride * (i - 1) + 1], KEYS[stride * (i - 1) + 2]
+  local marker, arg = ARGV[2 * i - 1], ARGV[2 * i]
+  local target
+  if string.sub(arg, 1, 1) == '@' then
+    target = tonumber(string.sub(arg, 2))
+  elseif tonumber(arg) > 0 then
+    target = now + tonumber(arg)
+  end
   result[i] = 0
   if redis.call('TYPE', main)['ok'] == 'hash' and redis.call('TYPE', leases)['ok'] == 'zset' then
     local score = tonumber(redis.call('ZSCORE', leases, marker))
     if score and score > now then
-      if lease > 0 and score < now + lease then
-        redis.call('ZADD', leases, now + lease, marker)
+      if target and score < target then
+        redis.call('ZADD', leases, target, marker)
       end
       result[i] = 1
     end

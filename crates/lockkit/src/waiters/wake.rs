@@ -6,7 +6,7 @@
 //! | message  | who is woken here |
 //! |----------|-------------------|
 //! | `one`    | the longest-registered waiter not already woken |
-//! | `n:<k>`  | the `k` longest-registered waiters not already woken (fewer if fewer wait) |
+//! | `n:<k>`  | the `k` longest-registered waiters not already woken (fewer if fewer wait; no script sends it since issue 28) |
 //! | `all`    | every waiter |
 //! | `w:<id>` | the waiter tagged `<id>` (the fair lock's next), if it waits here |
 //! | `g:…:<id>` | the waiter tagged `<id>`, handing it the lock a release granted it |
@@ -23,8 +23,10 @@
 //! channels' retirement (the bookkeeping, [`super::table`]); where messages come from and when
 //! they may have been lost (the transport, [`super::transport`] and [`super::slots`]).
 //!
-//! **Smaller needs.** Waiters of one channel may need different amounts of the object (a
-//! semaphore waiter asks for `k` permits). A wake-up goes to the longest-registered waiter
+//! **Smaller needs.** Waiters of one channel may need different amounts of the object (a waiter
+//! reports its need; a semaphore waiter's is its permits, though since issue 28 a semaphore's
+//! permits are granted to its waiters by name, and no script sends `n:<k>` any more: the rule
+//! stays for any message that wakes waiters by count). A wake-up goes to the longest-registered waiter
 //! whatever it needs, so it may reach one that needs more than came back while a waiter behind it
 //! needs less:
 //!
@@ -39,7 +41,8 @@
 //! means the object was taken) never hand a wake-up on, so a release still wakes at most one
 //! waiter per client, not a herd (a lock's release: only the granted waiter, see below).
 //!
-//! **Grants.** A lock's (fenced lock's, election's) release that frees it **grants** it, in the
+//! **Grants.** A lock's (fenced lock's, election's, and since issue 28 a semaphore's: permits)
+//! release that frees it **grants** it, in the
 //! same script, to the call that has waited longest, and says so on that call's client's own
 //! channel for the lock (`g:…:<marker>`): no other client hears anything. Here the grant is
 //! handed to the waiter tagged with the call's marker, which is woken and returns holding the
