@@ -699,26 +699,53 @@ const UNCONTENDED_SAMPLES: usize = 2000;
 const UNCONTENDED_ROUND: usize = 50;
 
 /// One library's uncontended row: medians of its lock + unlock and of its own client's `PING`,
-/// measured interleaved in one process.
+/// measured interleaved in one process; lockkit's rows also against two `EVALSHA` of an empty
+/// script measured in the same rounds (issue 28's yardstick: what any lock of two script calls
+/// costs at the least).
 #[derive(Debug, Clone)]
 struct Uncontended {
     library: String,
     ping: Duration,
     lock_unlock: Duration,
+    /// Two `EVALSHA` of an empty script, in the same rounds (`None`: another process's row).
+    empty_pair: Option<Duration>,
 }
 
 impl Uncontended {
     fn ratio(&self) -> f64 {
         self.lock_unlock.as_secs_f64() / self.ping.as_secs_f64()
     }
+
+    /// lock + unlock ÷ two `EVALSHA` of an empty script.
+    fn ratio_to_empty_pair(&self) -> Option<f64> {
+        self.empty_pair
+            .map(|pair| self.lock_unlock.as_secs_f64() / pair.as_secs_f64())
+    }
 }
+
+/// The acquire half of the "commands only" floor: the commands `lock_acquire.lua` runs for a
+/// free lock nobody waits for (`EXISTS` of its 4 keys, `TIME`, `HSET`, `PEXPIREAT`), with none of
+/// the library's code around them.
+const COMMANDS_ACQUIRE: &str =
+    "if redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then \
+    local t = redis.call('TIME') \
+    local e = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + 30000 \
+    redis.call('HSET', KEYS[1], ARGV[1], 1, ARGV[2], string.format('%d', e) .. ' ' .. ARGV[1]) \
+    redis.call('PEXPIREAT', KEYS[1], e) return {1, 1} end return {0, 0, 0}";
+/// The release half: the commands `lock_release.lua` runs to give back the one hold of a lock
+/// nobody waits for (`TIME`, `HGETALL`, `DEL`, `EXISTS` of the waiting set).
+const COMMANDS_RELEASE: &str = "redis.call('TIME') redis.call('HGETALL', KEYS[1]) \
+    redis.call('DEL', KEYS[1]) redis.call('EXISTS', KEYS[3]) return {1, 0}";
 
 /// lockkit's uncontended rows: `lock()` (watchdog mode) + `unlock()`, and the same with a fixed
 /// 30 s lease (as rslock's), each against `PING` through a plain fred client configured as
 /// lockkit's, [`UNCONTENDED_SAMPLES`] of each after as many for warm-up, interleaved in rounds
-/// of [`UNCONTENDED_ROUND`]. Two floors in the same rounds, through that plain client: lockkit's
-/// own acquire and release scripts sent raw (what the protocol costs with no client around it),
-/// and two `EVALSHA` of a trivial script (what any lock of two script calls costs).
+/// of [`UNCONTENDED_ROUND`]. Floors in the same rounds, through that plain client: lockkit's
+/// own acquire and release scripts sent raw (what the protocol costs with no client around it);
+/// two scripts of the same commands as their common path and nothing else (what the commands
+/// cost); two `EVALSHA` of a trivial script, and of an empty one (what any lock of two script
+/// calls costs: the yardstick of every row's last column).
+#[allow(clippy::too_many_lines)] // one list of interleaved operations
 async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Uncontended> {
     let lock = client.lock(lockkit_suite::unique("bench-uncontended"));
     let watchdog = || async {
@@ -743,15 +770,15 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
         .lock(&lockkit_suite::unique("bench-uncontended-raw"))
         .expect("a lock name");
     let channel = keys.client_channel("bench");
-    let acquire_sha: String = raw
-        .script_load(lockkit::protocol::lock::ACQUIRE.source())
-        .await
-        .expect("SCRIPT LOAD");
-    let release_sha: String = raw
-        .script_load(lockkit::protocol::lock::RELEASE.source())
-        .await
-        .expect("SCRIPT LOAD");
-    let trivial_sha: String = raw.script_load("return {1, 1}").await.expect("SCRIPT LOAD");
+    let load = |script: &'static str| async move {
+        let sha: String = raw.script_load(script).await.expect("SCRIPT LOAD");
+        sha
+    };
+    let acquire_sha = load(lockkit::protocol::lock::ACQUIRE.source()).await;
+    let release_sha = load(lockkit::protocol::lock::RELEASE.source()).await;
+    let trivial_sha = load(TRIVIAL).await;
+    let empty_sha = load("").await;
+    let commands_sha = [load(COMMANDS_ACQUIRE).await, load(COMMANDS_RELEASE).await];
     let sequence = AtomicU64::new(0);
     let raw_scripts = || async {
         let marker = hold_marker("bench", sequence.fetch_add(1, Ordering::Relaxed));
@@ -772,15 +799,31 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
             .await
             .expect("release");
     };
-    let trivial = || async {
-        for _ in 0..2 {
+    let commands = || async {
+        let marker = hold_marker("bench", sequence.fetch_add(1, Ordering::Relaxed));
+        for (sha, args) in commands_sha.iter().zip([
+            vec!["bench:1", &marker, "30000", "5000", &channel, "0"],
+            vec![&marker, &channel, "0"],
+        ]) {
             let _: Value = raw
-                .evalsha(&trivial_sha, vec![keys.key.as_str()], Vec::<&str>::new())
+                .evalsha(sha, keys.keys.clone(), args)
                 .await
                 .expect("EVALSHA");
         }
     };
-    let mut samples: [Vec<Duration>; 5] = Default::default();
+    let pair = |sha: &String| {
+        let sha = sha.clone();
+        let key = keys.key.clone();
+        async move {
+            for _ in 0..2 {
+                let _: Value = raw
+                    .evalsha(&sha, vec![key.as_str()], Vec::<&str>::new())
+                    .await
+                    .expect("EVALSHA");
+            }
+        }
+    };
+    let mut samples: [Vec<Duration>; 7] = Default::default();
     for warm in [true, false] {
         for _ in 0..UNCONTENDED_SAMPLES / UNCONTENDED_ROUND {
             for (i, sample) in samples.iter_mut().enumerate() {
@@ -791,7 +834,9 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
                         1 => watchdog().await,
                         2 => fixed().await,
                         3 => raw_scripts().await,
-                        _ => trivial().await,
+                        4 => commands().await,
+                        5 => pair(&trivial_sha).await,
+                        _ => pair(&empty_sha).await,
                     }
                     if !warm {
                         sample.push(start.elapsed());
@@ -800,31 +845,29 @@ async fn uncontended_lockkit(client: &Client, raw: &RedisClient) -> Vec<Unconten
             }
         }
     }
-    let [ping, watchdog, fixed, raw_scripts, trivial] = samples.map(|mut s| {
+    let [ping, watchdog, fixed, raw_scripts, commands, trivial, empty] = samples.map(|mut s| {
         s.sort_unstable();
         quantile(&s, 0.5)
     });
+    let row = |library: &str, lock_unlock: Duration| Uncontended {
+        library: library.to_owned(),
+        ping,
+        lock_unlock,
+        empty_pair: Some(empty),
+    };
     vec![
-        Uncontended {
-            library: "lockkit Lock lock()".to_owned(),
-            ping,
-            lock_unlock: watchdog,
-        },
-        Uncontended {
-            library: "lockkit Lock lock_with_lease(30 s)".to_owned(),
-            ping,
-            lock_unlock: fixed,
-        },
-        Uncontended {
-            library: "floor: lockkit's acquire + release scripts, raw".to_owned(),
-            ping,
-            lock_unlock: raw_scripts,
-        },
-        Uncontended {
-            library: "floor: 2 × EVALSHA of a trivial script".to_owned(),
-            ping,
-            lock_unlock: trivial,
-        },
+        row("lockkit Lock lock()", watchdog),
+        row("lockkit Lock lock_with_lease(30 s)", fixed),
+        row(
+            "floor: lockkit's acquire + release scripts, raw",
+            raw_scripts,
+        ),
+        row(
+            "floor: 2 × EVALSHA of the scripts' common-path commands only",
+            commands,
+        ),
+        row("floor: 2 × EVALSHA of a trivial script", trivial),
+        row("floor: 2 × EVALSHA of an empty script", empty),
     ]
 }
 
@@ -855,6 +898,7 @@ async fn uncontended_peer(url: &str, peer: &str) -> Option<Uncontended> {
         library: peer.to_owned(),
         ping: ns("ping_p50_ns")?,
         lock_unlock: ns("lock_unlock_p50_ns")?,
+        empty_pair: None,
     })
 }
 
@@ -1532,6 +1576,7 @@ fn write_json(
                 "lock_unlock_p50_us": micros(u.lock_unlock),
                 "ping_p50_us": micros(u.ping),
                 "ratio": u.ratio(),
+                "ratio_to_empty_evalsha_pair": u.ratio_to_empty_pair(),
             }))
             .collect::<Vec<_>>(),
     });
@@ -1716,16 +1761,18 @@ async fn bench(url: &str, smoke: bool) {
         println!();
         println!(
             "| uncontended, {UNCONTENDED_SAMPLES} of each, interleaved | lock + unlock p50 µs | \
-             its PING p50 µs | ratio |"
+             its PING p50 µs | ratio | ÷ 2 × empty EVALSHA |"
         );
-        println!("|---|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|");
         for row in &uncontended {
             println!(
-                "| {} | {:.1} | {:.1} | {:.2} |",
+                "| {} | {:.1} | {:.1} | {:.2} | {} |",
                 row.library,
                 micros(row.lock_unlock),
                 micros(row.ping),
-                row.ratio()
+                row.ratio(),
+                row.ratio_to_empty_pair()
+                    .map_or_else(|| "–".to_owned(), |r| format!("{r:.2}")),
             );
         }
     }

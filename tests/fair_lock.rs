@@ -345,6 +345,50 @@ async fn a_dropped_acquire_leaves_the_queue_at_once() {
     assert_clean(&raw, &name).await;
 }
 
+/// A wait that runs out leaves the queue in its last try, in the same script, as a lock's wait
+/// leaves its line: with the waiter's client cut off from Redis right after the call returned (no
+/// cancel can follow), nothing of it is left in the queue, and a newcomer's zero-wait try gets the
+/// lock as soon as the holder releases it. (Before, the entry left in a cancel sent after the
+/// call returned; with the client cut off it stayed for its waiter timeout, 60 s here, and the
+/// newcomer was refused: "nobody waits" was false.)
+#[tokio::test]
+async fn a_wait_that_runs_out_leaves_the_queue_before_it_returns() {
+    let server = spawned().await;
+    let proxy = FaultProxy::start(server.addr()).await.unwrap();
+    let raw = raw(&server.url()).await;
+    let holder = client(&server.url()).await;
+    let gave_up = client(&proxy.url()).await;
+    let name = unique("fair-gave-up");
+    let guard = holder.fair_lock(&name).lock().await.unwrap();
+
+    let refused = gave_up
+        .fair_lock(&name)
+        .with_waiter_timeout(Duration::from_secs(60))
+        .unwrap()
+        .try_lock(Duration::from_millis(200), None)
+        .await
+        .unwrap();
+    assert!(refused.is_none(), "held all along");
+    // The client vanishes: whatever it would send now never arrives.
+    proxy.block();
+    assert_eq!(
+        queue(&raw, &name).await,
+        Vec::<String>::new(),
+        "left in the queue"
+    );
+    assert_eq!(deadlines(&raw, &name).await, Vec::<String>::new());
+
+    guard.unlock().await.unwrap();
+    let newcomer = holder
+        .fair_lock(&name)
+        .try_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .expect("free, and nobody waits");
+    newcomer.unlock().await.unwrap();
+    assert_clean(&raw, &name).await;
+}
+
 /// The waiters' timeouts (120 s, so the live one retries only every 40 s) outlast the hang guard:
 /// only the message naming the next waiter can get it in in time.
 #[tokio::test]

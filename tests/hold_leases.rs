@@ -396,3 +396,40 @@ async fn a_hold_in_its_last_millisecond_counts_as_ended() {
         }
     }
 }
+
+/// The same rule in the release's common path (`lock_release_last.lua`, the one hold of a lock
+/// nobody waits for, given back before the libraries are defined): the lock's one hold, written
+/// to expire 1 ms after the release's `TIME` (the key kept longer, as Redis' own expiry clock may
+/// still keep it at that instant), is not live: the release says "not held", as the library's
+/// `live` does, and never "released".
+#[tokio::test]
+async fn the_last_hold_in_its_last_millisecond_counts_as_ended_in_the_common_path() {
+    use lockkit::protocol::keys::{Kind, Namespace};
+    use lockkit::protocol::lock;
+
+    const SETUP: &str = "local t = redis.call('TIME') \
+        local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+        redis.call('HSET', KEYS[1], 'A', 1, '#A:1', string.format('%d', now + 1) .. ' A') \
+        redis.call('PEXPIREAT', KEYS[1], now + 60000) \
+        return {now}";
+    let server = spawned().await;
+    for round in 0..20 {
+        let keys = Namespace::default()
+            .object(Kind::Lock, &unique("last-millisecond-common"))
+            .unwrap();
+        let (k, channel) = (&keys.keys, keys.channel.as_str());
+        let replies = run(
+            server.addr(),
+            &[
+                eval(SETUP, &k[..1], &[]),
+                eval(lock::RELEASE.source(), k, &["#A:1", channel, "0"]),
+            ],
+        )
+        .await;
+        assert_eq!(
+            ints(&replies[1]),
+            [0, 0],
+            "round {round}: the hold in its last millisecond was released as live"
+        );
+    }
+}

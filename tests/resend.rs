@@ -367,6 +367,22 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
         ),
     ));
     cases.push((
+        "fair_lock_acquire: a queued waiter's last try (keep-alive 0) leaves the queue",
+        Case::new(
+            &k,
+            vec![
+                acquire("B", "#B:1", "B:w1"),
+                acquire("A", "#A:1", "A:w1"),
+                acquire("C", "#C:1", "C:w1"),
+            ],
+            call(
+                &fair_lock::ACQUIRE,
+                &k.keys,
+                &["A", "#A:1", LONG, "A:w1", "0", &k.channel, "0"],
+            ),
+        ),
+    ));
+    cases.push((
         "lock_renew: a fair lock's hold",
         Case::new(
             &k,

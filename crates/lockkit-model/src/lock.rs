@@ -52,7 +52,8 @@
 //!   - a granted hold's confirmation (the renew script's `@<server ms>` form,
 //!     [`HashLock::renew_until`]) extends it to *"grant + lease, not confirmation + lease"*.
 //! - The `FairLock` queue (guide, "How the order is kept"): granted only to the head of the queue
-//!   or to anyone while it is empty, re-entry past the queue, a zero-wait try never queues,
+//!   or to anyone while it is empty, re-entry past the queue, a zero-wait try never queues (and
+//!   a queued waiter's try with keep-alive 0, the last of a wait that ran out, leaves the queue),
 //!   waiters at the head whose deadline passed are dropped first, a waiter that gives up leaves.
 //!   Its wake-up messages are not modelled (they change nothing in Redis).
 //! - A key of another type: *"a wrong-typed key makes the acquire fail with `WRONGTYPE` … without
@@ -736,6 +737,12 @@ impl HashLock {
                 .insert(req.waiter.clone(), now.ms + req.keepalive_ms);
             self.queue.extend(now.ms, req.keepalive_ms);
             self.timeouts.extend(now.ms, req.keepalive_ms);
+        } else if self.timeouts.items.remove(&req.waiter).is_some() {
+            // A try that will not wait (the last of a wait that ran out) leaves the queue.
+            if let Some(at) = self.queue.items.iter().position(|w| *w == req.waiter) {
+                self.queue.items.remove(at);
+            }
+            self.tidy();
         }
         match (latest, head) {
             (Some(latest), _) => Acquired::Busy {

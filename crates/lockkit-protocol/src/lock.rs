@@ -34,15 +34,27 @@
 //! subscriber heard is undone and the next request gets it. A waiter that gives up leaves at once
 //! and hands back a grant it had not claimed ([`CANCEL`]); one whose client died is dropped when
 //! its deadline passes. The three keys are absent while nobody waits, so an uncontended acquire
-//! costs four commands (`EXISTS`, `TIME`, `HSET`, `PEXPIREAT`).
+//! costs four commands (`EXISTS`, `TIME`, `HSET`, `PEXPIREAT`), and the release of its one hold
+//! four (`EXISTS` of the waiting set, `TIME`, `HGETALL`, `DEL`). Both are written out in front of
+//! the libraries (`scripts/lock_acquire_free.lua`, `scripts/lock_release_last.lua`) and return
+//! before any library function is defined: defining them all, on every run, cost Redis more
+//! than the four commands (issue 28).
 
 use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// Take one hold.
-pub static ACQUIRE: Script = with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_acquire");
+pub static ACQUIRE: Script = with_prelude!(
+    first "lock_acquire_free",
+    ["hold_lib", "line_lib", "handoff_lib"],
+    "lock_acquire"
+);
 /// Give back one hold.
-pub static RELEASE: Script = with_prelude!(["hold_lib", "line_lib", "handoff_lib"], "lock_release");
+pub static RELEASE: Script = with_prelude!(
+    first "lock_release_last",
+    ["hold_lib", "line_lib", "handoff_lib"],
+    "lock_release"
+);
 /// Extend or check many holds at once (the watchdog's batch), for every kind whose main key is a
 /// lock HASH: lock, fenced lock and fair lock.
 pub static RENEW: Script = with_prelude!("hold_lib", "lock_renew");
@@ -264,6 +276,8 @@ pub fn decode_force_unlock(reply: &[i64]) -> Result<bool, DecodeError> {
 pub(crate) fn strip_preludes(source: &str) -> &str {
     let mut src = source;
     for lib in [
+        include_str!("scripts/lock_acquire_free.lua"),
+        include_str!("scripts/lock_release_last.lua"),
         include_str!("scripts/hold_lib.lua"),
         include_str!("scripts/line_lib.lua"),
         include_str!("scripts/handoff_lib.lua"),

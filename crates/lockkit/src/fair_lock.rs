@@ -64,9 +64,11 @@ static FAIR_LEAVE: Leave = Leave {
 /// # Waiters that die
 /// A queued waiter keeps its place by retrying at least every third of its waiter timeout (5 s
 /// by default, so every ≈1.7 s); every script drops the waiters at the head whose timeout has run
-/// out without a retry. A waiter that gives up (its `wait` runs out, or its acquire future is
-/// dropped) leaves the queue at once and passes its turn on; one whose process dies keeps its
-/// place for at most the waiter timeout.
+/// out without a retry. A waiter that gives up leaves the queue at once and passes its turn on:
+/// a `wait` that runs out leaves in its last try, in the same script (so even a client that
+/// vanishes right after leaves nothing behind), an acquire future that is dropped leaves in the
+/// background. One whose process dies while it waits keeps its place for at most the waiter
+/// timeout.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -349,6 +351,25 @@ impl Attempt for FairAttempt<'_> {
     }
 
     async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        self.try_once(&self.keepalive_ms).await
+    }
+
+    /// A try that leaves the queue when refused (keep-alive 0), in the same script: the wait ran
+    /// out, so its place must not hold the others up, even when no cancel can follow (the client
+    /// vanished after this reply).
+    async fn last_attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let outcome = self.try_once("0").await?;
+        if !matches!(outcome, Outcome::Acquired(_)) {
+            // The script took the waiter out: nothing is left to leave.
+            self.waiter.granted();
+        }
+        Ok(outcome)
+    }
+}
+
+impl FairAttempt<'_> {
+    /// One run of the acquire script; `keepalive_ms` = "0" never queues, and leaves the queue.
+    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<LockGuard>, Error> {
         let client = self.client;
         // Armed before sending: if this future is dropped, or the reply is lost, whatever the
         // script may have taken is given back.
@@ -361,7 +382,7 @@ impl Attempt for FairAttempt<'_> {
             self.watchdog,
             Some(&self.owner),
         );
-        if !self.keepalive.is_zero() {
+        if keepalive_ms != "0" {
             self.waiter.joining();
         }
         let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
@@ -377,7 +398,7 @@ impl Attempt for FairAttempt<'_> {
                     &guard.hold().marker,
                     &self.lease_ms,
                     self.waiter.id(),
-                    &self.keepalive_ms,
+                    keepalive_ms,
                     &self.keys.channel,
                     client.exec.publish_flag(),
                 ],

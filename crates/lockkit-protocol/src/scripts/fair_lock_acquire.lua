@@ -11,7 +11,8 @@
 -- ARGV[3]  lease in milliseconds (> 0)
 -- ARGV[4]  waiter id   (<client id>:w<sequence>), unique per acquire call
 -- ARGV[5]  keep-alive in milliseconds: when the lock cannot be granted, join the queue (or stay in
---          it) until now + keep-alive; 0 = try once, never queue
+--          it) until now + keep-alive; 0 = do not wait: never queue, and leave the queue if this
+--          waiter is in it (`try_lock` with a zero wait, or the last try of a wait that ran out)
 -- ARGV[6]  the lock's channel: the next waiter is named on its own client's channel,
 --          `<channel>:<client id>` (fair_lib.lua)
 -- ARGV[7]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
@@ -75,7 +76,11 @@ if free and (not head or head == waiter) then
   return {1, take(key, owner, marker, now + lease, nil, false)}
 end
 
--- Not granted: queue up, or refresh the deadline and keep the place.
+-- Not granted: queue up, or refresh the deadline and keep the place. A waiter that will not wait
+-- (keep-alive 0) leaves instead, in this same script, so a client that vanishes after its last
+-- try leaves nothing in the queue to hold the others up. Its leaving changes the head only when
+-- the lock is held (a free lock with this waiter at the head was taken above), and the release
+-- names the next waiter then.
 if keepalive > 0 then
   if not redis.call('ZSCORE', timeouts, waiter) then
     redis.call('RPUSH', queue, waiter)
@@ -83,6 +88,8 @@ if keepalive > 0 then
   redis.call('ZADD', timeouts, now + keepalive, waiter)
   extend(queue, keepalive)
   extend(timeouts, keepalive)
+elseif redis.call('ZREM', timeouts, waiter) == 1 then
+  redis.call('LREM', queue, 1, waiter)
 end
 
 if not free then

@@ -48,16 +48,8 @@ local channel, sharded = ARGV[5] or '', ARGV[6] or '0'
 local lease = tonumber(lease_arg)
 local look = ARGV[7] == '1'
 
--- Free, nobody waiting, no handoff under way: the common case, in four commands.
-if redis.call('EXISTS', key, handoff, waiting, timeouts) == 0 then
-  if look then
-    return {2}
-  end
-  local expiry = now_ms() + lease
-  redis.call('HSET', key, owner, 1, marker, hold_value(expiry, owner))
-  redis.call('PEXPIREAT', key, expiry)
-  return {1, 1}
-end
+-- Free, nobody waiting, no handoff under way (the common case) was taken in front of the
+-- libraries, in four commands (lock_acquire_free.lua): here one of the four keys exists.
 
 local member = request(marker, look and 0 or lease_arg, owner, channel)
 local now = now_ms()

@@ -22,6 +22,9 @@
 -- message on that client's own channel tells it so; a multi-lock member that only looks is
 -- reserved the free lock for the handoff window instead. No other client hears anything. With
 -- nobody waiting, nothing is published.
+--
+-- The common case, the one hold of a lock nobody waits for, is given back in front of the
+-- libraries (lock_release_last.lua); this runs for every other.
 local key, handoff, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local marker, sharded = ARGV[1], ARGV[3]
 -- KEYS[5] is absent (nil): a plain lock mints no tokens.
