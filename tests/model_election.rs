@@ -397,7 +397,13 @@ fn model_keys(model: &ElectionSpec, roles: &[&str], now: u64) -> Vec<RawKey> {
                     // It expires with its hold: the model knows when.
                     key("hash", items, as_i64(r.expiry))
                 }
-                None => absent(),
+                None => match view.resigned {
+                    // A resigned term whose hold is not released yet.
+                    Some((term, expiry)) => {
+                        key("hash", vec![format!("resigned={term}")], as_i64(expiry))
+                    }
+                    None => absent(),
+                },
             },
             role => hash_lock_key(lock, role),
         })

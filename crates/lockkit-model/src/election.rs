@@ -22,12 +22,13 @@
 //!   that term changes nothing and publishes nothing.
 //! - *"`election_resign` … if record.term == term [and its marker is the caller's]: DEL record, PUBLISH `r:<term>`; returns 1 /
 //!   0"*; the client then releases its hold with the fenced release (which grants the next
-//!   candidate at once).
+//!   candidate at once). Since the resign–release window was closed (issue 27, item 3), the deleted record leaves `resigned` =
+//!   term while that hold is live ([`ElectionSpec::resigned`]).
 //! - *"`election_leader` → `{1, term, version, value}` if the record's marker is a live hold of main, else
 //!   `{0}`"*: the record is reported only while its marker's hold is live (its owner's, carrying
 //!   the record's term, as the scripts' `leads` checks). Since issue 27, `{0}` carries where the
 //!   change channel stands ([`ElectionSpec::nobody`]): `{0, term, 0}` with the greatest term of a
-//!   live hold, else `{0, counter, 1}`.
+//!   live hold (`{0, term, 1}` when that term resigned), else `{0, counter, 1}`.
 //! - The messages go to the election's change channel, one per successful proclaim or resign, in
 //!   the order of the scripts; they are kept with the fenced lock's grant messages
 //!   ([`HashLock::take_messages`]), heard when someone listens on the channel.
@@ -69,6 +70,11 @@ pub struct ElectionSpec {
     pub lock: HashLock,
     /// The leader record, if any (whether its marker is live or not).
     pub record: Option<LeaderRecord>,
+    /// What a resignation leaves at the record's key while the resigned hold is still live (its
+    /// release is the client's next call): the resigned term and when the key expires (that
+    /// hold's expiry at the resignation, server ms). `election_leader` reads it to answer that
+    /// this term is over. Never at once with [`record`](ElectionSpec::record).
+    pub resigned: Option<(u64, u64)>,
     /// The change channel (`<prefix>:election:{name}:changes`).
     pub channel: String,
     /// Every term a grant or an acquire handed out, in order (for [`ElectionSpec::check`]).
@@ -81,6 +87,7 @@ impl ElectionSpec {
         Self {
             lock: HashLock::new(LockKind::Fenced),
             record: None,
+            resigned: None,
             channel: channel.to_owned(),
             terms: Vec::new(),
         }
@@ -97,6 +104,9 @@ impl ElectionSpec {
     fn expire_record(&mut self, now: u64) {
         if self.record.as_ref().is_some_and(|r| now > r.expiry) {
             self.record = None;
+        }
+        if self.resigned.is_some_and(|(_, expiry)| now > expiry) {
+            self.resigned = None;
         }
     }
 
@@ -215,6 +225,7 @@ impl ElectionSpec {
             return false;
         };
         let version = self.record.as_ref().map_or(0, |r| r.version) + 1;
+        self.resigned = None;
         self.record = Some(LeaderRecord {
             term,
             value: value.to_owned(),
@@ -229,7 +240,9 @@ impl ElectionSpec {
     }
 
     /// `election_resign`: when the record is `marker`'s under `term`, the record is deleted and
-    /// `r:<term>` published (`true`); else nothing changes (`false`).
+    /// `r:<term>` published (`true`); while `marker`'s hold is still live (its release comes
+    /// next), the key keeps only the resigned term, expiring with that hold
+    /// ([`resigned`](ElectionSpec::resigned)). Else nothing changes (`false`).
     pub fn resign(&mut self, now: Now, marker: &str, term: u64) -> bool {
         self.expire(now);
         if self
@@ -240,6 +253,12 @@ impl ElectionSpec {
             return false;
         }
         self.record = None;
+        self.resigned = self
+            .lock
+            .holds
+            .get(marker)
+            .filter(|hold| live(hold.expiry, now.ms))
+            .map(|hold| (term, hold.expiry));
         self.publish(format!("r:{term}"));
         true
     }
@@ -255,8 +274,8 @@ impl ElectionSpec {
 
     /// `election_leader` when [`leader`](ElectionSpec::leader) finds no announced leader: where
     /// the change channel stands. The greatest term of a live hold and `false` (it leads without
-    /// its record), else the token counter (0 when it is gone) and `true` (every term up to it
-    /// is over).
+    /// its record), or `true` when that term resigned and its hold is not released yet; else the
+    /// token counter (0 when it is gone) and `true` (every term up to it is over).
     pub fn nobody(&mut self, now: Now) -> (u64, bool) {
         self.expire(now);
         let held = self
@@ -267,7 +286,11 @@ impl ElectionSpec {
             .filter_map(|hold| hold.token)
             .max();
         match held {
-            Some(term) => (term, false),
+            // The live hold's term resigned (its release comes next): over.
+            Some(term) => (
+                term,
+                self.resigned.is_some_and(|(resigned, _)| resigned == term),
+            ),
             None => (self.lock.counter.unwrap_or(0), true),
         }
     }
@@ -277,6 +300,7 @@ impl ElectionSpec {
     pub fn restore(&mut self, snapshot: &ElectionSpec) {
         self.lock.restore(&snapshot.lock);
         self.record = snapshot.record.clone();
+        self.resigned = snapshot.resigned;
     }
 
     /// The invariants at `now`: the live holds of the main key belong to one owner at most (one

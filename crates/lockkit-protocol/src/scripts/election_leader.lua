@@ -12,8 +12,10 @@
 --          on the change channel, for an observer to drop what was published before this read:
 --          {'0', term, '0'}: a live hold of `term` leads but the record is not its own: a new
 --          leader that has not announced itself yet (its `l:<term>:1:...` comes after this
---          read), or one that resigned and has not released its hold yet. Every announcement of
---          a smaller term was published before this read;
+--          read). Every announcement of a smaller term was published before this read;
+--          {'0', term, '1'}: the live hold of `term` resigned and has not released its hold yet
+--          (the record's key says `resigned` = term, see election_resign.lua): every
+--          announcement of a term up to it was published before this read;
 --          {'0', term, '1'}: no hold is live; `term` is the token counter ('0' when it is gone:
 --          lost with the data, or expired a TTL after its last mint). Every announcement of a
 --          term up to it was published before this read: the next leader's term is greater.
@@ -37,6 +39,11 @@ for i = 1, #hash, 2 do
   end
 end
 if held then
+  -- Resigned, its release not run yet (election_resign): over.
+  local resigned = redis.call('HGET', record, 'resigned')
+  if resigned and tonumber(resigned) == tonumber(held) then
+    return {'0', held, '1'}
+  end
   return {'0', held, '0'}
 end
 return {'0', redis.call('GET', counter) or '0', '1'}

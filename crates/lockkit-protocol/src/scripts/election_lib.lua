@@ -15,7 +15,8 @@
 --            and changes nothing
 -- It lives exactly as long as the hold it names: every proclaim sets it to expire with the hold
 -- (PEXPIREAT the hold's own expiry), and the election's renewal (election_renew) moves that
--- expiry with the hold's. It is deleted by a resignation.
+-- expiry with the hold's. A resignation deletes it, leaving `resigned` = the term alone while
+-- the resigned hold is live (see election_resign.lua); a proclaim takes that mark out.
 -- The change channel carries `l:<term>:<version>:<value>` (a leader announced a value: a new
 -- term, or a proclaim under the same term; (term, version) orders announcements) and `r:<term>`
 -- (the leader of that term resigned).

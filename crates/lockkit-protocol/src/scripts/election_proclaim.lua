@@ -33,6 +33,8 @@ local expiry = leads(key, marker, owner, term, now_ms())
 if not expiry then
   return {0}
 end
+-- A resigned term's mark (election_resign) goes: the record is this leader's now.
+redis.call('HDEL', record, 'resigned')
 redis.call('HSET', record, 'term', term, 'value', value, 'marker', marker, 'owner', owner,
   'request', request)
 local version = redis.call('HINCRBY', record, 'version', 1)
