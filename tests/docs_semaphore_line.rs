@@ -1,0 +1,420 @@
+//! Issue 28's promises about the semaphores' FIFO line and direct grant, tested from the docs
+//! alone (README, guide, design, rustdoc of `Semaphore` and `PermitExpirableSemaphore`).
+
+use std::time::{Duration, Instant};
+
+use lockkit::protocol::keys::Kind;
+use lockkit::Error;
+use lockkit_suite::{client, client_woken_only, spawned, unique, until_waiters_in_redis, within};
+
+const HANG: Duration = Duration::from_secs(60);
+/// Longer than the hang guard: a permit held this long is never given back by its lease.
+const LEASE: Duration = Duration::from_secs(300);
+
+/// The semaphore's line as `inspect` lists it, head first.
+async fn line(observer: &lockkit::Client, kind: Kind, name: &str) -> Vec<String> {
+    let objects = observer.inspect(Some(kind), name).await.unwrap();
+    objects.into_iter().flat_map(|o| o.waiters).collect()
+}
+
+/// Guide: "Waiting calls stand in one line in Redis, across every client, in the order they
+/// first found too few permits"; a release grants the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiters_are_served_in_fifo_order_across_clients() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("fifo");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(1).unwrap();
+    let holder = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..4usize {
+        let c = client_woken_only(&url).await;
+        let s = c.semaphore(&name).with_permits(1).unwrap();
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let p = s.acquire_with_lease(1, LEASE).await.unwrap();
+            tx.send(i).unwrap();
+            p.release().await.unwrap();
+            c
+        }));
+        until_waiters_in_redis(&observer, Kind::Semaphore, &name, i + 1).await;
+    }
+    holder.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..4 {
+        order.push(within(HANG, "grants", rx.recv()).await.unwrap());
+    }
+    assert_eq!(order, vec![0, 1, 2, 3]);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Guide: "A waiter for 3 at the head keeps a freed permit for itself even while a waiter for 1
+/// behind it could use it"; `available_permits()` counts the kept permits as free; inspect lists
+/// the line head first as `<hold marker> for <permits>`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn big_head_is_not_overtaken_and_line_is_listed() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("big-head");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(3).unwrap();
+    let one = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let two = sem.acquire_with_lease(2, LEASE).await.unwrap();
+
+    let c3 = client_woken_only(&url).await;
+    let s3 = c3.semaphore(&name).with_permits(3).unwrap();
+    let big = tokio::spawn(async move { s3.acquire_with_lease(3, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let c1 = client_woken_only(&url).await;
+    let s1 = c1.semaphore(&name).with_permits(3).unwrap();
+    let small = tokio::spawn(async move { s1.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+
+    let listed = line(&observer, Kind::Semaphore, &name).await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed[0].ends_with(" for 3"), "head first: {listed:?}");
+    assert!(listed[1].ends_with(" for 1"), "{listed:?}");
+
+    one.release().await.unwrap();
+    // The release's script decided: the small waiter behind must still be in line.
+    assert_eq!(line(&observer, Kind::Semaphore, &name).await.len(), 2);
+    assert_eq!(
+        sem.available_permits().await.unwrap(),
+        1,
+        "kept permit counts as free"
+    );
+    // A zero-wait try does not jump the line and does not join it.
+    assert!(sem
+        .try_acquire(1, Duration::ZERO, Some(LEASE))
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(line(&observer, Kind::Semaphore, &name).await.len(), 2);
+    assert!(!small.is_finished() && !big.is_finished());
+
+    two.release().await.unwrap();
+    let big = within(HANG, "the head's grant", big)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(big.permits(), 3);
+    assert!(!small.is_finished());
+    big.release().await.unwrap();
+    let small = within(HANG, "the next grant", small)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(small.permits(), 1);
+    small.release().await.unwrap();
+}
+
+/// Rustdoc: `try_acquire` with a zero wait "is refused while anyone waits, even with permits
+/// free, and never joins the line".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn zero_wait_try_never_takes_permits_while_anyone_waits() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("zero-wait");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(4).unwrap();
+    let held = sem.acquire_with_lease(3, LEASE).await.unwrap();
+    let c = client_woken_only(&url).await;
+    let s = c.semaphore(&name).with_permits(4).unwrap();
+    let waiter = tokio::spawn(async move { s.acquire_with_lease(2, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let other = client(&url).await;
+    let s2 = other.semaphore(&name).with_permits(4).unwrap();
+    for _ in 0..5 {
+        assert!(s2
+            .try_acquire(1, Duration::ZERO, None)
+            .await
+            .unwrap()
+            .is_none());
+    }
+    assert_eq!(line(&observer, Kind::Semaphore, &name).await.len(), 1);
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    held.release().await.unwrap();
+    let got = within(HANG, "grant", waiter).await.unwrap().unwrap();
+    assert_eq!(got.permits(), 2);
+    // Nobody waits now: a zero-wait try takes free permits.
+    let p = s2.try_acquire(2, Duration::ZERO, None).await.unwrap();
+    assert!(p.is_some());
+}
+
+/// Rustdoc of `add_permits`: "Added permits are granted to the line's head while its request
+/// fits", holders keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn add_permits_grants_the_head() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("add");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(2).unwrap();
+    let held = sem.acquire_with_lease(2, LEASE).await.unwrap();
+    let c = client_woken_only(&url).await;
+    let s = c.semaphore(&name).with_permits(2).unwrap();
+    let waiter = tokio::spawn(async move { s.acquire_with_lease(2, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    assert_eq!(sem.add_permits(1).await.unwrap(), 3);
+    // One free, head wants 2: still waiting.
+    assert_eq!(line(&observer, Kind::Semaphore, &name).await.len(), 1);
+    assert_eq!(sem.add_permits(1).await.unwrap(), 4);
+    let got = within(HANG, "grant by add_permits", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.permits(), 2);
+    assert!(!held.is_lost());
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    held.release().await.unwrap();
+    got.release().await.unwrap();
+}
+
+/// Guide: a holder's lease found run out "at the latest by a waiter's own look, every third of
+/// its 5 s keep-alive" grants the head. The holder here never releases (a dead client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dead_holders_permits_reach_the_head_within_the_documented_bound() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("dead");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(1).unwrap();
+    let lease = Duration::from_secs(3);
+    let started = Instant::now();
+    let dead = sem.acquire_with_lease(1, lease).await.unwrap();
+    std::mem::forget(dead); // the holder never gives it back
+    let c = client_woken_only(&url).await;
+    let s = c.semaphore(&name).with_permits(1).unwrap();
+    let got = within(
+        HANG,
+        "grant after the lease",
+        s.acquire_with_lease(1, LEASE),
+    )
+    .await
+    .unwrap();
+    let took = started.elapsed();
+    // Bound: lease + a third of the 5 s keep-alive; 1 s slack for scheduling.
+    let bound = lease + Duration::from_millis(5000 / 3) + Duration::from_secs(1);
+    assert!(took <= bound, "took {took:?}, documented bound {bound:?}");
+    got.release().await.unwrap();
+}
+
+/// Guide: "a waiting call that goes away (its future was dropped) leaves the line at once and
+/// hands on permits granted to it".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn dropped_waiter_leaves_the_line_and_next_gets_permits() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("dropped");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(1).unwrap();
+    let held = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let ca = client_woken_only(&url).await;
+    let sa = ca.semaphore(&name).with_permits(1).unwrap();
+    let a = tokio::spawn(async move { sa.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let cb = client_woken_only(&url).await;
+    let sb = cb.semaphore(&name).with_permits(1).unwrap();
+    let b = tokio::spawn(async move { sb.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+    a.abort();
+    assert!(a.await.unwrap_err().is_cancelled());
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    held.release().await.unwrap();
+    let got = within(HANG, "next waiter's grant", b)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.permits(), 1);
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    got.release().await.unwrap();
+}
+
+/// Guide: "the last try of a wait that ran out leaves the line in the same script": when
+/// `try_acquire` returns `None`, its request is already gone, and the next gets the permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn timed_out_waiter_is_out_of_the_line_when_it_returns() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("timed-out");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(1).unwrap();
+    let held = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let ca = client_woken_only(&url).await;
+    let sa = ca.semaphore(&name).with_permits(1).unwrap();
+    let a =
+        tokio::spawn(async move { sa.try_acquire(1, Duration::from_secs(3), Some(LEASE)).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let cb = client_woken_only(&url).await;
+    let sb = cb.semaphore(&name).with_permits(1).unwrap();
+    let b = tokio::spawn(async move { sb.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+    assert!(within(HANG, "timeout", a).await.unwrap().unwrap().is_none());
+    let listed = line(&observer, Kind::Semaphore, &name).await;
+    assert_eq!(
+        listed.len(),
+        1,
+        "the timed-out call is still listed: {listed:?}"
+    );
+    held.release().await.unwrap();
+    let got = within(HANG, "next waiter's grant", b)
+        .await
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+/// Guide: "`add_permits(-n)` lowers the total below its request ... takes each waiting request
+/// that asks for more than the new total out of the line and wakes that one waiter, which is
+/// refused at once; the others keep their place".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lowered_total_refuses_the_impossible_waiter_at_once() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("lowered");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(3).unwrap();
+    let held = sem.acquire_with_lease(3, LEASE).await.unwrap();
+    let cw = client_woken_only(&url).await;
+    let sw = cw.semaphore(&name).with_permits(3).unwrap();
+    let big = tokio::spawn(async move { sw.acquire_with_lease(3, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let cv = client_woken_only(&url).await;
+    let sv = cv.semaphore(&name).with_permits(3).unwrap();
+    let small = tokio::spawn(async move { sv.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+    assert_eq!(sem.add_permits(-1).await.unwrap(), 2);
+    match within(HANG, "the refusal", big).await.unwrap() {
+        Err(Error::Refused { .. }) => {}
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    let listed = line(&observer, Kind::Semaphore, &name).await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(listed[0].ends_with(" for 1"), "{listed:?}");
+    assert!(!held.is_lost(), "holders keep their permits");
+    held.release().await.unwrap();
+    let got = within(HANG, "the small waiter", small)
+        .await
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+/// `PermitExpirableSemaphore` rustdoc: "a release (by guard or by id) ... grants the freed
+/// permits to the head of the line, first come first served"; zero-wait try refused while anyone
+/// waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn expirable_release_by_id_grants_the_head_in_order() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("pexp");
+    let observer = client(&url).await;
+    let slots = observer
+        .permit_expirable_semaphore(&name)
+        .with_permits(1)
+        .unwrap();
+    let id = slots.acquire(LEASE).await.unwrap().into_id();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..3usize {
+        let c = client_woken_only(&url).await;
+        let s = c.permit_expirable_semaphore(&name).with_permits(1).unwrap();
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let p = s.acquire(LEASE).await.unwrap();
+            tx.send(i).unwrap();
+            p.release().await.unwrap();
+            c
+        }));
+        until_waiters_in_redis(&observer, Kind::PermitExpirableSemaphore, &name, i + 1).await;
+    }
+    assert!(slots
+        .try_acquire(Duration::ZERO, LEASE)
+        .await
+        .unwrap()
+        .is_none());
+    // Released by id from another client.
+    let other = client(&url).await;
+    other
+        .permit_expirable_semaphore(&name)
+        .release(&id)
+        .await
+        .unwrap();
+    let mut order = Vec::new();
+    for _ in 0..3 {
+        order.push(within(HANG, "grants", rx.recv()).await.unwrap());
+    }
+    assert_eq!(order, vec![0, 1, 2]);
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// The guide's `Semaphore` example and the `PermitExpirableSemaphore` example, as written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn guide_examples_run_as_written() {
+    let server = spawned().await;
+    let c = client(&server.url()).await;
+    within(HANG, "semaphore example", guide_semaphore(c.clone()))
+        .await
+        .unwrap();
+    within(HANG, "psemaphore example", guide_pexp(c.clone()))
+        .await
+        .unwrap();
+    within(HANG, "rustdoc example", rustdoc_semaphore(c.clone()))
+        .await
+        .unwrap();
+}
+
+async fn guide_semaphore(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    let exports = client.semaphore("report-exports").with_permits(3)?;
+    exports.try_set_permits(3).await?;
+    if let Some(permit) = exports
+        .try_acquire(1, Duration::from_secs(10), None)
+        .await?
+    {
+        permit.release().await?;
+    }
+    let permit = exports
+        .acquire_with_lease(2, Duration::from_secs(3600))
+        .await?;
+    assert_eq!(permit.permits(), 2);
+    drop(permit);
+    exports.add_permits(1).await?;
+    println!("{} free", exports.available_permits().await?);
+    Ok(())
+}
+
+async fn guide_pexp(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    let slots = client
+        .permit_expirable_semaphore("transcoder-slots")
+        .with_permits(4)?;
+    let id: String = slots.acquire(Duration::from_secs(600)).await?.into_id();
+    slots.update_lease(&id, Duration::from_secs(600)).await?;
+    slots.release(&id).await?;
+    if let Some(permit) = slots
+        .try_acquire(Duration::ZERO, Duration::from_secs(60))
+        .await?
+    {
+        println!("slot {}", permit.id());
+        permit.release().await?;
+    }
+    Ok(())
+}
+
+async fn rustdoc_semaphore(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    let gpus = client.semaphore("gpus");
+    gpus.try_set_permits(4).await?;
+    if let Some(permit) = gpus
+        .try_acquire(2, Duration::from_secs(30), Some(Duration::from_secs(3600)))
+        .await?
+    {
+        assert_eq!(permit.permits(), 2);
+        permit.release().await?;
+    }
+    Ok(())
+}
