@@ -418,3 +418,201 @@ async fn rustdoc_semaphore(client: lockkit::Client) -> Result<(), lockkit::Error
     }
     Ok(())
 }
+
+/// Guide: a waiting call whose "client shut down" leaves the line at once, and the next gets the
+/// permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn waiter_whose_client_shuts_down_leaves_the_line() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("shutdown");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(1).unwrap();
+    let held = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let ca = client_woken_only(&url).await;
+    let sa = ca.semaphore(&name).with_permits(1).unwrap();
+    let a = tokio::spawn(async move { sa.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let cb = client_woken_only(&url).await;
+    let sb = cb.semaphore(&name).with_permits(1).unwrap();
+    let b = tokio::spawn(async move { sb.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+    within(HANG, "shutdown", ca.shutdown()).await.unwrap();
+    assert!(within(HANG, "the shut-down waiter", a)
+        .await
+        .unwrap()
+        .is_err());
+    let listed = line(&observer, Kind::Semaphore, &name).await;
+    assert_eq!(
+        listed.len(),
+        1,
+        "the shut-down client's call is still listed: {listed:?}"
+    );
+    held.release().await.unwrap();
+    let got = within(HANG, "next waiter's grant", b)
+        .await
+        .unwrap()
+        .unwrap();
+    got.release().await.unwrap();
+}
+
+/// Design: the walk "grants the head, and the next head, while they fit ... stops at the first
+/// head that does not fit": one release of 3 grants a 2, keeps 1 for the next 2, and the 1 behind
+/// it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_release_grants_heads_while_they_fit_and_stops_at_the_first_that_does_not() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("walk");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(3).unwrap();
+    let held = sem.acquire_with_lease(3, LEASE).await.unwrap();
+    let mut waiters = Vec::new();
+    for (i, k) in [1u64, 1, 2, 1].into_iter().enumerate() {
+        let c = client_woken_only(&url).await;
+        let s = c.semaphore(&name).with_permits(3).unwrap();
+        waiters.push(tokio::spawn(async move {
+            let p = s.acquire_with_lease(k, LEASE).await;
+            (p, c)
+        }));
+        until_waiters_in_redis(&observer, Kind::Semaphore, &name, i + 1).await;
+    }
+    held.release().await.unwrap();
+    // 1 + 1 granted, the 2 does not fit in the 1 left, the 1 behind it must not take it.
+    let listed = line(&observer, Kind::Semaphore, &name).await;
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed[0].ends_with(" for 2") && listed[1].ends_with(" for 1"),
+        "{listed:?}"
+    );
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    let mut it = waiters.into_iter();
+    let (p0, _c0) = within(HANG, "first", it.next().unwrap()).await.unwrap();
+    let (p1, _c1) = within(HANG, "second", it.next().unwrap()).await.unwrap();
+    let third = it.next().unwrap();
+    let fourth = it.next().unwrap();
+    assert!(!third.is_finished() && !fourth.is_finished());
+    p0.unwrap().release().await.unwrap();
+    let (p2, _c2) = within(HANG, "the 2", third).await.unwrap();
+    assert_eq!(p2.as_ref().unwrap().permits(), 2);
+    assert_eq!(line(&observer, Kind::Semaphore, &name).await.len(), 1);
+    p1.unwrap().release().await.unwrap();
+    let (p3, _c3) = within(HANG, "the last 1", fourth).await.unwrap();
+    p3.unwrap().release().await.unwrap();
+    p2.unwrap().release().await.unwrap();
+}
+
+/// Rustdoc of `try_set_permits`: "A total that is set serves the line (a waiter waiting since
+/// the keys were lost is refused at once if it asks for more)".
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_smaller_total_set_after_data_loss_refuses_the_waiter() {
+    use fred::interfaces::ClientLike;
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("lost-total");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(3).unwrap();
+    let _held = sem.acquire_with_lease(3, LEASE).await.unwrap();
+    let cw = client_woken_only(&url).await;
+    let sw = cw.semaphore(&name).with_permits(3).unwrap();
+    let waiter = tokio::spawn(async move { sw.acquire_with_lease(3, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let _: () = lockkit_suite::raw(&url)
+        .await
+        .flushall(false)
+        .await
+        .unwrap();
+    let setter = client(&url).await;
+    assert!(setter.semaphore(&name).try_set_permits(2).await.unwrap());
+    match within(HANG, "the refusal", waiter).await.unwrap() {
+        Err(Error::Refused { .. }) => {}
+        other => panic!("expected Refused, got {other:?}"),
+    }
+}
+
+/// Guide: a waiting call that goes away "hands on permits granted to it": a waiter dropped right
+/// after a release granted it its permits (before or after it heard of the grant) leaves them to
+/// the next in line; nothing leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiter_dropped_as_it_is_granted_hands_the_permits_on() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("dropped-grant");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(2).unwrap();
+    for _ in 0..10 {
+        let held = sem.acquire_with_lease(2, LEASE).await.unwrap();
+        let ca = client_woken_only(&url).await;
+        let sa = ca.semaphore(&name).with_permits(2).unwrap();
+        let a = tokio::spawn(async move { sa.acquire_with_lease(2, LEASE).await });
+        until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+        let cb = client_woken_only(&url).await;
+        let sb = cb.semaphore(&name).with_permits(2).unwrap();
+        let b = tokio::spawn(async move { sb.acquire_with_lease(2, LEASE).await });
+        until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+        held.release().await.unwrap(); // grants A in the same script
+        a.abort();
+        let _ = a.await; // cancelled, or finished and its guard dropped
+        let got = within(HANG, "B after A went away", b)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(got.permits(), 2);
+        assert_eq!(sem.available_permits().await.unwrap(), 0);
+        got.release().await.unwrap();
+        assert_eq!(sem.available_permits().await.unwrap(), 2, "nothing leaked");
+    }
+}
+
+/// Guide: "a grant is on probation (a grantee that died unseen costs the others at most 5 s,
+/// never its lease)". The head's client is frozen (its runtime thread blocked, its connections
+/// open, so the grant's message counts as heard) just before the release grants it its permits;
+/// the waiter behind it must get them within the 5 s probation (+1 s slack), not after the
+/// grantee's 300 s lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_grantee_that_died_unseen_costs_the_next_at_most_the_probation() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("probation");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(1).unwrap();
+    let held = sem.acquire_with_lease(1, LEASE).await.unwrap();
+
+    let (freeze_tx, freeze_rx) = tokio::sync::oneshot::channel::<()>();
+    let (url_a, name_a) = (url.clone(), name.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let c = client_woken_only(&url_a).await;
+            let s = c.semaphore(&name_a).with_permits(1).unwrap();
+            let _a = tokio::spawn(async move { s.acquire_with_lease(1, LEASE).await });
+            let _ = freeze_rx.await;
+            std::thread::sleep(Duration::from_secs(120)); // dead, unseen
+        });
+    });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let cb = client_woken_only(&url).await;
+    let sb = cb.semaphore(&name).with_permits(1).unwrap();
+    let b = tokio::spawn(async move { sb.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+    freeze_tx.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await; // let the frozen thread block
+    let released = Instant::now();
+    held.release().await.unwrap(); // grants the frozen head
+    let listed = line(&observer, Kind::Semaphore, &name).await;
+    assert_eq!(listed.len(), 1, "the frozen head was granted: {listed:?}");
+    let got = within(HANG, "B after the probation", b)
+        .await
+        .unwrap()
+        .unwrap();
+    let took = released.elapsed();
+    let bound = Duration::from_secs(5) + Duration::from_secs(1);
+    assert!(
+        took <= bound,
+        "took {took:?}, documented bound 5 s (+1 s slack)"
+    );
+    got.release().await.unwrap();
+}
