@@ -616,3 +616,80 @@ async fn a_grantee_that_died_unseen_costs_the_next_at_most_the_probation() {
     );
     got.release().await.unwrap();
 }
+
+/// Guide: waiting calls stand in line "in the order they first found too few permits"; a
+/// `try_acquire` with a non-zero wait is a waiting call too: with a free permit kept for the head,
+/// it does not take it, it queues behind the head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_waiting_try_acquire_queues_behind_the_head() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("try-wait");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(3).unwrap();
+    let held = sem.acquire_with_lease(2, LEASE).await.unwrap();
+    let ch = client_woken_only(&url).await;
+    let sh = ch.semaphore(&name).with_permits(3).unwrap();
+    let head = tokio::spawn(async move { sh.acquire_with_lease(2, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let ct = client_woken_only(&url).await;
+    let st = ct.semaphore(&name).with_permits(3).unwrap();
+    let tail = tokio::spawn(async move {
+        st.try_acquire(1, Duration::from_secs(120), Some(LEASE))
+            .await
+    });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+    let listed = line(&observer, Kind::Semaphore, &name).await;
+    assert!(
+        listed[0].ends_with(" for 2") && listed[1].ends_with(" for 1"),
+        "{listed:?}"
+    );
+    assert_eq!(sem.available_permits().await.unwrap(), 1);
+    assert!(!tail.is_finished());
+    held.release().await.unwrap();
+    let h = within(HANG, "head", head).await.unwrap().unwrap();
+    let t = within(HANG, "tail", tail).await.unwrap().unwrap().unwrap();
+    assert_eq!((h.permits(), t.permits()), (2, 1));
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+}
+
+/// `available_permits` rustdoc: "Permits of holds whose lease has ended are given back first, and
+/// granted to the line's head while it fits" (here a `PermitExpirableSemaphore` permit whose lease
+/// `update_lease` cut to 1 ms): when the call returns, the head holds them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn available_permits_grants_an_ended_lease_to_the_head() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("avail-grant");
+    let observer = client(&url).await;
+    let slots = observer
+        .permit_expirable_semaphore(&name)
+        .with_permits(1)
+        .unwrap();
+    let id = slots.acquire(LEASE).await.unwrap().into_id();
+    let cw = client_woken_only(&url).await;
+    let sw = cw
+        .permit_expirable_semaphore(&name)
+        .with_permits(1)
+        .unwrap();
+    let waiter = tokio::spawn(async move { sw.acquire(LEASE).await });
+    until_waiters_in_redis(&observer, Kind::PermitExpirableSemaphore, &name, 1).await;
+    assert!(slots
+        .update_lease(&id, Duration::from_millis(1))
+        .await
+        .unwrap());
+    tokio::time::sleep(Duration::from_millis(20)).await; // the 1 ms lease ends
+    assert_eq!(
+        slots.available_permits().await.unwrap(),
+        0,
+        "granted to the head"
+    );
+    let listed = line(&observer, Kind::PermitExpirableSemaphore, &name).await;
+    assert!(listed.is_empty(), "{listed:?}");
+    let got = within(HANG, "the head", waiter).await.unwrap().unwrap();
+    got.release().await.unwrap();
+    assert!(matches!(
+        slots.release(&id).await,
+        Err(Error::NotHeld { .. })
+    ));
+}
