@@ -693,3 +693,69 @@ async fn available_permits_grants_an_ended_lease_to_the_head() {
         Err(Error::NotHeld { .. })
     ));
 }
+
+/// FIFO also among the waiting calls of one client (the line is per call, not per client).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifo_order_among_calls_of_one_client() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("fifo-one-client");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(2).unwrap();
+    let holder = sem.acquire_with_lease(2, LEASE).await.unwrap();
+    let c = client_woken_only(&url).await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for (i, k) in [2u64, 1, 2, 1, 1].into_iter().enumerate() {
+        let s = c.semaphore(&name).with_permits(2).unwrap();
+        let tx = tx.clone();
+        tasks.push(tokio::spawn(async move {
+            let p = s.acquire_with_lease(k, LEASE).await.unwrap();
+            tx.send(i).unwrap();
+            p.release().await.unwrap();
+        }));
+        until_waiters_in_redis(&observer, Kind::Semaphore, &name, i + 1).await;
+    }
+    holder.release().await.unwrap();
+    let mut order = Vec::new();
+    for _ in 0..5 {
+        order.push(within(HANG, "grants", rx.recv()).await.unwrap());
+    }
+    // 0 (2) alone; then 1 (1) — 2 (2) can't join it; 2 alone; then 3 and 4 together (either
+    // may report first).
+    assert_eq!(&order[..3], &[0, 1, 2], "{order:?}");
+    for t in tasks {
+        t.await.unwrap();
+    }
+}
+
+/// Guide: a lowered total takes the impossible head out of the line; the permits it was
+/// gathering are no longer kept for it, so the next request that fits gets them (within the
+/// hang guard: the docs do not say whether the lowering script itself grants them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_the_impossible_head_is_refused_the_next_gets_the_free_permits() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("refused-head");
+    let observer = client(&url).await;
+    let sem = observer.semaphore(&name).with_permits(4).unwrap();
+    let _held = sem.acquire_with_lease(1, LEASE).await.unwrap();
+    let ch = client_woken_only(&url).await;
+    let sh = ch.semaphore(&name).with_permits(4).unwrap();
+    let head = tokio::spawn(async move { sh.acquire_with_lease(4, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let cn = client_woken_only(&url).await;
+    let sn = cn.semaphore(&name).with_permits(4).unwrap();
+    let next = tokio::spawn(async move { sn.acquire_with_lease(2, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 2).await;
+    assert_eq!(sem.add_permits(-1).await.unwrap(), 3);
+    let now_line = line(&observer, Kind::Semaphore, &name).await;
+    let now_free = sem.available_permits().await.unwrap();
+    assert!(matches!(
+        within(HANG, "refusal", head).await.unwrap(),
+        Err(Error::Refused { .. })
+    ));
+    let got = within(HANG, "next", next).await.unwrap().unwrap();
+    assert_eq!(got.permits(), 2);
+    println!("right after add_permits(-1): line {now_line:?}, free {now_free}");
+}
