@@ -759,3 +759,50 @@ async fn after_the_impossible_head_is_refused_the_next_gets_the_free_permits() {
     assert_eq!(got.permits(), 2);
     println!("right after add_permits(-1): line {now_line:?}, free {now_free}");
 }
+
+/// Guide: "A holder that crashes gives its permits back when its lease ends (with the watchdog:
+/// one watchdog timeout after its last renewal)", and the head gets them at the latest at its
+/// own look, every third of its 5 s keep-alive. The holder's client (3 s watchdog timeout) is
+/// frozen with its connections open; bound from the freeze: 3 s + 5/3 s (+1 s slack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_watchdog_holder_hands_on_within_the_documented_bound() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("frozen-holder");
+    let observer = client(&url).await;
+    let watchdog = Duration::from_secs(3);
+    let (held_tx, held_rx) = tokio::sync::oneshot::channel::<()>();
+    let (freeze_tx, freeze_rx) = tokio::sync::oneshot::channel::<()>();
+    let (url_a, name_a) = (url.clone(), name.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let c = lockkit_suite::client_with(&url_a, watchdog).await;
+            let s = c.semaphore(&name_a).with_permits(1).unwrap();
+            let _permit = s.acquire(1).await.unwrap();
+            held_tx.send(()).unwrap();
+            let _ = freeze_rx.await;
+            std::thread::sleep(Duration::from_secs(120)); // dead, unseen
+        });
+    });
+    within(HANG, "the holder", held_rx).await.unwrap();
+    let sem = observer.semaphore(&name).with_permits(1).unwrap();
+    assert_eq!(sem.available_permits().await.unwrap(), 0);
+    let cb = client_woken_only(&url).await;
+    let sb = cb.semaphore(&name).with_permits(1).unwrap();
+    let b = tokio::spawn(async move { sb.acquire_with_lease(1, LEASE).await });
+    until_waiters_in_redis(&observer, Kind::Semaphore, &name, 1).await;
+    let frozen = Instant::now();
+    freeze_tx.send(()).unwrap();
+    let got = within(HANG, "B after the frozen holder", b)
+        .await
+        .unwrap()
+        .unwrap();
+    let took = frozen.elapsed();
+    let bound = watchdog + Duration::from_millis(5000 / 3) + Duration::from_secs(1);
+    assert!(took <= bound, "took {took:?}, documented bound {bound:?}");
+    got.release().await.unwrap();
+}
