@@ -704,7 +704,7 @@ fn rw_decode(reply: &RespValue, op: &RwOp) -> RwRet {
                 prw::AcquireReply::Acquired { hold_count } => RwRet::Acquired {
                     hold_count: Some(hold_count),
                 },
-                prw::AcquireReply::Busy { wait_ms } => RwRet::Busy { wait_ms },
+                prw::AcquireReply::Busy { wait_ms, .. } => RwRet::Busy { wait_ms },
                 prw::AcquireReply::UpgradeRefused { read_holds } => RwRet::Refused { read_holds },
             }
         }

@@ -209,10 +209,12 @@ async fn inspect_tells_of_the_waiters_of_every_kind() {
         Kind::ReadWriteLock,
         &name,
         "a waiting reader",
-        |o| o.waiting_clients == Some(1),
+        |o| o.waiters.len() == 1,
     )
     .await;
-    assert!(!config.waiters_listed, "{config:?}");
+    assert!(config.waiters_listed, "{config:?}");
+    assert!(config.waiters[0].ends_with(" for read"), "{config:?}");
+    assert_eq!(config.waiting_clients, None, "{config:?}");
     writer.unlock().await.unwrap();
     within(HANG, "the reader", reader).await.unwrap().unwrap();
 

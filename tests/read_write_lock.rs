@@ -545,7 +545,7 @@ async fn a_replayed_acquire_counts_once_and_a_replayed_release_frees_once() {
         raw.eval::<Vec<i64>, _, _, _>(
             ACQUIRE.source(),
             keys.keys.clone(),
-            vec!["owner", marker, "60000", "r"],
+            vec!["owner", marker, "60000", "r", "rw-test-channel", "0", "0"],
         )
     };
     assert_eq!(acquire("#c:1").await.unwrap(), vec![1, 1]);

@@ -408,11 +408,19 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
 
     // rwlock_acquire, rwlock_renew, rwlock_status.
     let k = keys_of(Kind::ReadWriteLock, name);
+    let rw_channel = format!("{}:A", k.channel);
     let acquire = |owner: &str, marker: &str, mode: &str| {
         call(
             &read_write_lock::ACQUIRE,
             &k.keys,
-            &[owner, marker, LONG, mode],
+            &[owner, marker, LONG, mode, &rw_channel, "0", "0"],
+        )
+    };
+    let waits = |owner: &str, marker: &str, mode: &str| {
+        call(
+            &read_write_lock::ACQUIRE,
+            &k.keys,
+            &[owner, marker, LONG, mode, &rw_channel, "0", LONG],
         )
     };
     cases.push((
@@ -436,13 +444,81 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
         ),
     ));
     cases.push((
+        "rwlock_acquire: busy, joins the line",
+        Case::new(&k, vec![acquire("B", "#B:1", "r")], waits("A", "#A:1", "w")),
+    ));
+    cases.push((
+        "rwlock_acquire: a reader behind a waiting writer joins the line",
+        Case::new(
+            &k,
+            vec![acquire("B", "#B:1", "r"), waits("C", "#C:1", "w")],
+            waits("A", "#A:1", "r"),
+        ),
+    ));
+    cases.push((
+        "rwlock_acquire: claims the grant a release made it",
+        Case::new(
+            &k,
+            vec![
+                acquire("B", "#B:1", "w"),
+                waits("A", "#A:1", "r"),
+                call(
+                    &read_write_lock::RELEASE,
+                    &k.keys,
+                    &["#B:1", &k.channel, "0"],
+                ),
+            ],
+            waits("A", "#A:1", "r"),
+        ),
+    ));
+    cases.push((
+        "rwlock_acquire: grants the head writer a lease that ran out, then waits",
+        Case::new(
+            &k,
+            vec![
+                call(
+                    &read_write_lock::ACQUIRE,
+                    &k.keys,
+                    &["B", "#B:1", "30", "r", &rw_channel, "0", "0"],
+                ),
+                waits("C", "#C:1", "w"),
+            ],
+            waits("A", "#A:1", "r"),
+        )
+        .after(Duration::from_millis(60))
+        .publishes(),
+    ));
+    cases.push((
+        "rwlock_cancel: hands on an unclaimed grant",
+        Case::new(
+            &k,
+            vec![
+                acquire("B", "#B:1", "w"),
+                waits("A", "#A:1", "r"),
+                waits("C", "#C:1", "w"),
+                call(
+                    &read_write_lock::RELEASE,
+                    &k.keys,
+                    &["#B:1", &k.channel, "0"],
+                ),
+            ],
+            call(
+                &read_write_lock::CANCEL,
+                &k.keys,
+                &[&format!("#A:1 {LONG} r:A {rw_channel}"), &k.channel, "0"],
+            ),
+        )
+        .replies_may_differ("{1} then {0} (nothing left to remove); queued.rs only logs it")
+        .publishes(),
+    ));
+    cases.push((
         "rwlock_renew",
         Case::new(
             &k,
             vec![call(
                 &read_write_lock::ACQUIRE,
                 &k.keys,
-                &["A", "#A:1", "30000", "r"],
+                &["A", "#A:1", "30000", "r", &rw_channel, "0", "0"],
             )],
             call(&read_write_lock::RENEW, &k.keys, &["#A:1", LONG]),
         ),
@@ -455,7 +531,7 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
                 call(
                     &read_write_lock::ACQUIRE,
                     &k.keys,
-                    &["B", "#B:1", "20", "r"],
+                    &["B", "#B:1", "20", "r", &rw_channel, "0", "0"],
                 ),
                 acquire("A", "#A:1", "r"),
             ],

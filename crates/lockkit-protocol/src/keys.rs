@@ -158,7 +158,7 @@ impl Kind {
             Kind::Election => &["token", "handoff", "waiting", "timeouts", "leader"],
             Kind::FairLock => &["queue", "timeouts"],
             Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases", "waiting", "timeouts"],
-            Kind::ReadWriteLock => &["expiries"],
+            Kind::ReadWriteLock => &["expiries", "waiting", "timeouts"],
             Kind::CountDownLatch => &["requests"],
             Kind::Lock => &["handoff", "waiting", "timeouts"],
             Kind::SpinLock | Kind::OnceMark => &[],

@@ -1,7 +1,7 @@
-//! The read-write lock: many readers or one writer, reentrant per owner, and every hold with an
-//! expiry of its own.
+//! The read-write lock: many readers or one writer, reentrant per owner, every hold with an
+//! expiry of its own, and a FIFO line of waiting calls granted directly by releases.
 //!
-//! Two keys per lock (see `scripts/rwlock_acquire.lua`). The main key is a HASH:
+//! Four keys per lock (see `scripts/rwlock_acquire.lua`). The main key is a HASH:
 //!
 //! | field         | value |
 //! |---------------|-------|
@@ -16,32 +16,42 @@
 //! renewing theirs; both keys expire with the latest hold. Markers make every script idempotent
 //! per request, as in [`lock`](crate::lock).
 //!
+//! The `waiting` and `timeouts` ZSETs are the line of waiting calls (`scripts/line_lib.lua`, the
+//! lock's and the semaphores' line), a request being `<marker> <lease ms> <r|w>:<owner>
+//! <channel>`. The line is **FIFO** (task-fair, as tokio's `RwLock`): a call that is not a
+//! re-entry takes the lock only when nobody waits ahead of it, so a waiting writer holds back the
+//! readers that come after it and is never starved by a stream of readers. Whatever frees the
+//! lock (a release, a hold's lease found run out, a cancelled waiter's unclaimed grant, a forced
+//! unlock) grants the line from its head (`grant_line` in `scripts/rwlock_lib.lua`): the head
+//! writer when the lock is free, or every reader at the head up to the next writer while no writer
+//! holds, each as a hold on probation told on its client's own channel with a
+//! [`Grant`](crate::wake::Grant) message. Nobody else is told anything.
+//!
 //! | script | KEYS | ARGV | reply |
 //! |---|---|---|---|
-//! | [`ACQUIRE`] | hash, expiries | owner, marker, lease ms, `r`/`w` | [`AcquireReply`] |
-//! | [`RELEASE`] | hash, expiries | marker, channel, sharded? | [`ReleaseReply`](crate::lock::ReleaseReply) |
-//! | [`RENEW`] | (hash, expiries)… | (marker, lease ms or 0)… | one `1`/`0` per hold: [`decode_renew`](crate::lock::decode_renew) |
-//! | [`STATUS`] | hash, expiries | owners | [`Status`] |
-//! | [`FORCE_UNLOCK`] | hash, expiries | channel, sharded? | [`decode_force_unlock`] |
-//!
-//! Release messages: the end of a write phase (the writer's last write hold) publishes
-//! [`Wake::All`](crate::wake::Wake::All), as every waiting reader may now enter; the lock becoming
-//! free after a read phase publishes [`Wake::One`](crate::wake::Wake::One), as one writer may now
-//! enter. No other release can admit a waiter.
+//! | [`ACQUIRE`] | hash, expiries, waiting, timeouts | owner, marker, lease ms, `r`/`w`, client channel, sharded?, keep-alive ms | [`AcquireReply`] |
+//! | [`RELEASE`] | hash, expiries, waiting, timeouts | marker, channel, sharded? | [`ReleaseReply`](crate::lock::ReleaseReply) |
+//! | [`RENEW`] | (hash, expiries, waiting, timeouts)… | (marker, lease ms, 0 or `@<server ms>`)… | one `1`/`0` per hold: [`decode_renew`](crate::lock::decode_renew) |
+//! | [`STATUS`] | hash, expiries, … | owners | [`Status`] |
+//! | [`FORCE_UNLOCK`] | hash, expiries, waiting, timeouts | channel, sharded? | [`decode_force_unlock`] |
+//! | [`CANCEL`] | hash, expiries, waiting, timeouts | request, channel, sharded? | [`decode_cancel`] |
 
 use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
 /// Take one read or write hold.
-pub static ACQUIRE: Script = with_prelude!("rwlock_lib", "rwlock_acquire");
-/// Give back one hold, read or write.
-pub static RELEASE: Script = with_prelude!("rwlock_lib", "rwlock_release");
-/// Extend or check many holds at once (the watchdog's batch; two keys per hold).
-pub static RENEW: Script = with_prelude!("rwlock_lib", "rwlock_renew");
+pub static ACQUIRE: Script = with_prelude!(["line_lib", "rwlock_lib"], "rwlock_acquire");
+/// Give back one hold, read or write, and grant the line what that frees.
+pub static RELEASE: Script = with_prelude!(["line_lib", "rwlock_lib"], "rwlock_release");
+/// Extend or check many holds at once (the watchdog's batch, any number of keys per hold; also
+/// the confirmation of a granted hold).
+pub static RENEW: Script = with_prelude!(["line_lib", "rwlock_lib"], "rwlock_renew");
 /// Report the mode and one owner's hold counts.
-pub static STATUS: Script = with_prelude!("rwlock_lib", "rwlock_status");
-/// Delete the lock whoever holds it, and wake every waiter.
-pub static FORCE_UNLOCK: Script = with_prelude!("rwlock_lib", "rwlock_force_unlock");
+pub static STATUS: Script = with_prelude!(["line_lib", "rwlock_lib"], "rwlock_status");
+/// Delete the lock whoever holds it, and grant it to the line.
+pub static FORCE_UNLOCK: Script = with_prelude!(["line_lib", "rwlock_lib"], "rwlock_force_unlock");
+/// Take a waiting call's request out of the line, giving back a grant it did not claim.
+pub static CANCEL: Script = with_prelude!(["line_lib", "rwlock_lib"], "rwlock_cancel");
 
 /// The two kinds of hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,11 +85,14 @@ pub enum AcquireReply {
         /// The owner's hold count in the requested mode, including this hold.
         hold_count: u32,
     },
-    /// Another owner's holds conflict.
+    /// Another owner's holds conflict, or others wait ahead of this call in the line.
     Busy {
-        /// How long the conflicting holds can last at most, in milliseconds; `None` when the key
+        /// How long the holds in the way can last at most, in milliseconds; `None` when the key
         /// has no expiry (not written by lockkit).
         wait_ms: Option<u64>,
+        /// The server's clock when the script ran, in milliseconds (a later grant's expiry is
+        /// read against it).
+        now_ms: u64,
     },
     /// A write hold was asked by an owner that holds only read holds: an upgrade, which could
     /// never be granted (the owner's own read holds block it).
@@ -90,16 +103,16 @@ pub enum AcquireReply {
 }
 
 impl AcquireReply {
-    /// Decodes the script's `{status, value}` reply.
+    /// Decodes the script's `{status, value}` (or `{0, wait, now}`) reply.
     pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
         match *reply {
             [1, count] if count > 0 => Ok(Self::Acquired {
                 hold_count: saturate(count),
             }),
-            [0, wait] if wait >= 0 => Ok(Self::Busy {
-                wait_ms: Some(wait.unsigned_abs()),
+            [0, wait, now] if wait >= -1 && now >= 0 => Ok(Self::Busy {
+                wait_ms: (wait >= 0).then_some(wait.unsigned_abs()),
+                now_ms: now.unsigned_abs(),
             }),
-            [0, -1] => Ok(Self::Busy { wait_ms: None }),
             [2, count] if count > 0 => Ok(Self::UpgradeRefused {
                 read_holds: saturate(count),
             }),
@@ -167,6 +180,15 @@ pub fn decode_force_unlock(reply: &[i64]) -> Result<bool, DecodeError> {
     }
 }
 
+/// Decodes [`CANCEL`]'s reply: whether the request was waiting (or granted) and left.
+pub fn decode_cancel(reply: &[i64]) -> Result<bool, DecodeError> {
+    match *reply {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(DecodeError::new(CANCEL.name(), reply)),
+    }
+}
+
 fn saturate(count: i64) -> u32 {
     u32::try_from(count).unwrap_or(u32::MAX)
 }
@@ -176,7 +198,7 @@ mod tests {
     use super::*;
     use crate::lock::ReleaseReply;
 
-    const SCRIPTS: [&Script; 5] = [&ACQUIRE, &RELEASE, &RENEW, &STATUS, &FORCE_UNLOCK];
+    const SCRIPTS: [&Script; 6] = [&ACQUIRE, &RELEASE, &RENEW, &STATUS, &FORCE_UNLOCK, &CANCEL];
 
     #[test]
     fn decodes_acquire() {
@@ -185,16 +207,25 @@ mod tests {
             Ok(AcquireReply::Acquired { hold_count: 2 })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, 0]),
-            Ok(AcquireReply::Busy { wait_ms: Some(0) })
+            AcquireReply::decode(&[0, 0, 7]),
+            Ok(AcquireReply::Busy {
+                wait_ms: Some(0),
+                now_ms: 7
+            })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, 250]),
-            Ok(AcquireReply::Busy { wait_ms: Some(250) })
+            AcquireReply::decode(&[0, 250, 9]),
+            Ok(AcquireReply::Busy {
+                wait_ms: Some(250),
+                now_ms: 9
+            })
         );
         assert_eq!(
-            AcquireReply::decode(&[0, -1]),
-            Ok(AcquireReply::Busy { wait_ms: None })
+            AcquireReply::decode(&[0, -1, 9]),
+            Ok(AcquireReply::Busy {
+                wait_ms: None,
+                now_ms: 9
+            })
         );
         assert_eq!(
             AcquireReply::decode(&[2, 3]),
@@ -202,7 +233,9 @@ mod tests {
         );
         for bad in [
             &[1, 0][..],
-            &[0, -2],
+            &[0, -2, 1],
+            &[0, 5],
+            &[0, 5, -1],
             &[2, 0],
             &[3, 1],
             &[1],
@@ -224,7 +257,7 @@ mod tests {
         assert_eq!(ReleaseReply::decode(&[0, 0]), Ok(ReleaseReply::NotHeld));
         let src = RELEASE.source();
         for reply in ["{1, 0}", "{2, held}", "{0, 0}"] {
-            assert!(src.contains(&format!("return {reply}")), "{reply}");
+            assert!(src.contains(reply), "{reply}");
         }
     }
 
@@ -271,10 +304,21 @@ mod tests {
         assert!(decode_force_unlock(&[]).is_err());
     }
 
-    /// The helpers are written once (`rwlock_lib.lua`) and put in front of every script.
+    #[test]
+    fn decodes_cancel() {
+        assert_eq!(decode_cancel(&[1]), Ok(true));
+        assert_eq!(decode_cancel(&[0]), Ok(false));
+        assert!(decode_cancel(&[2]).is_err());
+    }
+
+    /// The helpers are written once (`line_lib.lua`, `rwlock_lib.lua`) and put in front of every
+    /// script.
     #[test]
     fn every_script_is_the_helpers_then_its_documented_operation() {
-        let lib = include_str!("scripts/rwlock_lib.lua");
+        let lib = concat!(
+            include_str!("scripts/line_lib.lua"),
+            include_str!("scripts/rwlock_lib.lua")
+        );
         assert!(lib.contains("local function purge"));
         for script in SCRIPTS {
             let op = script

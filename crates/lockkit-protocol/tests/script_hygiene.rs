@@ -38,6 +38,7 @@ fn all_scripts() -> Vec<&'static Script> {
         &read_write_lock::RENEW,
         &read_write_lock::STATUS,
         &read_write_lock::FORCE_UNLOCK,
+        &read_write_lock::CANCEL,
         &spin_lock::ACQUIRE,
         &spin_lock::RELEASE,
         &spin_lock::RENEW,

@@ -65,18 +65,19 @@ pub struct Inspection {
     /// The owners waiting for the object: a fair lock's queue in grant order, a lock's or fenced
     /// lock's waiting set, longest waiting first; for a semaphore or permit-expirable semaphore,
     /// its line, head first, each waiting call as `<hold marker> for <k>` (the permits it asks
-    /// for). Only waiters whose keep-alive has not run out (a waiter that gave up leaves at once,
-    /// one whose client died once its keep-alive passed). Empty for the other kinds, whose
-    /// waiters Redis does not keep: see [`waiters_listed`](Inspection::waiters_listed) and
-    /// [`waiting_clients`](Inspection::waiting_clients).
+    /// for); for a read-write lock, its line, head first, each waiting call as `<owner> for read`
+    /// or `<owner> for write`. Only waiters whose keep-alive has not run out (a waiter that gave
+    /// up leaves at once, one whose client died once its keep-alive passed). Empty for the other
+    /// kinds, whose waiters Redis does not keep: see [`waiters_listed`](Inspection::waiters_listed)
+    /// and [`waiting_clients`](Inspection::waiting_clients).
     pub waiters: Vec<String>,
     /// Whether [`waiters`](Inspection::waiters) lists this kind's waiters: `true` for a lock,
-    /// fenced lock, fair lock and both semaphores, whose waiters are kept in Redis. A read-write
-    /// lock's and count-down latch's waiters wait in their own clients for a message on the
+    /// fenced lock, fair lock, read-write lock and both semaphores, whose waiters are kept in
+    /// Redis. A count-down latch's waiters wait in their own clients for a message on the
     /// object's channel, and a spin lock's poll: Redis has no list of them, and `waiters` is
     /// empty however many there are.
     pub waiters_listed: bool,
-    /// For a read-write lock or count-down latch: how
+    /// For a count-down latch: how
     /// many clients are subscribed to the object's channel (`PUBSUB NUMSUB`, or
     /// `PUBSUB SHARDNUMSUB` with sharded pub/sub), that is clients with one or more tasks
     /// waiting for it now, or until a moment ago (a client keeps an idle subscription for
@@ -397,6 +398,7 @@ async fn read(
                 | Kind::FencedLock
                 | Kind::FairLock
                 | Kind::Election
+                | Kind::ReadWriteLock
                 | Kind::Semaphore
                 | Kind::PermitExpirableSemaphore
         ),
@@ -500,6 +502,24 @@ async fn read(
                 .collect();
             holders.sort_by(|a, b| (&a.access, &a.owner).cmp(&(&b.access, &b.owner)));
             inspection.holders = holders;
+            // The line: requests `<marker> <lease> <r|w>:<owner> <channel>` (scripts/line_lib.lua).
+            let line = scored(redis, kind, &aux("waiting"))
+                .await?
+                .into_iter()
+                .map(|(request, _)| request)
+                .collect();
+            inspection.waiters = live(redis, kind, &aux("timeouts"), line, now)
+                .await?
+                .into_iter()
+                .map(|request| match request.split(' ').nth(2) {
+                    Some(ask) => match ask.split_once(':') {
+                        Some(("r", owner)) => format!("{owner} for read"),
+                        Some(("w", owner)) => format!("{owner} for write"),
+                        _ => request.clone(),
+                    },
+                    None => request.clone(),
+                })
+                .collect();
         }
         Kind::Semaphore | Kind::PermitExpirableSemaphore => {
             let fields: HashMap<String, String> = redis
@@ -546,7 +566,7 @@ async fn read(
         _ => {}
     }
     // The kinds whose waiters wait for a message on the object's channel, kept by no key.
-    if matches!(kind, Kind::ReadWriteLock | Kind::CountDownLatch) {
+    if kind == Kind::CountDownLatch {
         inspection.waiting_clients = subscribed_clients(redis, &keys.channel, sharded).await;
     }
     Ok(inspection)

@@ -4,9 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::{hold_marker, WAITER_KEEPALIVE};
 use lockkit_protocol::read_write_lock::{
-    decode_force_unlock, AcquireReply, Mode, Status, ACQUIRE, FORCE_UNLOCK, RELEASE, RENEW, STATUS,
+    decode_cancel, decode_force_unlock, AcquireReply, Mode, Status, ACQUIRE, CANCEL, FORCE_UNLOCK,
+    RELEASE, RENEW, STATUS,
 };
+use lockkit_protocol::wake::Grant;
+use parking_lot::Mutex;
 use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
@@ -16,6 +20,7 @@ use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
 use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
+use crate::queued::{Leave, Queued};
 use crate::LockGuard;
 
 /// How holds of a [`ReadWriteLock`] (read and write alike) are released and renewed.
@@ -24,6 +29,18 @@ pub(crate) static RW_LOCK_HOLDS: HoldKind = HoldKind {
     release: &RELEASE,
     renew: &RENEW,
 };
+
+/// How a waiter that gives up leaves the lock's line (and hands on a hold a release granted it).
+static RW_LOCK_LEAVE: Leave = Leave {
+    script: &CANCEL,
+    keys: key_refs,
+    decode: decode_cancel,
+};
+
+/// Every key of the lock, as script `KEYS`.
+fn key_refs(keys: &ObjectKeys) -> Vec<&str> {
+    keys.keys.iter().map(String::as_str).collect()
+}
 
 /// A reentrant read-write lock: any number of readers, or one writer.
 ///
@@ -243,15 +260,42 @@ impl ReadWriteLock {
         let keys = self.keys()?;
         let inner = self.object.inner();
         let (lease, watchdog) = lease_mode(inner, lease)?;
+        let owner = inner.owner_for(&keys.key);
+        let seq = inner.next_sequence();
+        let marker = hold_marker(&inner.id, seq);
+        let channel = keys.client_channel(&inner.id);
+        let lease_ms = lease_millis(lease).to_string();
+        let request = format!("{marker} {lease_ms} {}:{owner} {channel}", mode.arg());
+        // A try with a zero wait never joins the line: a release must not grant the lock to a
+        // call that has returned.
+        let keepalive = if wait == Some(Duration::ZERO) {
+            Duration::ZERO
+        } else {
+            WAITER_KEEPALIVE
+        };
         let attempt = RwAttempt {
             client: inner,
             name: &self.object.name,
             keys,
-            owner: inner.owner_for(&keys.key),
+            owner,
             mode,
             lease,
-            lease_ms: lease_millis(lease).to_string(),
+            lease_ms,
             watchdog,
+            seq,
+            marker,
+            channel,
+            anchor: Mutex::new(None),
+            queued: Queued::new(
+                inner,
+                Kind::ReadWriteLock,
+                &self.object.name,
+                keys,
+                &RW_LOCK_LEAVE,
+                request,
+            ),
+            keepalive,
+            keepalive_ms: lease_millis(keepalive).to_string(),
         };
         acquire(inner, &attempt, wait).await
     }
@@ -328,6 +372,9 @@ impl ReadWriteLock {
     }
 }
 
+/// One acquire call's tries at taking a hold: yields the hold, taken by a try or granted by a
+/// release. Every try carries the call's one hold marker, which is also its request's in the
+/// lock's line (`scripts/line_lib.lua`).
 struct RwAttempt<'a> {
     client: &'a Arc<ClientInner>,
     name: &'a Arc<str>,
@@ -337,66 +384,89 @@ struct RwAttempt<'a> {
     lease: Duration,
     lease_ms: String,
     watchdog: bool,
+    /// The sequence number and marker of the one hold this call takes, in every try and grant.
+    seq: u64,
+    marker: String,
+    /// This client's own channel for the lock: grants to its waiters are published there.
+    channel: String,
+    /// When the latest refused try was sent, and the server's clock when it ran (a grant's
+    /// expiry is read against it).
+    anchor: Mutex<Option<(Instant, u64)>>,
+    /// The call's request in the line, left when the call gives up.
+    queued: Queued<'a>,
+    /// The request's keep-alive; zero: try once, never join.
+    keepalive: Duration,
+    keepalive_ms: String,
 }
 
-impl Attempt for RwAttempt<'_> {
-    type Output = LockGuard;
-
-    fn channel(&self) -> &str {
-        &self.keys.channel
-    }
-
-    fn object(&self) -> (Kind, &str) {
-        (Kind::ReadWriteLock, self.name)
-    }
-
-    fn owned_key(&self) -> Option<&str> {
-        Some(&self.keys.key)
-    }
-
-    async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
-        let client = self.client;
-        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
-        // script may have taken is given back.
-        let guard = HoldGuard::prepare_for(
-            client,
+impl RwAttempt<'_> {
+    /// The guard of the call's one hold (its marker), armed: made before each try is sent, and
+    /// for a grant.
+    fn hold_guard(&self) -> HoldGuard {
+        HoldGuard::prepare_marked(
+            self.client,
             &RW_LOCK_HOLDS,
             self.name,
             self.keys,
-            self.lease,
-            self.watchdog,
+            (self.lease, self.watchdog),
             Some(&self.owner),
-        );
-        let keys: Vec<&str> = self.keys.keys.iter().map(String::as_str).collect();
+            self.seq,
+        )
+    }
+
+    /// One run of the acquire script; `keepalive_ms` = "0" never joins the line.
+    async fn try_once(&self, keepalive_ms: &str) -> Result<Outcome<LockGuard>, Error> {
+        let client = self.client;
+        // Armed before sending: if this future is dropped, or the reply is lost, whatever the
+        // script may have taken is given back.
+        let guard = self.hold_guard();
+        if keepalive_ms != "0" {
+            self.queued.joining();
+        }
         let sent = Instant::now();
         let reply = client
             .exec
             .ints(
                 &ACQUIRE,
                 Kind::ReadWriteLock,
-                &keys,
+                &key_refs(self.keys),
                 &[
                     &self.owner,
-                    &guard.hold().marker,
+                    &self.marker,
                     &self.lease_ms,
                     self.mode.arg(),
+                    &self.channel,
+                    client.exec.publish_flag(),
+                    keepalive_ms,
                 ],
                 Resend::Allowed,
             )
             .await?;
         match AcquireReply::decode(&reply)? {
-            AcquireReply::Acquired { hold_count } => Ok(Outcome::Acquired(LockGuard::new(
-                guard.granted(sent)?.replicated().await?,
-                hold_count,
-                None,
-            ))),
-            AcquireReply::Busy { wait_ms } => {
+            AcquireReply::Acquired { hold_count } => {
+                // Taking the hold takes the request out of the line in the same script.
+                self.queued.granted();
+                Ok(Outcome::Acquired(LockGuard::new(
+                    guard.granted(sent)?.replicated().await?,
+                    hold_count,
+                    None,
+                )))
+            }
+            AcquireReply::Busy { wait_ms, now_ms } => {
                 guard.disarm();
+                *self.anchor.lock() = Some((sent, now_ms));
+                // Retry (and so keep the request alive, and serve the line when a holder's lease
+                // runs out unseen) well before the request's keep-alive runs out.
+                let refresh = self.keepalive / 3;
                 Ok(Outcome::Busy {
-                    retry_in: wait_ms.map(Duration::from_millis),
+                    retry_in: Some(
+                        wait_ms.map_or(refresh, |ms| Duration::from_millis(ms).min(refresh)),
+                    ),
                 })
             }
             AcquireReply::UpgradeRefused { read_holds } => {
+                // The script took the request out of the line.
+                self.queued.granted();
                 guard.disarm();
                 Err(Error::Refused {
                     kind: Kind::ReadWriteLock.describe(),
@@ -409,6 +479,57 @@ impl Attempt for RwAttempt<'_> {
                 })
             }
         }
+    }
+}
+
+impl Attempt for RwAttempt<'_> {
+    type Output = LockGuard;
+
+    /// This client's own channel for the lock.
+    fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    fn object(&self) -> (Kind, &str) {
+        (Kind::ReadWriteLock, self.name)
+    }
+
+    /// A release grants the lock to the head of the line and names the call by its marker: its
+    /// client wakes that very waiter.
+    fn waiter_tag(&self) -> Option<&str> {
+        Some(&self.marker)
+    }
+
+    fn owned_key(&self) -> Option<&str> {
+        Some(&self.keys.key)
+    }
+
+    async fn attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        self.try_once(&self.keepalive_ms).await
+    }
+
+    /// A try that leaves the line when refused (keep-alive 0): the wait ran out, so no release
+    /// may grant the lock to this call any more.
+    async fn last_attempt(&self) -> Result<Outcome<LockGuard>, Error> {
+        let outcome = self.try_once("0").await?;
+        if !matches!(outcome, Outcome::Acquired(_)) {
+            // The script took the request out: nothing is left to leave.
+            self.queued.granted();
+        }
+        Ok(outcome)
+    }
+
+    /// The hold is this call's already: the release that freed the lock made the call's request
+    /// a hold and said so on this client's channel, with the owner's count in that mode.
+    async fn claim(&self, grant: Grant) -> Result<Option<LockGuard>, Error> {
+        let anchor = *self.anchor.lock();
+        let Some(guard) = self.hold_guard().claim_grant(anchor, grant)? else {
+            return Ok(None);
+        };
+        // The grant took the request out of the line.
+        self.queued.granted();
+        let guard = guard.replicated().await?;
+        Ok(Some(LockGuard::new(guard, grant.hold_count, None)))
     }
 }
 

@@ -1,48 +1,36 @@
 -- rwlock_release: give back one hold (read or write) of a read-write lock.
 --
 -- KEYS[1]  lock key (see rwlock_acquire.lua)
--- KEYS[2]  expiries (see rwlock_acquire.lua)
+-- KEYS[2]  expiries
+-- KEYS[3]  waiting ZSET (the line, see rwlock_acquire.lua)
+-- KEYS[4]  timeouts ZSET
 -- ARGV[1]  hold marker of the hold to give back
--- ARGV[2]  channel on which the release is announced
--- ARGV[3]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
+-- ARGV[2]  the lock's channel (not used: a grant goes to the waiting client's own channel)
+-- ARGV[3]  publish with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
 -- Reply    {1, 0}           released; the owner holds the lock no more (other readers may)
 --          {2, hold_count}  released; the same owner still holds hold_count holds (read + write)
 --          {0, 0}           the hold was not there: its lease ran out, the lock was force-unlocked,
 --                           or this very hold was released already
 --
--- Announcements: the end of a write phase (the writer's last write hold, whether or not its read
--- holds remain) publishes 'all', since every waiting reader may now enter; the end of a read phase
--- (the last hold of the lock) publishes 'one', since one writer may now enter. Nothing else can
--- admit a waiter. Expiries publish nothing: waiters are bounded by the wait_ms of their last try.
+-- Whatever the release frees (this hold, and holds whose lease ran out) is granted to the line
+-- (rwlock_lib.lua, grant_line): the end of a write phase grants the head writer or every reader at
+-- the head up to the next writer, the last hold's release the head writer; one message per
+-- granted call, on its client's channel, nothing to anyone else.
 
-local key, expiries = KEYS[1], KEYS[2]
-local marker, channel, sharded = ARGV[1], ARGV[2], ARGV[3]
-purge(key, expiries, now_ms())
+local key, expiries, waiting, timeouts = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local marker, sharded = ARGV[1], ARGV[3]
+local now = now_ms()
+purge(key, expiries, now)
 
+local reply = {0, 0}
 local field, left = drop(key, expiries, marker)
-if not field then
-  return {0, 0}
+if field then
+  settle(key, expiries, string.sub(field, 1, 2) == 'w:' and left <= 0)
+  local owner = string.sub(field, 3)
+  local held = tonumber(redis.call('HGET', key, 'r:' .. owner) or 0)
+    + tonumber(redis.call('HGET', key, 'w:' .. owner) or 0)
+  reply = held > 0 and {2, held} or {1, 0}
 end
-local write_ended = string.sub(field, 1, 2) == 'w:' and left <= 0
-local wake = nil
-if not settle(key, expiries, write_ended) then
-  wake = write_ended and 'all' or 'one'
-elseif write_ended then
-  wake = 'all'
-end
-if wake then
-  if sharded == '1' then
-    redis.pcall('SPUBLISH', channel, wake)
-  else
-    redis.pcall('PUBLISH', channel, wake)
-  end
-end
-
-local owner = string.sub(field, 3)
-local held = tonumber(redis.call('HGET', key, 'r:' .. owner) or 0)
-  + tonumber(redis.call('HGET', key, 'w:' .. owner) or 0)
-if held > 0 then
-  return {2, held}
-end
-return {1, 0}
+grant_line(key, expiries, waiting, timeouts, sharded, now, nil)
+return reply
