@@ -9,7 +9,7 @@
 //! 1 ms timer), release (`unlock()`), think T. Then every installed peer library
 //! (`benches/peers/install`) runs the same rows against the same server through its runner
 //! (`benches/peers/run <peer> ...`, one process per row, one client per worker), which prints its
-//! events as one line of JSON. Last, one row of W = 64 (H = 5 ms, T = 20 ms): each of lockkit's
+//! events as one line of JSON. Last, two rows of W = 64 (H = 5 ms, T = 20 ms; H = 10 ms, T = 0): each of lockkit's
 //! primitives but `SpinLock`, with the 64 workers split over 4 child processes of this bench
 //! (`LOCKKIT_BENCH_CHILD`; their events are merged on the wall clock), and every peer as its
 //! runner runs 64 workers (`LOCKKIT_BENCH_W64=0` skips the row, `LOCKKIT_BENCH_W64=only` runs
@@ -100,16 +100,39 @@ enum Primitive {
     RwWriter,
     /// `Semaphore` of one permit, every worker taking it.
     Semaphore,
+    /// `Semaphore` of four permits, every worker taking one.
+    Semaphore4,
+    /// `ReadWriteLock`, one writer per eight readers (worker `i` writes when `i % 9 == 0`).
+    RwMixed,
+}
+
+/// How many holds of a primitive may overlap: the analysis counts the holds that overlap beyond
+/// that (0 for a correct primitive).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sharing {
+    /// One hold at a time (a lock, a writer, a semaphore of one permit).
+    Exclusive,
+    /// Up to this many at once (a semaphore of that many permits, one each).
+    Permits(usize),
+    /// Readers share, a writer is alone ([`is_writer`] tells which worker writes).
+    ReadWrite,
+}
+
+/// In a mixed row, whether worker `index` writes: one writer per eight readers.
+fn is_writer(index: u64) -> bool {
+    index % 9 == 0
 }
 
 impl Primitive {
-    const ALL: [Primitive; 6] = [
+    const ALL: [Primitive; 8] = [
         Primitive::Lock,
         Primitive::FencedLock,
         Primitive::FairLock,
         Primitive::SpinLock,
         Primitive::RwWriter,
         Primitive::Semaphore,
+        Primitive::Semaphore4,
+        Primitive::RwMixed,
     ];
 
     fn name(self) -> &'static str {
@@ -120,6 +143,25 @@ impl Primitive {
             Primitive::SpinLock => "SpinLock",
             Primitive::RwWriter => "ReadWriteLock",
             Primitive::Semaphore => "Semaphore",
+            Primitive::Semaphore4 => "Semaphore4",
+            Primitive::RwMixed => "ReadWriteMixed",
+        }
+    }
+
+    fn sharing(self) -> Sharing {
+        match self {
+            Primitive::Semaphore4 => Sharing::Permits(4),
+            Primitive::RwMixed => Sharing::ReadWrite,
+            _ => Sharing::Exclusive,
+        }
+    }
+
+    /// The total of a semaphore row's semaphore.
+    fn permits(self) -> Option<u64> {
+        match self {
+            Primitive::Semaphore => Some(1),
+            Primitive::Semaphore4 => Some(4),
+            _ => None,
         }
     }
 
@@ -129,8 +171,8 @@ impl Primitive {
             Primitive::FencedLock => Kind::FencedLock,
             Primitive::FairLock => Kind::FairLock,
             Primitive::SpinLock => Kind::SpinLock,
-            Primitive::RwWriter => Kind::ReadWriteLock,
-            Primitive::Semaphore => Kind::Semaphore,
+            Primitive::RwWriter | Primitive::RwMixed => Kind::ReadWriteLock,
+            Primitive::Semaphore | Primitive::Semaphore4 => Kind::Semaphore,
         }
     }
 
@@ -150,6 +192,7 @@ enum Handle {
     FairLock(FairLock),
     SpinLock(SpinLock),
     RwWriter(ReadWriteLock),
+    RwReader(ReadWriteLock),
     Semaphore(Semaphore),
 }
 
@@ -169,8 +212,14 @@ impl Held {
 }
 
 impl Handle {
-    fn new(client: &Client, primitive: Primitive, name: &str) -> Handle {
+    /// Worker `index`'s handle (a mixed row's role depends on it).
+    fn new(client: &Client, primitive: Primitive, name: &str, index: u64) -> Handle {
         match primitive {
+            Primitive::RwMixed if is_writer(index) => {
+                Handle::RwWriter(client.read_write_lock(name))
+            }
+            Primitive::RwMixed => Handle::RwReader(client.read_write_lock(name)),
+            Primitive::Semaphore4 => Handle::Semaphore(client.semaphore(name)),
             Primitive::Lock => Handle::Lock(client.lock(name)),
             Primitive::FencedLock => Handle::FencedLock(client.fenced_lock(name)),
             Primitive::FairLock => Handle::FairLock(client.fair_lock(name)),
@@ -188,6 +237,7 @@ impl Handle {
             Handle::FairLock(lock) => lock.lock().await.map(Held::Guard),
             Handle::SpinLock(lock) => lock.lock().await.map(Held::Guard),
             Handle::RwWriter(lock) => lock.write_lock().await.map(Held::Guard),
+            Handle::RwReader(lock) => lock.read_lock().await.map(Held::Guard),
             Handle::Semaphore(semaphore) => semaphore.acquire(1).await.map(Held::Permit),
         }
     }
@@ -212,6 +262,8 @@ struct Record {
     /// The library's version.
     version: String,
     workload: Workload,
+    /// How many holds may overlap.
+    sharing: Sharing,
     /// The window's bounds on the record's clock.
     start_ns: u64,
     deadline_ns: u64,
@@ -273,6 +325,8 @@ struct Counts {
     received: u64,
     /// Subscribers of the object's channel at the middle of the window (`PUBSUB NUMSUB`).
     subscribers: u64,
+    /// Bytes Redis wrote to its clients.
+    output_bytes: u64,
 }
 
 /// A lockkit row's pub/sub messages per acquisition (over the holds of [`Counts`]' interval).
@@ -287,6 +341,8 @@ struct Messages {
     /// What Redis wrote, by its own counts: publishes × subscribers (the cross-check of
     /// `received`, exact while the subscribers stay the same through the row).
     delivered: f64,
+    /// Bytes Redis wrote to every client (replies and messages), per acquisition.
+    output_bytes: f64,
 }
 
 /// The analysis of every row, lockkit's and the peers' alike.
@@ -295,6 +351,7 @@ fn analyse(record: Record) -> Outcome {
         library,
         version,
         workload,
+        sharing,
         start_ns,
         deadline_ns,
         mut events,
@@ -336,12 +393,31 @@ fn analyse(record: Record) -> Outcome {
     let mut owner_changes = 0;
     let mut overlaps = 0;
     let mut handoffs = Vec::new();
-    for pair in events.windows(2) {
-        let (prev, next) = (&pair[0], &pair[1]);
-        if next[ACQUIRED] < prev[UNLOCKING] {
+    // The holds open when each hold begins (measured inside the real hold: acquire returned,
+    // unlock called), by the events' order of acquisition.
+    let mut open: Vec<&Event> = Vec::new();
+    for e in &events {
+        open.retain(|o| o[UNLOCKING] > e[ACQUIRED]);
+        let too_many = match sharing {
+            Sharing::Exclusive => !open.is_empty(),
+            Sharing::Permits(n) => open.len() >= n,
+            Sharing::ReadWrite => {
+                is_writer(e[WORKER]) && !open.is_empty()
+                    || open.iter().any(|o| is_writer(o[WORKER]))
+            }
+        };
+        if too_many {
             overlaps += 1;
         }
-        if next[ACQUIRED] >= deadline_ns || next[WORKER] == prev[WORKER] {
+        open.push(e);
+    }
+    for pair in events.windows(2) {
+        let (prev, next) = (&pair[0], &pair[1]);
+        // Handoffs only where one hold follows another: exclusive rows.
+        if sharing != Sharing::Exclusive
+            || next[ACQUIRED] >= deadline_ns
+            || next[WORKER] == prev[WORKER]
+        {
             continue;
         }
         owner_changes += 1;
@@ -465,13 +541,14 @@ async fn run_lockkit(
     window: Duration,
 ) -> Outcome {
     let name = lockkit_suite::unique(&format!("bench-contention-{}", primitive.name()));
-    if primitive == Primitive::Semaphore {
-        let set = clients[0].semaphore(&name).try_set_permits(1).await;
+    if let Some(permits) = primitive.permits() {
+        let set = clients[0].semaphore(&name).try_set_permits(permits).await;
         assert!(set.expect("try_set_permits"), "a fresh semaphore");
     }
     let handles: Vec<Handle> = clients[..workload.workers]
         .iter()
-        .map(|client| Handle::new(client, primitive, &name))
+        .enumerate()
+        .map(|(index, client)| Handle::new(client, primitive, &name, index as u64))
         .collect();
     futures::future::join_all(handles.iter().map(warm_up)).await;
     let calls_before = command_calls(raw).await;
@@ -500,6 +577,7 @@ async fn run_lockkit(
         publishes: calls.publishes,
         received: messages_received() - received_before,
         subscribers,
+        output_bytes: calls.output_bytes,
     };
     let mut events = Vec::new();
     for result in joined {
@@ -526,11 +604,13 @@ fn lockkit_outcome(
         publishes: counts.publishes as f64 / holds,
         subscribers: counts.subscribers,
         delivered: (counts.publishes * counts.subscribers) as f64 / holds,
+        output_bytes: counts.output_bytes as f64 / holds,
     };
     let mut outcome = analyse(Record {
         library: primitive.name().to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         workload,
+        sharing: primitive.sharing(),
         start_ns,
         deadline_ns,
         events,
@@ -567,6 +647,9 @@ struct Calls {
     /// `PUBLISH` and `SPUBLISH` calls, those made by scripts included (Redis counts every
     /// command a script runs).
     publishes: u64,
+    /// Bytes Redis wrote to its clients (`INFO stats`, `total_net_output_bytes`): replies and
+    /// pub/sub messages alike.
+    output_bytes: u64,
 }
 
 impl Calls {
@@ -575,6 +658,7 @@ impl Calls {
         Calls {
             scripts: self.scripts.saturating_sub(before.scripts),
             publishes: self.publishes.saturating_sub(before.publishes),
+            output_bytes: self.output_bytes.saturating_sub(before.output_bytes),
         }
     }
 }
@@ -607,6 +691,18 @@ async fn command_calls(raw: &RedisClient) -> Calls {
             _ => {}
         }
     }
+    let stats: String = raw
+        .custom(
+            CustomCommand::new_static("INFO", ClusterHash::Random, false),
+            vec!["stats"],
+        )
+        .await
+        .expect("INFO stats");
+    calls.output_bytes = stats
+        .lines()
+        .find_map(|line| line.strip_prefix("total_net_output_bytes:"))
+        .and_then(|bytes| bytes.trim().parse().ok())
+        .unwrap_or(0);
     calls
 }
 
@@ -941,9 +1037,11 @@ async fn child(spec: &str) {
     // One instant, read on both clocks: the events are shifted onto the wall clock.
     let (origin, wall_origin) = (Instant::now(), wall_ns());
     let at = |wall: u64| origin + Duration::from_nanos(wall.saturating_sub(wall_origin));
+    let first = number(first);
     let handles: Vec<Handle> = clients
         .iter()
-        .map(|client| Handle::new(client, primitive, name))
+        .enumerate()
+        .map(|(index, client)| Handle::new(client, primitive, name, first + index as u64))
         .collect();
     // Warm up shortly before the start, so the subscriptions still linger then.
     let warm_at = at(number(start).saturating_sub(1_500_000_000));
@@ -952,7 +1050,6 @@ async fn child(spec: &str) {
     tokio::time::sleep_until(at(number(start)).into()).await;
     let received_before = messages_received();
     let deadline_at = at(number(deadline));
-    let first = number(first);
     let tasks: Vec<_> = handles
         .into_iter()
         .enumerate()
@@ -987,8 +1084,8 @@ async fn run_lockkit_processes(
     window: Duration,
 ) -> Option<Outcome> {
     let name = lockkit_suite::unique(&format!("bench-contention-{}", primitive.name()));
-    if primitive == Primitive::Semaphore {
-        let set = client.semaphore(&name).try_set_permits(1).await;
+    if let Some(permits) = primitive.permits() {
+        let set = client.semaphore(&name).try_set_permits(permits).await;
         assert!(set.expect("try_set_permits"), "a fresh semaphore");
     }
     let exe = std::env::current_exe().ok()?;
@@ -1025,6 +1122,7 @@ async fn run_lockkit_processes(
         publishes: calls.publishes,
         received: 0,
         subscribers,
+        output_bytes: calls.output_bytes,
     };
     let mut events: Vec<Event> = Vec::new();
     for output in outputs {
@@ -1206,6 +1304,7 @@ async fn run_peer(url: &str, peer: &str, workload: Workload, window: Duration) -
         library: peer.to_owned(),
         version: parsed["version"].as_str().unwrap_or("?").to_owned(),
         workload,
+        sharing: Sharing::Exclusive,
         start_ns: number("start_ns"),
         deadline_ns: number("deadline_ns"),
         events,
@@ -1390,12 +1489,12 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
     let rtt_us = micros(floors.rtt);
     println!(
         "| library | W | H ms | T ms | acquisitions | acq/s | attempts/acq | msgs/acq | PUBLISH/acq \
-         | min/max | owner changes | handoffs \
+         | bytes/acq | min/max | owner changes | handoffs \
          | handoff p50 µs | p99 µs | RTT µs | p50 RTT | p99 RTT | p50 / pubsub floor \
          | mean hold ms | net overhead µs | net RTT | overlaps |"
     );
     println!(
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     );
     for o in outcomes {
         let row_rtt_us = micros(o.rtt);
@@ -1414,7 +1513,7 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
             String::new()
         };
         println!(
-            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
+            "| {library}{errors} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {:.2} | {} | {} | {} | {} | {:.0} | {} | {} | {} | {:.2} | {:.0} | {:.1} | {} |",
             o.workload.workers,
             o.workload.hold.as_millis(),
             o.workload.think.as_millis(),
@@ -1423,6 +1522,7 @@ fn print_table(outcomes: &[Outcome], floors: &Floors) {
             fmt_opt(o.attempts, 2),
             fmt_opt(o.messages.map(|m| m.received), 2),
             fmt_opt(o.messages.map(|m| m.publishes), 2),
+            fmt_opt(o.messages.map(|m| m.output_bytes), 0),
             o.min_max,
             o.owner_changes,
             o.handoffs.len(),
@@ -1530,6 +1630,7 @@ fn write_json(
                 "publishes_per_acquisition": o.messages.map(|m| m.publishes),
                 "channel_subscribers": o.messages.map(|m| m.subscribers),
                 "delivered_per_acquisition": o.messages.map(|m| m.delivered),
+                "output_bytes_per_acquisition": o.messages.map(|m| m.output_bytes),
                 "min_max": o.min_max,
                 "owner_changes": o.owner_changes,
                 "handoffs": o.handoffs.len(),
@@ -1714,12 +1815,15 @@ async fn bench(url: &str, smoke: bool) {
             }
         }
     }
-    // W = 64: lockkit's workers over 4 processes; each peer as its runner runs W workers.
-    if !smoke && w64 != "0" {
+    // W = 64: lockkit's workers over 4 processes; each peer as its runner runs W workers. Two
+    // rows: H = 5 ms, T = 20 ms, and H = 10 ms, T = 0 (every acquisition a handoff, as in the
+    // W = 4 and W = 16 rows of the same H and T, whose bytes per acquisition it is compared with).
+    let many_rows = [(5, 20), (10, 0)];
+    for (hold, think) in many_rows.into_iter().filter(|_| !smoke && w64 != "0") {
         let many = Workload {
             workers: MANY_WORKERS,
-            hold: ms(5),
-            think: ms(20),
+            hold: ms(hold),
+            think: ms(think),
         };
         for &primitive in primitives.iter().filter(|p| **p != Primitive::SpinLock) {
             let rtt = floor.median(Duration::ZERO).await;

@@ -68,19 +68,30 @@ fn key_refs(keys: &ObjectKeys) -> Vec<&str> {
 /// - Outside a scope, a task that holds a read guard and asks for the write lock is just another
 ///   owner: the request waits for every reader to leave (a zero-wait try returns `None`), and the
 ///   self-wait warning is logged, since the task's own read guard blocks it.
-/// - Readers are not held back by waiting writers: under a steady stream of overlapping readers a
-///   writer waits until they all happen to be gone.
+/// - Waiting calls are served first come, first served (see **Waiting**): a writer that waits
+///   holds back the readers that come after it, so readers never starve a writer. A task that
+///   holds a plain read guard and asks for another read *outside* its scope is another owner and
+///   may queue behind a waiting writer that waits for the first guard; take the second read hold
+///   inside the first's scope, where it is a re-entry, granted at once.
 ///
 /// # Leases
 /// Every hold has a lease of its **own**, in watchdog mode (`lease: None`) or fixed, as for
 /// [`Lock`](crate::Lock). A reader that crashes loses its hold when that hold's lease ends, even
 /// while other readers keep renewing theirs.
 ///
-/// # Waiting
-/// A task that finds the lock taken sleeps until a release wakes it, or at most until the
-/// conflicting holds' leases would end. The end of a write phase wakes every waiting task (all the
-/// readers may enter); the lock falling free after a read phase wakes one waiting task per client
-/// (one writer may enter).
+/// # Waiting: a FIFO line with direct grant
+/// A call that finds the lock taken, or others waiting ahead of it, joins the lock's line in
+/// Redis and takes the lock only from its head, as tokio's `RwLock` serves its waiters (the
+/// reason: one order for readers and writers, so no reader overtakes a writer that came earlier,
+/// and no writer starves). Whatever frees the lock (a release, a hold whose lease ran out, a
+/// waiter that gave up with a grant unclaimed, [`force_unlock`](ReadWriteLock::force_unlock))
+/// grants the line in the same script: the head writer when the lock is free, or every reader at
+/// the head up to the next writer while no writer holds. Each granted call holds the lock at once
+/// and is told with one message on its own client's channel; nobody else is told anything. A
+/// re-entry inside a holder's scope never waits in the line. A grant is on probation (5 s) until
+/// the waiter confirms it; a grant nobody heard is undone at once. A call whose wait ran out, or
+/// whose future was dropped, leaves the line at once; a zero-`wait` try never joins it and is
+/// refused while anyone waits ahead of it.
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
@@ -355,8 +366,8 @@ impl ReadWriteLock {
         Ok(Status::decode(&reply)?)
     }
 
-    /// Deletes the lock whoever holds it, readers and writer alike, and wakes every waiting task;
-    /// returns whether it was held.
+    /// Deletes the lock whoever holds it, readers and writer alike, and grants it to the line as a
+    /// release does; returns whether it was held.
     ///
     /// This is an administrative operation: the holders are not asked. Their guards find out at
     /// the next renewal (watchdog mode) or check (fixed lease), report
