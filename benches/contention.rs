@@ -1403,6 +1403,15 @@ async fn pubsub_floor(
         .subscribe(channel.as_str())
         .await
         .expect("SUBSCRIBE");
+    // The subscription must be live at the server before the first publish, or that message is
+    // lost and the waiter waits for ever (the start-up hang of earlier runs): wait until Redis
+    // counts the subscriber.
+    lockkit_suite::within(Duration::from_secs(30), "the floor's subscription", async {
+        while subscribers(&holder.raw, &channel).await == 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    })
+    .await;
     let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
     let total = RTT_SAMPLES + 20;
     let waiter_task = tokio::spawn(async move {

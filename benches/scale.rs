@@ -809,24 +809,58 @@ async fn until_calls(
     .await;
 }
 
-/// One lock, `clients` clients with `per_client` workers each, every worker looping lock, unlock
-/// (nothing held in between: the cost of the handoffs alone) until `acquisitions` were made
-/// in all. A holder keeps the lock until every worker waits, so every acquisition in the row is a
-/// handoff to a waiter.
+/// What one row of workload 6 contends for: a lock, or a semaphore of one permit (issue 28: its
+/// FIFO line grants as the lock's does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Contended {
+    Lock,
+    Semaphore,
+}
+
+/// What a worker of workload 6 holds.
+enum Taken {
+    Lock(LockGuard),
+    Permit(lockkit::SemaphorePermit),
+}
+
+impl Taken {
+    async fn take(client: &lockkit::Client, what: Contended, name: &str) -> Taken {
+        match what {
+            Contended::Lock => Taken::Lock(client.lock(name).lock().await.expect("a lock")),
+            Contended::Semaphore => Taken::Permit(
+                client
+                    .semaphore(name)
+                    .with_permits(1)
+                    .expect("one permit")
+                    .acquire(1)
+                    .await
+                    .expect("a permit"),
+            ),
+        }
+    }
+
+    async fn give_back(self) {
+        match self {
+            Taken::Lock(guard) => guard.unlock().await.expect("an unlock"),
+            Taken::Permit(permit) => permit.release().await.expect("a release"),
+        }
+    }
+}
+
+/// One lock (or a semaphore of one permit), `clients` clients with `per_client` workers each,
+/// every worker looping take, give back (nothing held in between: the cost of the handoffs alone)
+/// until `acquisitions` were made in all. A holder keeps it until every worker waits, so every
+/// acquisition in the row is a handoff to a waiter.
 async fn grants_one_lock(
     server: &RedisServer,
     url: &str,
-    clients: usize,
-    per_client: usize,
+    what: Contended,
+    (clients, per_client): (usize, usize),
     acquisitions: usize,
 ) -> GrantsOutcome {
     let name = lockkit_suite::unique("bench-scale-grant");
     let holder = lockkit_suite::client(url).await;
-    let held = holder
-        .lock(name.as_str())
-        .lock()
-        .await
-        .expect("the holder's lock");
+    let held = Taken::take(&holder, what, &name).await;
     let workers: Vec<lockkit::Client> =
         join_all((0..clients).map(|_| lockkit_suite::client(url))).await;
     let stats_before = command_stats(server).await;
@@ -837,7 +871,7 @@ async fn grants_one_lock(
     let mut tasks = Vec::with_capacity(clients * per_client);
     for client in &workers {
         for _ in 0..per_client {
-            let lock = client.lock(name.as_str());
+            let (client, name) = (client.clone(), name.clone());
             let (made, inside, overlaps, last) = (
                 Arc::clone(&made),
                 Arc::clone(&inside),
@@ -846,7 +880,7 @@ async fn grants_one_lock(
             );
             tasks.push(tokio::spawn(async move {
                 loop {
-                    let guard = lock.lock().await.expect("a worker's lock");
+                    let guard = Taken::take(&client, what, &name).await;
                     if inside.fetch_add(1, Ordering::SeqCst) != 0 {
                         overlaps.fetch_add(1, Ordering::SeqCst);
                     }
@@ -855,7 +889,7 @@ async fn grants_one_lock(
                         *last.lock().expect("not poisoned") = Some(Instant::now());
                     }
                     inside.fetch_sub(1, Ordering::SeqCst);
-                    guard.unlock().await.expect("a worker's unlock");
+                    guard.give_back().await;
                     if count >= acquisitions {
                         return;
                     }
@@ -866,9 +900,13 @@ async fn grants_one_lock(
     let waiters = clients * per_client;
     // Every worker has tried once (and waits): at least one busy try each.
     until_calls(server, &stats_before, "evalsha", waiters as u64).await;
+    let kind = match what {
+        Contended::Lock => lockkit::protocol::keys::Kind::Lock,
+        Contended::Semaphore => lockkit::protocol::keys::Kind::Semaphore,
+    };
     let keys = lockkit::protocol::keys::Namespace::default()
-        .lock(&name)
-        .expect("a lock name");
+        .object(kind, &name)
+        .expect("a valid name");
     let object_subscribers = numsub(server, &keys.channel).await;
     let mut client_subscribers = Vec::with_capacity(clients);
     for client in &workers {
@@ -877,7 +915,7 @@ async fn grants_one_lock(
     let warnings_before = warnings();
     let stats_waiting = command_stats(server).await;
     let start = Instant::now();
-    held.unlock().await.expect("the holder's unlock");
+    held.give_back().await;
     // Workers past the count stop at their next acquisition; the rest wait for a lock that is
     // handed on until every one of them has had it once more.
     lockkit_suite::within(Duration::from_secs(600), "the row", async {
@@ -907,7 +945,13 @@ async fn grants_one_lock(
         (calls(&stats_done) - calls(&stats_waiting)) as f64 / made as f64
     };
     GrantsOutcome {
-        label: format!("1 lock, {waiters} waiters"),
+        label: format!(
+            "1 {}, {waiters} waiters",
+            match what {
+                Contended::Lock => "lock",
+                Contended::Semaphore => "semaphore of 1 permit",
+            }
+        ),
         waiters,
         clients,
         acquisitions,
@@ -1005,14 +1049,19 @@ fn print_grants(outcomes: &[GrantsOutcome]) {
     println!("workload 6: handoffs by direct grant at scale");
     println!();
     println!(
-        "| row | clients | acquisitions | drain ms | handoffs/s | vs first row | PUBLISH/acq | \
+        "| row | clients | acquisitions | drain ms | handoffs/s | vs the first row of its kind | PUBLISH/acq | \
          script calls/acq (incl. release) | object channel subscribers | clients' channels: \
          subscribers each | lockkit warnings | overlaps |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|");
     let rate = |o: &GrantsOutcome| o.acquisitions as f64 / o.drain.as_secs_f64().max(1e-9);
-    let base = outcomes.first().map_or(1.0, rate);
+    // Each row against the first row of its kind (the W = 16 baseline of a lock or a semaphore).
+    let kind_of = |o: &GrantsOutcome| o.label.split(',').next().unwrap_or("").to_owned();
     for o in outcomes {
+        let base = outcomes
+            .iter()
+            .find(|b| kind_of(b) == kind_of(o))
+            .map_or(1.0, rate);
         let subscribers = if o.client_subscribers.is_empty() {
             "–".to_owned()
         } else {
@@ -1053,10 +1102,11 @@ async fn bench(server: &RedisServer, sizes: Sizes, only: Option<&str>) {
     }
     if only.is_none_or(|only| only == "grants") {
         let mut outcomes = Vec::new();
-        for &(clients, per_client) in sizes.one_lock {
-            eprintln!("  grants: 1 lock, {clients} clients x {per_client} waiters");
-            outcomes
-                .push(grants_one_lock(server, &url, clients, per_client, sizes.acquisitions).await);
+        for what in [Contended::Lock, Contended::Semaphore] {
+            for &row in sizes.one_lock {
+                eprintln!("  grants: 1 {what:?}, {} clients x {} waiters", row.0, row.1);
+                outcomes.push(grants_one_lock(server, &url, what, row, sizes.acquisitions).await);
+            }
         }
         let (locks, clients) = sizes.many_locks;
         eprintln!("  grants: {locks} locks, {clients} clients");
