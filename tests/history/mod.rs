@@ -433,14 +433,15 @@ pub fn examine(
     bound_ns: u64,
     excluded: &[(u64, u64)],
 ) -> Figures {
-    // A semaphore serves its line first come first served (issue 28): a waiter is not due while
-    // a waiter that came before it still waits (it may need more than is free: it is not
-    // overtaken).
-    let fifo = recording
-        .history
-        .operations()
-        .first()
-        .is_some_and(|op| matches!(model(&op.object), Model::Semaphore { .. }));
+    // A semaphore and a read-write lock serve their line first come first served (issue 28): a
+    // waiter is not due while a waiter that came before it still waits (it may need more than is
+    // free, or be a writer that readers behind it must not overtake).
+    let fifo = recording.history.operations().first().is_some_and(|op| {
+        matches!(
+            model(&op.object),
+            Model::Semaphore { .. } | Model::ReadWrite { .. }
+        )
+    });
     examine_fifo(
         &recording.history,
         |object| model(object).spec(),
@@ -464,8 +465,8 @@ pub fn examine_history<S: Spec>(
     examine_fifo(history, spec, serve, bound_ns, excluded, false)
 }
 
-/// As [`examine_history`]; with `fifo`, the objects serve their waiters in line (a semaphore's
-/// FIFO line, issue 28): a waiter's stall counts only while no waiting operation invoked before
+/// As [`examine_history`]; with `fifo`, the objects serve their waiters in line (a semaphore's or
+/// a read-write lock's FIFO line, issue 28): a waiter's stall counts only while no waiting operation invoked before
 /// it is still outstanding. That loses no stall of a FIFO object: the earliest outstanding waiter
 /// is never excused, and when the resource is free for it, its own stall is counted. (The line's
 /// order is when a call first found the object busy; the invocation order stands in for it, which
