@@ -1104,7 +1104,10 @@ async fn bench(server: &RedisServer, sizes: Sizes, only: Option<&str>) {
         let mut outcomes = Vec::new();
         for what in [Contended::Lock, Contended::Semaphore] {
             for &row in sizes.one_lock {
-                eprintln!("  grants: 1 {what:?}, {} clients x {} waiters", row.0, row.1);
+                eprintln!(
+                    "  grants: 1 {what:?}, {} clients x {} waiters",
+                    row.0, row.1
+                );
                 outcomes.push(grants_one_lock(server, &url, what, row, sizes.acquisitions).await);
             }
         }

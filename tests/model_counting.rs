@@ -1301,7 +1301,8 @@ impl Messages {
         })
     }
 
-    /// The messages since the last call (channel, payload), in order.
+    /// The messages since the last call (channel, payload), in order; a message with several
+    /// payloads (one per line) counts as that many.
     fn drain(&self, h: &Harness) -> Vec<(String, String)> {
         use fred::interfaces::PubsubInterface;
         let mut rx = self.rx.lock().expect("one reader");
@@ -1322,10 +1323,12 @@ impl Messages {
                 if *message.channel == *self.mark {
                     return got;
                 }
-                got.push((
-                    message.channel.to_string(),
-                    message.value.as_string().unwrap_or_default(),
-                ));
+                // A message may carry several grants to one client, one per line
+                // (lockkit_protocol::wake::Wake::decode_all): compared grant by grant.
+                let payload = message.value.as_string().unwrap_or_default();
+                for line in payload.split('\n') {
+                    got.push((message.channel.to_string(), line.to_owned()));
+                }
             }
         })
     }

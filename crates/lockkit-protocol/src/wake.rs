@@ -14,7 +14,8 @@
 //! | `g:<count>:<token>:<now>:<expiry>:<id>` | the lock **is granted** to the waiter with this id (its hold marker): it holds it now, with `count` holds, fencing token `token` (0: none), granted at server time `now` until server time `expiry` (Unix ms) |
 //!
 //! A lock's and fenced lock's messages (`g:`, `p:`) go to the waiting client's own channel, so
-//! only that client hears them.
+//! only that client hears them. One message may carry several payloads, one per line
+//! ([`Wake::decode_all`]): a release that grants several calls of one client tells it once.
 //!
 //! An unknown payload wakes one waiter: waking too many only costs a retry, waking nobody could
 //! cost a whole lease.
@@ -113,6 +114,21 @@ impl Wake {
                 Wake::One
             }
         }
+    }
+
+    /// Decodes a message that may carry several payloads, one per line: a release that grants
+    /// several calls of one client (readers at the head of a read-write lock's line, a
+    /// semaphore's freed permits) tells that client once, with every grant in the message.
+    ///
+    /// ```
+    /// use lockkit_protocol::wake::Wake;
+    /// let wakes = Wake::decode_all("g:1:0:10:20:#a:1\ng:2:0:10:20:#a:2");
+    /// assert_eq!(wakes.len(), 2);
+    /// assert!(matches!(&wakes[1], Wake::Grant { waiter, .. } if waiter == "#a:2"));
+    /// assert_eq!(Wake::decode_all("one"), vec![Wake::One]);
+    /// ```
+    pub fn decode_all(message: &str) -> Vec<Wake> {
+        message.split('\n').map(Wake::decode).collect()
     }
 
     /// Encodes a payload (scripts build the same strings in Lua).

@@ -86,8 +86,9 @@ fn key_refs(keys: &ObjectKeys) -> Vec<&str> {
 /// and no writer starves). Whatever frees the lock (a release, a hold whose lease ran out, a
 /// waiter that gave up with a grant unclaimed, [`force_unlock`](ReadWriteLock::force_unlock))
 /// grants the line in the same script: the head writer when the lock is free, or every reader at
-/// the head up to the next writer while no writer holds. Each granted call holds the lock at once
-/// and is told with one message on its own client's channel; nobody else is told anything. A
+/// the head up to the next writer while no writer holds. Each granted call holds the lock at once;
+/// its client is told with one message on its own channel, however many of its calls were
+/// granted; nobody else is told anything. A
 /// re-entry inside a holder's scope never waits in the line. A grant is on probation (5 s) until
 /// the waiter confirms it; a grant nobody heard is undone at once. A call whose wait ran out, or
 /// whose future was dropped, leaves the line at once; a zero-`wait` try never joins it and is

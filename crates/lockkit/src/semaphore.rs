@@ -88,7 +88,8 @@ static SEMAPHORE_LEAVE: Leave = Leave {
 /// semaphore, at the latest by a waiter's own look, which it makes every third of its 5 s
 /// keep-alive) — grants them, in the same script, to the head of the line while the head's
 /// request fits: the granted call holds its permits at once and is told on its client's own
-/// channel, with one message; no other client hears anything.
+/// channel, with one message per client however many of its calls were granted; no other client
+/// hears anything.
 ///
 /// **A request for many permits at the head is not overtaken by smaller ones behind it**, even
 /// when enough permits are free for them: the same choice as tokio's `Semaphore`, for the same

@@ -12,9 +12,10 @@
 --
 -- Direct grant (serve_line): whatever frees room (a release, a lease found run out, permits
 -- added) walks the line from its head and grants each head request that fits, in the same
--- script, publishing the grant on that request's channel, to that one client; the walk stops at
--- the first head that does not fit, so nothing behind it overtakes it. A grant nobody heard (the
--- client is gone, or has not subscribed yet) is undone at once and the walk goes on. A grant
+-- script, publishing the grant on that request's channel, to that one client (grant_line_told:
+-- one message per client, however many of its calls were granted); the walk stops at the first
+-- head that does not fit, so nothing behind it overtakes it. A grant nobody heard (the client is
+-- gone, or has not subscribed yet) is undone and the walk goes on. A grant
 -- starts on probation: it expires after min(lease, PROBATION_MS) unless its client confirms it
 -- (renews it to its lease counted from the grant, the renew scripts' `@<server ms>`), so a grant
 -- to a client that died unseen costs the others at most the probation, never a lease.
@@ -130,6 +131,43 @@ local function serve_line(waiting, timeouts, now, serve)
     leave_waiting(waiting, timeouts, head)
     if outcome ~= 'next' then
       return outcome
+    end
+  end
+end
+
+-- serve_line for a walk that may grant many requests (a semaphore's freed permits, a read-write
+-- lock's readers): `grant(marker, lease, ask, channel)` says as serve's callback does, and when it
+-- granted the head, also returns the grant's message and a function that takes the grant back.
+-- After the walk, each client is told once, on its channel, with every grant made to its calls in
+-- one message (one line each, lockkit_protocol::wake::Wake::decode_all); the grants of a channel
+-- nobody heard are taken back, and the line is walked again (those requests left it, so what they
+-- were granted goes to the next heads).
+local function grant_line_told(waiting, timeouts, now, sharded, grant)
+  while true do
+    local told, order = {}, {}
+    serve_line(waiting, timeouts, now, function(marker, lease, ask, channel)
+      local outcome, message, undo = grant(marker, lease, ask, channel)
+      if message then
+        if not told[channel] then
+          told[channel] = {messages = {}, undos = {}}
+          order[#order + 1] = channel
+        end
+        table.insert(told[channel].messages, message)
+        table.insert(told[channel].undos, undo)
+      end
+      return outcome
+    end)
+    local undone = false
+    for _, channel in ipairs(order) do
+      if not heard(channel, sharded, table.concat(told[channel].messages, '\n')) then
+        for _, undo in ipairs(told[channel].undos) do
+          undo()
+        end
+        undone = true
+      end
+    end
+    if not undone then
+      return
     end
   end
 end

@@ -65,11 +65,12 @@ end
 -- free lock, a reader a lock that no writer holds, so a writer's release grants the head writer,
 -- or every reader at the head up to the next writer, and the last hold's release grants the head
 -- writer. A grant is a hold on probation (expiry now + min(lease, PROBATION_MS)), told on the
--- request's channel with its owner's count in that mode; one nobody heard is undone at once. The
+-- request's channel with its owner's count in that mode, one message per client however many of
+-- its calls were granted (line_lib.lua, grant_line_told); one nobody heard is undone. The
 -- walk stops at a head that does not fit (nothing behind it overtakes it) and at the request of
 -- `caller` (a marker: the acquire running this serves itself).
 local function grant_line(key, expiries, waiting, timeouts, sharded, now, caller)
-  serve_line(waiting, timeouts, now, function(marker, lease, ask, channel)
+  grant_line_told(waiting, timeouts, now, sharded, function(marker, lease, ask, channel)
     if marker == caller then
       return 'stop'
     end
@@ -90,10 +91,9 @@ local function grant_line(key, expiries, waiting, timeouts, sharded, now, caller
     end
     redis.call('ZADD', expiries, expiry, marker)
     settle(key, expiries, false)
-    if not heard(channel, sharded, grant_message(count, 0, now, expiry, marker)) then
+    return 'next', grant_message(count, 0, now, expiry, marker), function()
       local _, left = drop(key, expiries, marker)
       settle(key, expiries, want == 'w' and left <= 0)
     end
-    return 'next'
   end)
 end

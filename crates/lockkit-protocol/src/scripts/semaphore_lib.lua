@@ -23,6 +23,7 @@
 -- the same choice: no starvation of acquire_many); an acquire finds permits free only when nobody
 -- waits ahead of it. A request that a total change made impossible (it asks for more than the
 -- total) leaves the line and its waiter is woken ('w:<marker>') to be refused (`refuse_impossible`).
+-- A client several of whose calls are granted at once is told once (line_lib.lua, grant_line_told).
 
 -- The server's time in milliseconds.
 local function now_ms()
@@ -108,7 +109,7 @@ end
 -- running this serves itself), or while the total is absent. A head asking for more than the
 -- total is dropped (refuse_impossible tells it).
 local function grant_line(main, leases, waiting, timeouts, sharded, now, caller)
-  serve_line(waiting, timeouts, now, function(marker, lease, ask, channel)
+  grant_line_told(waiting, timeouts, now, sharded, function(marker, lease, ask, channel)
     local k = tonumber(ask)
     local total = tonumber(redis.call('HGET', main, 'permits'))
     if marker == caller or total == nil then
@@ -124,10 +125,9 @@ local function grant_line(main, leases, waiting, timeouts, sharded, now, caller)
     redis.call('HSET', main, marker, k)
     redis.call('HINCRBY', main, 'used', k)
     redis.call('ZADD', leases, expiry, marker)
-    if not heard(channel, sharded, grant_message(k, 0, now, expiry, marker)) then
+    return 'next', grant_message(k, 0, now, expiry, marker), function()
       end_hold(main, leases, marker)
     end
-    return 'next'
   end)
 end
 

@@ -191,12 +191,18 @@ pub(super) async fn dispatch(
                 Ok(message) => {
                     let Some(hub) = hub.upgrade() else { break };
                     crate::metrics::pubsub_message();
-                    let wake = message.value.as_str().map_or(Wake::One, |payload| Wake::decode(&payload));
-                    let armed = hub.channels.lock().apply(&message.channel, &wake);
-                    if let Some(fallback) = armed {
-                        let first = fallbacks.arm(message.channel, fallback, Instant::now());
-                        if let Some(due) = first {
-                            fallback_timer.as_mut().reset(due);
+                    // One message may carry several grants to this client, one per line.
+                    let wakes = message
+                        .value
+                        .as_str()
+                        .map_or_else(|| vec![Wake::One], |payload| Wake::decode_all(&payload));
+                    for wake in &wakes {
+                        let armed = hub.channels.lock().apply(&message.channel, wake);
+                        if let Some(fallback) = armed {
+                            let first = fallbacks.arm(message.channel.clone(), fallback, Instant::now());
+                            if let Some(due) = first {
+                                fallback_timer.as_mut().reset(due);
+                            }
                         }
                     }
                 }
