@@ -936,18 +936,7 @@ mod tests {
             RwRet::Busy { .. }
         ));
         assert_eq!(markers(&l), ["#w", "#s"]);
-        // An upgrade is refused and its request leaves the line.
-        l.apply(
-            4,
-            &RwOp::Wait {
-                owner: "r".into(),
-                hold: "#up".into(),
-                mode: Mode::Write,
-                lease_ms: 60_000,
-                channel: "a".into(),
-                keepalive_ms: 0,
-            },
-        );
+        // An upgrade is refused at once; it does not join the line.
         assert_eq!(
             l.apply(5, &wait("r", "#up", Mode::Write, "a")),
             RwRet::Refused { read_holds: 2 }
