@@ -27,7 +27,7 @@ use lockkit::protocol::keys::{Kind, Namespace, ObjectKeys};
 use lockkit::protocol::script::Script;
 use lockkit::protocol::{latch as platch, read_write_lock as prw, semaphore as psem};
 use lockkit_model::latch::{Latch, LatchOp, LatchRet, REQUEST_WINDOW_MS};
-use lockkit_model::rwlock::{Mode, RwLock, RwOp, RwRet, MAX_LEASE_MS};
+use lockkit_model::rwlock::{member as rw_member, Mode, RwLock, RwOp, RwRet, MAX_LEASE_MS};
 use lockkit_model::semaphore::{Key, SemOp, SemRet, Semaphore, MAX_PERMITS};
 use lockkit_suite::checker::save_model_cases as save_cases;
 use lockkit_suite::model_io::cases_scaled;
@@ -319,9 +319,10 @@ fn common(snapshot_taken: bool, sleeps: bool, duplicates: bool) -> BoxedStrategy
 
 /// The scripts the client sends with `Resend::Allowed` (among those the sequences run as one
 /// call on the object's keys): a duplicate may deliver them twice.
-const RESENT: [&str; 8] = [
+const RESENT: [&str; 9] = [
     "rwlock_acquire",
     "rwlock_status",
+    "rwlock_cancel",
     "semaphore_acquire",
     "semaphore_available",
     "semaphore_update_lease",
@@ -336,6 +337,9 @@ struct Last<O> {
     args: Vec<String>,
     op: O,
     ex: Exchange,
+    /// The call granted the line something a subscriber heard (a read-write lock's grant to
+    /// another call of the caller's owner may make the second delivery a re-entry).
+    granted: bool,
 }
 
 impl<O> Last<O> {
@@ -347,6 +351,7 @@ impl<O> Last<O> {
             args: args.to_vec(),
             op,
             ex,
+            granted: false,
         })
     }
 }
@@ -394,7 +399,7 @@ fn second_delivery(script: &Script, first: &Exchange, again: &Exchange) -> Resul
         .flatten();
     // A cancel's second delivery finds nothing left to remove ({1} then {0}); the client only
     // logs it (queued.rs).
-    let cancel = script.name() == "semaphore_cancel"
+    let cancel = ["semaphore_cancel", "rwlock_cancel"].contains(&script.name())
         && a.as_deref() == Some(&[1][..])
         && b.as_deref() == Some(&[0][..]);
     let alike = cancel
@@ -555,6 +560,20 @@ enum RwStep {
         mode: Mode,
         lease_ms: u64,
     },
+    /// An acquire by a call that waits if refused (it joins the line), through its owner's
+    /// client: `A` (whose channel has a subscriber: a grant there is heard) or `B` (nobody
+    /// listens: a grant there is undone at once).
+    Wait {
+        owner: usize,
+        hold: String,
+        mode: Mode,
+        lease_ms: u64,
+        keepalive_ms: u64,
+    },
+    /// The last try of the waiting call with this marker (keep-alive 0: it leaves the line).
+    LastTry(String),
+    /// The waiting call with this marker gives up (`rwlock_cancel`).
+    Cancel(String),
     Release(String),
     Renew(Vec<(String, u64)>),
     ForceUnlock,
@@ -640,8 +659,24 @@ impl<const DUPS: bool> ReferenceStateMachine for RwMachine<DUPS> {
                 lease_ms: l,
             }
         });
+        let wait = (
+            0..OWNERS.len(),
+            mode.clone(),
+            lease(),
+            prop_oneof![Just(LONG), 40u64..=150],
+        )
+            .prop_map(move |(o, mode, lease_ms, keepalive_ms)| RwStep::Wait {
+                owner: o,
+                hold: format!("#{}:{}", CLIENTS[o], 100 + seq),
+                mode,
+                lease_ms,
+                keepalive_ms,
+            });
         let mut options: Vec<(u32, BoxedStrategy<RwStep>)> = vec![
-            (6, acquire.boxed()),
+            (4, acquire.boxed()),
+            (5, wait.boxed()),
+            (2, state.marker().prop_map(RwStep::Cancel).boxed()),
+            (1, state.marker().prop_map(RwStep::LastTry).boxed()),
             (4, state.marker().prop_map(RwStep::Release).boxed()),
             (
                 2,
@@ -681,7 +716,7 @@ impl<const DUPS: bool> ReferenceStateMachine for RwMachine<DUPS> {
 
     fn apply(mut state: Self::State, step: &RwStep) -> Self::State {
         match step {
-            RwStep::Acquire { hold, .. } => state.note(hold, step),
+            RwStep::Acquire { hold, .. } | RwStep::Wait { hold, .. } => state.note(hold, step),
             RwStep::Common(c) => state.common(c),
             _ => {}
         }
@@ -699,7 +734,10 @@ fn rw_decode(reply: &RespValue, op: &RwOp) -> RwRet {
     }
     let v = ints(reply);
     match op {
-        RwOp::Acquire { .. } => {
+        RwOp::Cancel { .. } => {
+            RwRet::Cancelled(prw::decode_cancel(&v).unwrap_or_else(|e| undecodable(op, e)))
+        }
+        RwOp::Acquire { .. } | RwOp::Wait { .. } => {
             match prw::AcquireReply::decode(&v).unwrap_or_else(|e| undecodable(op, e)) {
                 prw::AcquireReply::Acquired { hold_count } => RwRet::Acquired {
                     hold_count: Some(hold_count),
@@ -797,8 +835,40 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
     let lock = h.client.read_write_lock(name.clone());
     let reads = reads(&keys);
     let mut model = RwLock::new();
+    // A subscriber on the lock's channel and on client A's own channel (B's has none): what it
+    // receives is compared with the messages of the model.
+    let channel = |o: usize| keys.client_channel(CLIENTS[o]);
+    let listener = Messages::start(h, &[&keys.channel, &channel(0)]);
+    model.listen(&channel(0));
+    // The waiting calls issued, by marker: their last try and their cancel.
+    let mut waits: BTreeMap<String, RwOp> = BTreeMap::new();
     let mut saved = None;
     let mut last: Option<Last<RwOp>> = None;
+    let acquire_args = |op: &RwOp| match op {
+        RwOp::Acquire {
+            owner,
+            hold,
+            mode,
+            lease_ms,
+        } => to_args(&[owner, hold, &lease_ms.to_string(), mode.arg(), "", "0", "0"]),
+        RwOp::Wait {
+            owner,
+            hold,
+            mode,
+            lease_ms,
+            channel,
+            keepalive_ms,
+        } => to_args(&[
+            owner,
+            hold,
+            &lease_ms.to_string(),
+            mode.arg(),
+            channel,
+            "0",
+            &keepalive_ms.to_string(),
+        ]),
+        _ => unreachable!("an acquire"),
+    };
     for (i, step) in steps.iter().enumerate() {
         seen();
         let fail = |e: String| format!("step {i} {step:?}:\n{e}");
@@ -819,15 +889,94 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
                 mode,
                 lease_ms,
             } => {
-                let arg = if *mode == Mode::Read { "r" } else { "w" };
-                let args = to_args(&[OWNERS[*owner], hold, &lease_ms.to_string(), arg]);
                 let op = RwOp::Acquire {
                     owner: OWNERS[*owner].into(),
                     hold: hold.clone(),
                     mode: *mode,
                     lease_ms: *lease_ms,
                 };
-                (&prw::ACQUIRE, args, op)
+                (&prw::ACQUIRE, acquire_args(&op), op)
+            }
+            RwStep::Wait {
+                owner,
+                hold,
+                mode,
+                lease_ms,
+                keepalive_ms,
+            } => {
+                let op = RwOp::Wait {
+                    owner: OWNERS[*owner].into(),
+                    hold: hold.clone(),
+                    mode: *mode,
+                    lease_ms: *lease_ms,
+                    channel: channel(*owner),
+                    keepalive_ms: *keepalive_ms,
+                };
+                waits.insert(hold.clone(), op.clone());
+                (&prw::ACQUIRE, acquire_args(&op), op)
+            }
+            RwStep::LastTry(hold) => {
+                let Some(RwOp::Wait {
+                    owner,
+                    hold,
+                    mode,
+                    lease_ms,
+                    channel,
+                    ..
+                }) = waits.get(hold).cloned()
+                else {
+                    continue;
+                };
+                let op = RwOp::Wait {
+                    owner,
+                    hold,
+                    mode,
+                    lease_ms,
+                    channel,
+                    keepalive_ms: 0,
+                };
+                (&prw::ACQUIRE, acquire_args(&op), op)
+            }
+            RwStep::Cancel(hold) => {
+                let op = match waits.get(hold).cloned() {
+                    Some(RwOp::Wait {
+                        owner,
+                        hold,
+                        mode,
+                        lease_ms,
+                        channel,
+                        ..
+                    }) => RwOp::Cancel {
+                        owner,
+                        hold,
+                        mode,
+                        lease_ms,
+                        channel,
+                    },
+                    _ => RwOp::Cancel {
+                        owner: OWNERS[0].into(),
+                        hold: hold.clone(),
+                        mode: Mode::Read,
+                        lease_ms: LONG,
+                        channel: channel(0),
+                    },
+                };
+                let RwOp::Cancel {
+                    owner,
+                    hold,
+                    mode,
+                    lease_ms,
+                    channel,
+                } = &op
+                else {
+                    unreachable!("a cancel")
+                };
+                let member = rw_member(hold, *lease_ms, *mode, owner, channel);
+                (
+                    &prw::CANCEL,
+                    to_args(&[&member, &keys.channel, "0"]),
+                    op.clone(),
+                )
             }
             RwStep::Release(hold) => (
                 &prw::RELEASE,
@@ -835,7 +984,8 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
                 RwOp::Release { hold: hold.clone() },
             ),
             RwStep::Renew(holds) => {
-                // The batch names the object's two keys once per hold.
+                // The batch names the object's two first keys once per hold (the renewal takes
+                // any stride).
                 let args: Vec<String> = holds
                     .iter()
                     .flat_map(|(m, l)| [m.clone(), l.to_string()])
@@ -843,20 +993,12 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
                 let op = RwOp::Renew {
                     holds: holds.clone(),
                 };
-                let batch: Vec<String> = holds.iter().flat_map(|_| keys.keys.clone()).collect();
+                let batch: Vec<String> =
+                    holds.iter().flat_map(|_| keys.keys[..2].to_vec()).collect();
                 let ex =
                     h.rt.block_on(exchange(h, Some(&prw::RENEW), &batch, &args, &reads));
-                let observed = rw_decode(ex.reply.as_ref().expect("a reply"), &op);
-                check(
-                    &ex,
-                    &observed,
-                    &mut model,
-                    |m, t| m.apply(t, &op),
-                    rw_same,
-                    rw_keys,
-                    |_| decode_keys(&ex.reads),
-                )
-                .map_err(fail)?;
+                let heard = listener.drain(h);
+                rw_check(&ex, &heard, &mut model, &op).map_err(fail)?;
                 continue;
             }
             RwStep::ForceUnlock => (
@@ -915,27 +1057,62 @@ fn rw_sequence(h: &Harness, steps: &[RwStep], seen: &dyn Fn()) -> Result<(), Str
         };
         let ex =
             h.rt.block_on(exchange(h, Some(script), &keys.keys, &args, &reads));
+        let heard = listener.drain(h);
         let unchanged = match &again {
-            Some(first) => second_delivery(script, &first.ex, &ex).map_err(fail)?,
+            // What the first delivery granted may change what the second one finds: the model
+            // judges it.
+            Some(first) if first.granted => false,
+            Some(first) => {
+                let unchanged = second_delivery(script, &first.ex, &ex).map_err(fail)?;
+                if unchanged && !heard.is_empty() {
+                    return Err(fail(format!("a second delivery published {heard:?}")));
+                }
+                unchanged
+            }
             None => false,
         };
-        let observed = rw_decode(ex.reply.as_ref().expect("a reply"), &op);
-        let checked = check(
-            &ex,
-            &observed,
-            &mut model,
-            |m, t| m.apply(t, &op),
-            rw_same,
-            rw_keys,
-            |_| decode_keys(&ex.reads),
-        );
+        let checked = rw_check(&ex, &heard, &mut model, &op);
         // A second delivery that changed nothing, where the model would have: it stays.
         if !unchanged {
             checked.map_err(fail)?;
         }
-        last = Last::of(Some(script), &args, op, ex);
+        let granted = !heard.is_empty();
+        last = Last::of(Some(script), &args, op, ex).map(|last| Last { granted, ..last });
     }
     Ok(())
+}
+
+/// Checks one script step: `op` against the reply, the keys and the messages the subscriber got
+/// (`heard`: channel, payload), which must be the model's messages that reached a subscriber, in
+/// order.
+fn rw_check(
+    ex: &Exchange,
+    heard: &[(String, String)],
+    model: &mut RwLock,
+    op: &RwOp,
+) -> Result<(), String> {
+    let observed = (
+        rw_decode(ex.reply.as_ref().expect("a reply"), op),
+        heard.to_vec(),
+    );
+    check(
+        ex,
+        &observed,
+        model,
+        |m, t| {
+            let ret = m.apply(t, op);
+            let published = m
+                .take_messages()
+                .into_iter()
+                .filter(|message| message.heard)
+                .map(|message| (message.channel, message.payload))
+                .collect::<Vec<_>>();
+            (ret, published)
+        },
+        |e, o, slack| rw_same(&e.0, &o.0, slack) && e.1 == o.1,
+        rw_keys,
+        |_| decode_keys(&ex.reads),
+    )
 }
 
 #[test]
