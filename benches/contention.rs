@@ -120,7 +120,7 @@ enum Sharing {
 
 /// In a mixed row, whether worker `index` writes: one writer per eight readers.
 fn is_writer(index: u64) -> bool {
-    index % 9 == 0
+    index.is_multiple_of(9)
 }
 
 impl Primitive {
