@@ -374,3 +374,67 @@ async fn a_granted_permit_outlives_its_probation_while_held() {
     fixed.release().await.unwrap();
     watchdog.release().await.unwrap();
 }
+
+/// One release that frees permits for two waiting calls of one client tells that client once:
+/// one message with both grants, one per line (`Wake::decode_all`); a client behind them that
+/// does not fit is told nothing.
+#[tokio::test]
+async fn a_release_granting_two_calls_of_one_client_sends_it_one_message() {
+    let redis = spawned().await;
+    let url = redis.url();
+    let publisher = raw(&url).await;
+    let holder = client(&url).await;
+    let name = unique("fifo-one-message");
+    let keys = keys(&name);
+    let semaphore = holder.semaphore(&name);
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    let both = semaphore
+        .try_acquire(2, Duration::ZERO, Some(LEASE))
+        .await
+        .unwrap()
+        .expect("two free permits");
+    let twice = client(&url).await;
+    let first = join(&redis, &twice, &name, 1).await;
+    let second = join(&redis, &twice, &name, 1).await;
+    let behind = client(&url).await;
+    let third = join(&redis, &behind, &name, 1).await;
+
+    let listener = raw(&url).await;
+    let mut messages = listener.message_rx();
+    listener
+        .psubscribe(format!("{}*", keys.channel))
+        .await
+        .unwrap();
+    let end = format!("{}:end", keys.channel);
+    both.release().await.unwrap();
+    let _: i64 = publisher.publish(&end, "end").await.unwrap();
+    let mut got: HashMap<String, Vec<String>> = HashMap::new();
+    within(BOUND, "the release's messages", async {
+        loop {
+            let message = messages.recv().await.unwrap();
+            if message.channel == end {
+                break;
+            }
+            got.entry(message.channel.to_string())
+                .or_default()
+                .push(message.value.as_string().unwrap_or_default());
+        }
+    })
+    .await;
+    let mine = keys.client_channel(twice.id());
+    assert_eq!(got.len(), 1, "only the granted client is told: {got:?}");
+    let sent = got.get(&mine).unwrap_or_else(|| panic!("{got:?}"));
+    assert_eq!(sent.len(), 1, "one message for both grants: {sent:?}");
+    let wakes = Wake::decode_all(&sent[0]);
+    assert_eq!(wakes.len(), 2, "{sent:?}");
+    assert!(
+        wakes.iter().all(|wake| matches!(wake, Wake::Grant { .. })),
+        "{sent:?}"
+    );
+    let (a, b) = (granted(first, 1).await, granted(second, 1).await);
+    assert_eq!(line_length(&redis, &name).await, 1, "the third waits on");
+    a.release().await.unwrap();
+    granted(third, 1).await.release().await.unwrap();
+    b.release().await.unwrap();
+    let _: () = publisher.del(keys.keys.clone()).await.unwrap();
+}
