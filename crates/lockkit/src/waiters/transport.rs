@@ -191,13 +191,17 @@ pub(super) async fn dispatch(
                 Ok(message) => {
                     let Some(hub) = hub.upgrade() else { break };
                     crate::metrics::pubsub_message();
-                    // One message may carry several grants to this client, one per line.
-                    let wakes = message
-                        .value
-                        .as_str()
-                        .map_or_else(|| vec![Wake::One], |payload| Wake::decode_all(&payload));
-                    for wake in &wakes {
-                        let armed = hub.channels.lock().apply(&message.channel, wake);
+                    // One message may carry several grants to this client, one per line
+                    // (Wake::decode_all's format), applied in order without collecting them.
+                    let payload = message.value.as_str();
+                    let wakes = payload
+                        .as_deref()
+                        .map(|payload| payload.split('\n').map(Wake::decode))
+                        .into_iter()
+                        .flatten()
+                        .chain(payload.is_none().then_some(Wake::One));
+                    for wake in wakes {
+                        let armed = hub.channels.lock().apply(&message.channel, &wake);
                         if let Some(fallback) = armed {
                             let first = fallbacks.arm(message.channel.clone(), fallback, Instant::now());
                             if let Some(due) = first {
