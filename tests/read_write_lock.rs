@@ -654,3 +654,65 @@ async fn bad_input_gets_clear_errors_and_takes_nothing() {
     assert_eq!(value, "not a lock");
     assert_eq!(client.held_count(), 0);
 }
+
+/// Read holds a release granted (direct grant, on probation) are confirmed to their full lease:
+/// a fixed 60 s lease and a watchdog-mode hold both outlive the probation while held, and a
+/// writer still finds the lock taken after it.
+#[tokio::test]
+async fn granted_read_holds_outlive_their_probation_while_held() {
+    use lockkit::protocol::lock::GRANT_PROBATION;
+    let redis = spawned().await;
+    let url = redis.url();
+    let (holder, waiter, other) = (client(&url).await, client(&url).await, client(&url).await);
+    let name = unique("rw-probation");
+    let write = holder
+        .read_write_lock(&name)
+        .write_lock_with_lease(LONG_LEASE)
+        .await
+        .unwrap();
+    let fixed = {
+        let lock = waiter.read_write_lock(&name);
+        tokio::spawn(async move { lock.read_lock_with_lease(LONG_LEASE).await })
+    };
+    let watchdog = {
+        let lock = waiter.read_write_lock(&name);
+        tokio::spawn(async move { lock.read_lock().await })
+    };
+    // Both requests stand in the line in Redis, so the release grants them (not their tries).
+    let line = raw(&url).await;
+    let waiting = rw_keys(&name).keys[2].clone();
+    within(HANG, "both readers in the line", async {
+        loop {
+            let queued: i64 = line
+                .eval("return redis.call('ZCARD', KEYS[1])", waiting.clone(), ())
+                .await
+                .unwrap();
+            if queued == 2 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    write.unlock().await.unwrap();
+    let fixed = within(HANG, "the fixed-lease reader", fixed)
+        .await
+        .unwrap()
+        .unwrap();
+    let watchdog = within(HANG, "the watchdog reader", watchdog)
+        .await
+        .unwrap()
+        .unwrap();
+    // Time passing is the scenario: past the probation, both grants must have been confirmed.
+    tokio::time::sleep(GRANT_PROBATION + Duration::from_secs(1)).await;
+    assert!(!fixed.is_lost() && !watchdog.is_lost());
+    assert_eq!(holds_in_redis(&url, &name).await, 2, "both still held");
+    assert!(other
+        .read_write_lock(&name)
+        .try_write_lock(Duration::ZERO, None)
+        .await
+        .unwrap()
+        .is_none());
+    fixed.unlock().await.unwrap();
+    watchdog.unlock().await.unwrap();
+}
