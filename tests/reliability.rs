@@ -299,7 +299,7 @@ impl Observed {
     ) -> impl Future<Output = Result<Option<Held>, Error>> + 'a {
         let acquire = Box::pin(acquire);
         async move {
-            match acquire.await {
+            match self.recording.joining(&acquiring, acquire).await {
                 Ok(Some(guard)) => {
                     let token = guard.fencing_token();
                     let hold = self.recording.granted(&acquiring, process, &[name], token);
@@ -401,6 +401,73 @@ fn assert_clean(figures: &history::Figures) {
 }
 
 // === The checker can fail ===
+
+/// A semaphore history written by hand on the suite's clock (ms from an origin far from any
+/// scheduling lag): 2 permits; a holder keeps 1 from 0 to 400 ms; `early` (1 permit) is invoked
+/// at 5 ms and joins the line at `early_joined`; `late` (2 permits) is invoked at 10 ms and joins
+/// at 12 ms; at 400 ms the holder releases, and both are served: `late` first (it was ahead),
+/// then `early` at 401 ms. One permit was free the whole time, which `early` alone would fit.
+fn fifo_history(early_joined: Option<u64>) -> history::Figures {
+    const MS: u64 = 1_000_000;
+    let at = |ms: u64| 1_000 * MS + ms * MS;
+    let recording = history::Recording::new();
+    let object = "fifo";
+    let holder = recording.acquire_at(0, &[object], 1, false, at(0));
+    let held = recording.granted_at(&holder, 0, &[object], None, at(0));
+    let early = recording.acquire_at(1, &[object], 1, true, at(5));
+    if let Some(ms) = early_joined {
+        recording.joined_at(&early, at(ms));
+    }
+    let late = recording.acquire_at(2, &[object], 2, true, at(10));
+    recording.joined_at(&late, at(12));
+    let release =
+        recording
+            .history
+            .invoke_at(0, object, history::Op::Release { hold: held.id() }, at(400));
+    recording
+        .history
+        .respond_at(release, history::Ret::Released, at(400));
+    let late_held = recording.granted_at(&late, 2, &[object], None, at(400));
+    let release = recording.history.invoke_at(
+        2,
+        object,
+        history::Op::Release {
+            hold: late_held.id(),
+        },
+        at(400),
+    );
+    recording
+        .history
+        .respond_at(release, history::Ret::Released, at(401));
+    recording.granted_at(&early, 1, &[object], None, at(401));
+    history::examine(
+        &recording,
+        |_| history::Model::Semaphore { permits: 2 },
+        history::BOUND_NS,
+        &[],
+    )
+}
+
+/// The FIFO stall measure orders a semaphore's line by when calls joined it, not by when they
+/// were invoked: a call invoked first whose first try reached Redis after a later call's (a
+/// `NOSCRIPT` reload, a slow scheduler) is behind it, and waits for it without stalling.
+#[test]
+fn a_waiter_invoked_first_but_joined_second_waits_for_the_head_without_stalling() {
+    let figures = fifo_history(Some(20));
+    assert_eq!(figures.stalls, 0, "{}", figures.explain);
+    // Not known when it joined: taken as its return, which excuses as much.
+    let figures = fifo_history(None);
+    assert_eq!(figures.stalls, 0, "{}", figures.explain);
+}
+
+/// ... and the head of the line is never excused by a waiter behind it: the call that joined
+/// first, left waiting while the one permit it needs was free, stalled.
+#[test]
+fn the_head_of_a_line_left_waiting_while_it_fits_is_a_stall() {
+    let figures = fifo_history(Some(6));
+    assert_eq!(figures.stalls, 1, "{}", figures.explain);
+    assert!(figures.explain.contains("p1 "), "{}", figures.explain);
+}
 
 /// A deliberately broken lock: `SET NX PX` with a lease shorter than the critical section and a
 /// release that deletes the key whoever holds it. The checker must catch it.
@@ -1632,7 +1699,10 @@ async fn contention_worker(
                 let permits = rng.range(1, 3);
                 let acquiring = recording.acquire(process, &[object], permits, waits);
                 let semaphore = client.semaphore(object);
-                match semaphore.try_acquire(permits, wait, lease).await {
+                match recording
+                    .joining(&acquiring, semaphore.try_acquire(permits, wait, lease))
+                    .await
+                {
                     Ok(Some(permit)) => {
                         let hold = recording.granted(&acquiring, process, &[object], None);
                         tokio::time::sleep(hold_for).await;
@@ -1656,7 +1726,10 @@ async fn contention_worker(
                 let acquiring = recording.acquire(process, &[object], 1, waits);
                 let semaphore = client.permit_expirable_semaphore(object);
                 let lease = lease.unwrap_or(Duration::from_secs(5));
-                match semaphore.try_acquire(wait, lease).await {
+                match recording
+                    .joining(&acquiring, semaphore.try_acquire(wait, lease))
+                    .await
+                {
                     Ok(Some(permit)) => {
                         let hold = recording.granted(&acquiring, process, &[object], None);
                         tokio::time::sleep(hold_for).await;
@@ -1690,11 +1763,15 @@ async fn contention_worker(
                 let weight = if writer { kind.capacity() } else { 1 };
                 let acquiring = recording.acquire(process, &[object], weight, waits);
                 let rw = client.read_write_lock(object);
-                let acquired = if writer {
-                    rw.try_write_lock(wait, lease).await
-                } else {
-                    rw.try_read_lock(wait, lease).await
-                };
+                let acquired = recording
+                    .joining(&acquiring, async {
+                        if writer {
+                            rw.try_write_lock(wait, lease).await
+                        } else {
+                            rw.try_read_lock(wait, lease).await
+                        }
+                    })
+                    .await;
                 match acquired {
                     Ok(Some(guard)) => {
                         let hold = recording.granted(&acquiring, process, &[object], None);

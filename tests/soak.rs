@@ -308,11 +308,15 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                 let recording = soak.history("rw");
                 let weight = if writer { CLIENTS as u64 } else { 1 };
                 let acquiring = recording.acquire(process, &[name], weight, true);
-                let acquired = if writer {
-                    rw.try_write_lock(wait, lease).await
-                } else {
-                    rw.try_read_lock(wait, lease).await
-                };
+                let acquired = recording
+                    .joining(&acquiring, async {
+                        if writer {
+                            rw.try_write_lock(wait, lease).await
+                        } else {
+                            rw.try_read_lock(wait, lease).await
+                        }
+                    })
+                    .await;
                 let hold =
                     acquire_outcome(recording, &acquiring, process, &[name], &acquired, |_| None);
                 let guard = match acquired {
@@ -399,7 +403,9 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                 let semaphore = client.semaphore(name);
                 let recording = soak.history("semaphore");
                 let acquiring = recording.acquire(process, &[name], permits, true);
-                let acquired = semaphore.try_acquire(permits, wait, lease).await;
+                let acquired = recording
+                    .joining(&acquiring, semaphore.try_acquire(permits, wait, lease))
+                    .await;
                 let hold =
                     acquire_outcome(recording, &acquiring, process, &[name], &acquired, |_| None);
                 let permit = match acquired {

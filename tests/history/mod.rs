@@ -19,7 +19,9 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use lockkit_model::lock::{LockOp, LockRet, LockSpec};
 use lockkit_model::rwlock::{Mode, RwHistoryOp, RwSpec};
@@ -198,6 +200,9 @@ pub fn serve(op: &Op) -> Option<Ret> {
 #[derive(Debug, Clone, Default)]
 pub struct Recording {
     pub history: History<Op, Ret>,
+    /// When each waiting acquire (by hold id) had surely joined its object's line: see
+    /// [`Recording::joining`].
+    joined: Arc<Mutex<HashMap<u64, u64>>>,
 }
 
 static OWNERS: AtomicU64 = AtomicU64::new(1);
@@ -225,6 +230,11 @@ impl Hold {
     /// The process that holds it.
     pub fn process(&self) -> u64 {
         self.process
+    }
+
+    /// The hold's id (its releases name it).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 }
 
@@ -296,6 +306,29 @@ impl Recording {
         for call in &acquiring.calls {
             self.history.respond(*call, Ret::TimedOut);
         }
+    }
+
+    /// Runs `acquire`, the library call of `acquiring`, and records when it had surely joined
+    /// its object's line: the moment the call began to wait (after a refused first try), as the
+    /// library counts it in its `lockkit_waiters` gauge ([`line_joined`]). A FIFO object orders
+    /// its line by when calls first found it busy, which the invocation order does not give: a
+    /// call's first try may reach Redis after a later call's (a `NOSCRIPT` reload, a slow
+    /// scheduler), so the stall measure asks which waiters may be ahead of this one by this time.
+    pub async fn joining<F: std::future::Future>(
+        &self,
+        acquiring: &Acquiring,
+        acquire: F,
+    ) -> F::Output {
+        let (out, joined) = line_joined(acquire).await;
+        if let Some(at) = joined {
+            self.joined_at(acquiring, at);
+        }
+        out
+    }
+
+    /// The waiting acquire `acquiring` had surely joined its object's line at `at`.
+    pub fn joined_at(&self, acquiring: &Acquiring, at: u64) {
+        self.joined.lock().unwrap().insert(acquiring.hold, at);
     }
 
     /// The acquire was refused (`Error::Refused`): nothing taken.
@@ -442,13 +475,18 @@ pub fn examine(
             Model::Semaphore { .. } | Model::ReadWrite { .. }
         )
     });
+    let joined = recording.joined.lock().unwrap().clone();
+    let line = |op: &Op| match op {
+        Op::Acquire { hold, .. } => joined.get(hold).copied(),
+        Op::Release { .. } => None,
+    };
     examine_fifo(
         &recording.history,
         |object| model(object).spec(),
         serve,
         bound_ns,
         excluded,
-        fifo,
+        fifo.then_some(&line as &Joined<'_, Op>),
     )
 }
 
@@ -462,22 +500,29 @@ pub fn examine_history<S: Spec>(
     bound_ns: u64,
     excluded: &[(u64, u64)],
 ) -> Figures {
-    examine_fifo(history, spec, serve, bound_ns, excluded, false)
+    examine_fifo(history, spec, serve, bound_ns, excluded, None)
 }
 
-/// As [`examine_history`]; with `fifo`, the objects serve their waiters in line (a semaphore's or
-/// a read-write lock's FIFO line, issue 28): a waiter's stall counts only while no waiting operation invoked before
-/// it is still outstanding. That loses no stall of a FIFO object: the earliest outstanding waiter
-/// is never excused, and when the resource is free for it, its own stall is counted. (The line's
-/// order is when a call first found the object busy; the invocation order stands in for it, which
-/// can only excuse more.)
+/// By when a waiting operation had surely joined its object's line (`None`: not known).
+pub type Joined<'a, Op> = dyn Fn(&Op) -> Option<u64> + 'a;
+
+/// As [`examine_history`]; with `line`, the objects serve their waiters in line (a semaphore's or
+/// a read-write lock's FIFO line, issue 28), ordered by when each call first found the object
+/// busy, and `line(op)` says by when the waiting operation `op` had surely joined it (`None`: not
+/// known, taken as its return). A waiter's stall counts only while no other waiting operation
+/// that may be ahead of it in the line is still outstanding: one invoked before the waiter had
+/// surely joined. That loses no stall of a FIFO object: the head of the line is never excused by
+/// a waiter behind it (invoked after the head had joined), and when the resource is free for the
+/// head, its own stall is counted. (The invocation order alone does not give the line's order:
+/// a call's first try may reach Redis after a later call's, delayed by a `NOSCRIPT` reload or
+/// the scheduler, and the later call is then ahead of it.)
 pub fn examine_fifo<S: Spec>(
     history: &History<S::Op, S::Ret>,
     spec: impl Fn(&str) -> S,
     serve: impl Fn(&S::Op) -> Option<S::Ret> + Copy,
     bound_ns: u64,
     excluded: &[(u64, u64)],
-    fifo: bool,
+    line: Option<&Joined<'_, S::Op>>,
 ) -> Figures {
     let report = check(history, &spec, budget());
     let mut figures = Figures {
@@ -499,14 +544,19 @@ pub fn examine_fifo<S: Spec>(
             continue;
         };
         for stall in stalls(&spec(object), &checked.ops, order, serve, &excluded) {
-            let stall = if fifo {
-                // The windows in which a waiter invoked earlier still waited excuse this one.
+            let stall = if let Some(line) = line {
+                // The windows in which a waiter that may be ahead in the line still waited
+                // excuse this one.
                 let waiter = &checked.ops[stall.waiter];
+                let joined = line(&waiter.op).unwrap_or_else(|| waiter.end());
                 let ahead: Vec<(u64, u64)> = checked
                     .ops
                     .iter()
-                    .filter(|op| serve(&op.op).is_some() && op.call < waiter.call)
-                    .map(|op| (op.call, op.end()))
+                    .enumerate()
+                    .filter(|(i, op)| {
+                        *i != stall.waiter && serve(&op.op).is_some() && op.call < joined
+                    })
+                    .map(|(_, op)| (op.call, op.end()))
                     .collect();
                 match longest_outside(stall.from, stall.to, &ahead) {
                     Some((from, to)) => Stall { from, to, ..stall },
@@ -593,4 +643,94 @@ pub fn report(primitive: &str, figures: &Figures) {
         figures.stalls,
         figures.longest_stall_ms
     );
+}
+
+// === When a waiting call joined its line ===
+
+tokio::task_local! {
+    /// The moment ([`now`](lockkit_suite::checker::now)) the scoped acquire call began to wait.
+    static JOINED: Arc<AtomicU64>;
+}
+
+/// Runs `acquire` (one library acquire call) and returns its output with the moment it began to
+/// wait, if it did: its first try was refused and it registered as a waiter, which the library
+/// counts in its `lockkit_waiters` gauge inside the call (the `metrics` feature). The request
+/// is in the object's line from that first try on, so it had surely joined by then.
+pub async fn line_joined<F: std::future::Future>(acquire: F) -> (F::Output, Option<u64>) {
+    install_join_recorder();
+    let joined = Arc::new(AtomicU64::new(0));
+    let out = JOINED.scope(Arc::clone(&joined), acquire).await;
+    let at = joined.load(Ordering::SeqCst);
+    (out, (at != 0).then_some(at))
+}
+
+/// The `lockkit_waiters` gauge as [`line_joined`] reads it: an increment inside a scoped call
+/// is the moment that call began to wait (its first, if it waits more than once).
+struct JoinGauge;
+
+impl metrics::GaugeFn for JoinGauge {
+    fn increment(&self, _: f64) {
+        let _ = JOINED.try_with(|joined| {
+            let _ = joined.compare_exchange(
+                0,
+                lockkit_suite::checker::now(),
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        });
+    }
+    fn decrement(&self, _: f64) {}
+    fn set(&self, _: f64) {}
+}
+
+struct JoinRecorder;
+
+impl metrics::Recorder for JoinRecorder {
+    fn describe_counter(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_gauge(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn describe_histogram(
+        &self,
+        _: metrics::KeyName,
+        _: Option<metrics::Unit>,
+        _: metrics::SharedString,
+    ) {
+    }
+    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        metrics::Counter::noop()
+    }
+    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        if key.name() == "lockkit_waiters" {
+            metrics::Gauge::from_arc(Arc::new(JoinGauge))
+        } else {
+            metrics::Gauge::noop()
+        }
+    }
+    fn register_histogram(
+        &self,
+        _: &metrics::Key,
+        _: &metrics::Metadata<'_>,
+    ) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// Installs [`JoinRecorder`] as the process's metrics recorder, once.
+fn install_join_recorder() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        metrics::set_global_recorder(JoinRecorder)
+            .expect("no other metrics recorder in a history-recording test binary");
+    });
 }
