@@ -30,12 +30,28 @@ use crate::{
 /// 1,000 locks) overflowed 32 and each overflow woke every waiter of the client; 1,024 slots cost
 /// about 100 KB per broadcast channel of the subscriber client.
 const SUBSCRIBER_QUEUE: usize = 1024;
-const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
-const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default [command timeout](ClientBuilder::command_timeout): 5 s.
+///
+/// ```
+/// assert_eq!(lockkit::DEFAULT_COMMAND_TIMEOUT, std::time::Duration::from_secs(5));
+/// ```
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// The default [connect timeout](ClientBuilder::connect_timeout): 5 s.
+///
+/// ```
+/// assert_eq!(lockkit::DEFAULT_CONNECT_TIMEOUT, std::time::Duration::from_secs(5));
+/// ```
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const DEFAULT_RENEW_BATCH: usize = 256;
 /// The default [recheck interval](ClientBuilder::recheck_interval): a third of a lock waiter's
-/// keep-alive (5 s), the period at which the locks' waiters keep their place in line.
-const DEFAULT_RECHECK_INTERVAL: Duration =
+/// keep-alive ([`WAITER_KEEPALIVE`](lockkit_protocol::lock::WAITER_KEEPALIVE), 5 s), the period
+/// at which the locks' waiters keep their place in line.
+///
+/// ```
+/// let keepalive = lockkit::protocol::lock::WAITER_KEEPALIVE;
+/// assert_eq!(lockkit::DEFAULT_RECHECK_INTERVAL, keepalive / 3);
+/// ```
+pub const DEFAULT_RECHECK_INTERVAL: Duration =
     Duration::from_nanos(lockkit_protocol::lock::WAITER_KEEPALIVE.as_nanos() as u64 / 3);
 /// The shortest recheck interval accepted.
 const MIN_RECHECK_INTERVAL: Duration = Duration::from_millis(1);

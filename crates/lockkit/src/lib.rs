@@ -186,7 +186,8 @@ mod waiters;
 mod watchdog;
 
 pub use client::{
-    Client, ClientBuilder, PubSubMode, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
+    Client, ClientBuilder, PubSubMode, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_RECHECK_INTERVAL, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE, MIN_WATCHDOG_TIMEOUT,
 };
 pub use count_down_latch::CountDownLatch;
 pub use election::{Election, Leader, LeaderChange, Leadership, LeadershipHandle, Observer};
