@@ -233,7 +233,7 @@ impl Handle {
     async fn lock(&self) -> Result<Held, Error> {
         match self {
             Handle::Lock(lock) => lock.lock().await.map(Held::Guard),
-            Handle::FencedLock(lock) => lock.lock().await.map(Held::Guard),
+            Handle::FencedLock(lock) => lock.lock().await.map(|guard| Held::Guard(guard.into())),
             Handle::FairLock(lock) => lock.lock().await.map(Held::Guard),
             Handle::SpinLock(lock) => lock.lock().await.map(Held::Guard),
             Handle::RwWriter(lock) => lock.write_lock().await.map(Held::Guard),

@@ -98,7 +98,7 @@ async fn run(url: &str) -> Result<bool, BoxError> {
         .fenced_lock(&lock_name)
         .lock_with_lease(Duration::from_millis(300))
         .await?;
-    let a_token = a.fencing_token().unwrap_or_default();
+    let a_token = a.fencing_token();
     let a_seen: i64 = store.hget(&record, "qty").await?;
     println!("A: lock taken, token {a_token}, sees qty = {a_seen}; now A pauses...");
     a.lost().await; // ... and is paused past its lease.
@@ -109,7 +109,7 @@ async fn run(url: &str) -> Result<bool, BoxError> {
 
     // B gets the lock and sells one item.
     let b = pod_b.fenced_lock(&lock_name).lock().await?;
-    let b_token = b.fencing_token().unwrap_or_default();
+    let b_token = b.fencing_token();
     let qty: i64 = store.hget(&record, "qty").await?;
     let accepted = write(qty - 1, b_token).await?;
     println!(

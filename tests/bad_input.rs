@@ -241,7 +241,7 @@ async fn take(
             .fenced_lock(name)
             .try_lock(wait, lease)
             .await?
-            .map(Held::Guard),
+            .map(|guard| Held::Guard(guard.into())),
         Kind::Fair => client
             .fair_lock(name)
             .try_lock(wait, lease)
@@ -289,7 +289,13 @@ async fn take_with_lease(
 ) -> Result<Held, Error> {
     Ok(match kind {
         Kind::Lock => Held::Guard(client.lock(name).lock_with_lease(lease).await?),
-        Kind::Fenced => Held::Guard(client.fenced_lock(name).lock_with_lease(lease).await?),
+        Kind::Fenced => Held::Guard(
+            client
+                .fenced_lock(name)
+                .lock_with_lease(lease)
+                .await?
+                .into(),
+        ),
         Kind::Fair => Held::Guard(client.fair_lock(name).lock_with_lease(lease).await?),
         Kind::Read => Held::Guard(
             client

@@ -539,7 +539,7 @@ async fn every_lock_kind_is_free_after_flushall_and_its_holders_report_lost() {
     let names: Vec<String> = (0..6).map(|i| unique(&format!("lock-loss-{i}"))).collect();
     let guards = vec![
         holder.lock(&names[0]).lock().await.unwrap(),
-        holder.fenced_lock(&names[1]).lock().await.unwrap(),
+        holder.fenced_lock(&names[1]).lock().await.unwrap().into(),
         holder.fair_lock(&names[2]).lock().await.unwrap(),
         holder
             .read_write_lock(&names[3])
@@ -570,7 +570,8 @@ async fn every_lock_kind_is_free_after_flushall_and_its_holders_report_lost() {
         next.fenced_lock(&names[1])
             .try_lock(zero, None)
             .await
-            .unwrap(),
+            .unwrap()
+            .map(lockkit::LockGuard::from),
         next.fair_lock(&names[2])
             .try_lock(zero, None)
             .await

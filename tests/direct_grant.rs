@@ -64,10 +64,10 @@ async fn a_granted_waiter_returns_holding_the_lock_without_a_script_call() {
                     }),
                 ),
                 _ => (
-                    holder.fenced_lock(&name).lock().await.unwrap(),
+                    holder.fenced_lock(&name).lock().await.unwrap().into(),
                     tokio::spawn({
                         let lock = waiter.fenced_lock(&name);
-                        async move { lock.lock().await }
+                        async move { lock.lock().await.map(lockkit::LockGuard::from) }
                     }),
                 ),
             };

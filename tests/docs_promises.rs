@@ -495,7 +495,8 @@ async fn every_unbounded_wait(holder: &Client, waiter: &Client) -> Vec<(String, 
             .fenced_lock(&n)
             .lock_with_lease(HOLDER_LEASE)
             .await
-            .expect("hold"),
+            .expect("hold")
+            .into(),
     );
     let l = waiter.fenced_lock(&n);
     waits.push((n, Box::pin(async move { l.lock().await.map(drop) })));

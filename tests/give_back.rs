@@ -186,7 +186,7 @@ async fn a_try_cut_off_by_a_frozen_server_gives_back_what_it_took_once_the_serve
         .lock_with_lease(HOLDER_LEASE)
         .await
         .unwrap();
-    let holder_token = fenced.fencing_token().unwrap();
+    let holder_token = fenced.fencing_token();
     held.push(Box::new(fenced));
     held.push(Box::new(
         h.spin_lock(&o.spin)

@@ -54,7 +54,10 @@ impl Handle {
     ) -> Result<Option<LockGuard>, Error> {
         match self {
             Handle::Lock(lock) => lock.try_lock(wait, lease).await,
-            Handle::Fenced(lock) => lock.try_lock(wait, lease).await,
+            Handle::Fenced(lock) => lock
+                .try_lock(wait, lease)
+                .await
+                .map(|guard| guard.map(LockGuard::from)),
             Handle::Fair(lock) => lock.try_lock(wait, lease).await,
         }
     }

@@ -242,7 +242,7 @@ async fn a_dead_waiters_entries_go_away_on_their_own() {
         }
     })
     .await;
-    for guard in [lock, fenced, fair] {
+    for guard in [lock, fenced.into(), fair] {
         guard.unlock().await.unwrap();
     }
 }

@@ -197,7 +197,7 @@ fn acquire(client: &Client, prim: Prim, name: &str, wait: Duration, lease: Durat
                 .fenced_lock(name)
                 .try_lock(wait, lease)
                 .await?
-                .map(Held::Guard),
+                .map(|guard| Held::Guard(guard.into())),
             Prim::Semaphore => client
                 .semaphore(name)
                 .with_permits(1)?
@@ -904,7 +904,7 @@ async fn block(env: &Env, wait: Wait, name: &str) -> Result<Option<Held>, String
             .try_lock(Duration::ZERO, lease)
             .await
             .map_err(|e| e.to_string())?
-            .map(Held::Guard),
+            .map(|guard| Held::Guard(guard.into())),
         Wait::Semaphore => holder
             .semaphore(name)
             .with_permits(1)

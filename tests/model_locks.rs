@@ -1554,7 +1554,11 @@ impl<'a> Sequence<'a> {
                 let wait = Duration::ZERO;
                 let result = match self.prim {
                     Prim::Lock => client.lock(name).try_lock(wait, Some(lease)).await,
-                    Prim::Fenced => client.fenced_lock(name).try_lock(wait, Some(lease)).await,
+                    Prim::Fenced => client
+                        .fenced_lock(name)
+                        .try_lock(wait, Some(lease))
+                        .await
+                        .map(|guard| guard.map(lockkit::LockGuard::from)),
                     Prim::Fair => client.fair_lock(name).try_lock(wait, Some(lease)).await,
                     Prim::Spin => client.spin_lock(name).try_lock(wait, Some(lease)).await,
                 };

@@ -309,7 +309,10 @@ impl Env {
     async fn try_acquire(&self, target: Target) -> Result<Option<LockGuard>, Error> {
         match &self.objects[target.client][target.lock] {
             Object::Lock(lock) => lock.try_lock(WAIT, None).await,
-            Object::Fenced(lock) => lock.try_lock(WAIT, None).await,
+            Object::Fenced(lock) => lock
+                .try_lock(WAIT, None)
+                .await
+                .map(|guard| guard.map(LockGuard::from)),
             Object::Fair(lock) => lock.try_lock(WAIT, None).await,
             Object::ReadWrite(lock) if target.write => lock.try_write_lock(WAIT, None).await,
             Object::ReadWrite(lock) => lock.try_read_lock(WAIT, None).await,

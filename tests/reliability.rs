@@ -690,7 +690,7 @@ async fn pause_a_holder(kind: &str, observed: &Observed) -> Paused {
     let other = client(&lock_server.url()).await;
     let acquire = async {
         match kind {
-            "fenced" => other.fenced_lock(&name).lock().await,
+            "fenced" => other.fenced_lock(&name).lock().await.map(LockGuard::from),
             _ => other.lock(&name).lock().await,
         }
     };
@@ -1032,7 +1032,7 @@ async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
         let holder = client_with(&url, timeout).await;
         let acquire = async {
             if i == 0 {
-                holder.fenced_lock(name).lock().await
+                holder.fenced_lock(name).lock().await.map(LockGuard::from)
             } else {
                 holder.lock(name).lock().await
             }
@@ -1050,7 +1050,7 @@ async fn a_restart_that_empties_redis_loses_every_guard_and_waiters_recover() {
         let task = tokio::spawn(async move {
             let acquire = async {
                 if i == 0 {
-                    fenced.lock().await
+                    fenced.lock().await.map(LockGuard::from)
                 } else {
                     lock.lock().await
                 }
@@ -1794,7 +1794,11 @@ async fn contention_worker(
                 let acquiring = recording.acquire(process, &[object], 1, waits);
                 let acquired = match kind {
                     Primitive::Lock => client.lock(object).try_lock(wait, lease).await,
-                    Primitive::Fenced => client.fenced_lock(object).try_lock(wait, lease).await,
+                    Primitive::Fenced => client
+                        .fenced_lock(object)
+                        .try_lock(wait, lease)
+                        .await
+                        .map(|guard| guard.map(LockGuard::from)),
                     Primitive::Fair => client.fair_lock(object).try_lock(wait, lease).await,
                     _ => client.spin_lock(object).try_lock(wait, lease).await,
                 };

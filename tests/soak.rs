@@ -270,7 +270,11 @@ async fn worker(soak: Arc<Soak>, client: Client, kind: Kind, worker: usize) {
                 let acquiring = recording.acquire(process, &[name], 1, true);
                 let acquired = match kind {
                     Kind::Lock | Kind::Member => client.lock(name).try_lock(wait, lease).await,
-                    Kind::Fenced => client.fenced_lock(name).try_lock(wait, lease).await,
+                    Kind::Fenced => client
+                        .fenced_lock(name)
+                        .try_lock(wait, lease)
+                        .await
+                        .map(|guard| guard.map(lockkit::LockGuard::from)),
                     Kind::Fair => client.fair_lock(name).try_lock(wait, lease).await,
                     _ => client.spin_lock(name).try_lock(wait, lease).await,
                 };

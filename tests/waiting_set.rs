@@ -831,7 +831,9 @@ async fn a_grant_nobody_hears_goes_to_the_lockkit_waiter_behind_it() {
         let object = Object::new(kind, &name);
         let held = match kind {
             Kind::Lock => within(HANG, "lock", holder.lock(&name).lock()).await,
-            _ => within(HANG, "lock", holder.fenced_lock(&name).lock()).await,
+            _ => within(HANG, "lock", holder.fenced_lock(&name).lock())
+                .await
+                .map(lockkit::LockGuard::from),
         }
         .unwrap();
         let ghost = object.request("ghost", "#ghost:1");
@@ -845,7 +847,11 @@ async fn a_grant_nobody_hears_goes_to_the_lockkit_waiter_behind_it() {
                 if kind == Kind::Lock {
                     waiter.lock(&name).lock().await
                 } else {
-                    waiter.fenced_lock(&name).lock().await
+                    waiter
+                        .fenced_lock(&name)
+                        .lock()
+                        .await
+                        .map(lockkit::LockGuard::from)
                 }
             })
         };
@@ -1157,7 +1163,10 @@ impl Handle {
     async fn try_lock(&self, wait: Duration) -> Option<lockkit::LockGuard> {
         let got = match self {
             Handle::Lock(lock) => lock.try_lock(wait, None).await,
-            Handle::Fenced(lock) => lock.try_lock(wait, None).await,
+            Handle::Fenced(lock) => lock
+                .try_lock(wait, None)
+                .await
+                .map(|guard| guard.map(lockkit::LockGuard::from)),
         };
         got.unwrap()
     }

@@ -41,7 +41,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let invoked = now();
     let guard = match kind.as_str() {
         "lock" => client.lock(name).try_lock(wait, lease).await?,
-        "fenced" => client.fenced_lock(name).try_lock(wait, lease).await?,
+        "fenced" => client
+            .fenced_lock(name)
+            .try_lock(wait, lease)
+            .await?
+            .map(lockkit::LockGuard::from),
         other => return Err(format!("unknown kind {other:?}").into()),
     }
     .ok_or("acquire without a bound returned nothing")?;

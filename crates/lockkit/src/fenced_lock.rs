@@ -6,6 +6,7 @@ use std::time::Duration;
 use lockkit_protocol::fenced_lock::{ACQUIRE, RELEASE};
 use lockkit_protocol::keys::Kind;
 use lockkit_protocol::lock::RENEW;
+use lockkit_protocol::DecodeError;
 
 use crate::core::ClientInner;
 use crate::error::Error;
@@ -36,14 +37,15 @@ static FENCED: Flavor = Flavor {
 ///
 /// Everything else is as [`Lock`](crate::Lock): same ownership (every plain acquire is an owner
 /// of its own; re-entry inside the holder's [scope](LockGuard::scope)), leases, watchdog and
-/// waiting.
-/// [`LockGuard::fencing_token`] returns the token.
+/// waiting. Its acquisitions return a [`FencedGuard`], whose
+/// [`fencing_token`](FencedGuard::fencing_token) is the token (always there: a `u64`, not an
+/// `Option`).
 ///
 /// ```no_run
 /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
 /// let lock = client.fenced_lock("stock:42");
 /// let guard = lock.lock().await?;
-/// let fence = guard.fencing_token().unwrap_or_default();
+/// let fence: u64 = guard.fencing_token();
 /// // UPDATE stock SET qty = qty - 1, last_fence = :fence WHERE id = 42 AND last_fence <= :fence
 /// # let _ = fence;
 /// guard.unlock().await?;
@@ -91,8 +93,8 @@ impl FencedLock {
     ///
     /// # Errors
     /// As [`Lock::lock`].
-    pub async fn lock(&self) -> Result<LockGuard, Error> {
-        self.lock.lock().await
+    pub async fn lock(&self) -> Result<FencedGuard, Error> {
+        FencedGuard::new(self.lock.lock().await?)
     }
 
     /// Waits as long as it takes, then holds the lock for `lease`, without renewal.
@@ -102,8 +104,8 @@ impl FencedLock {
     ///
     /// # Errors
     /// As [`Lock::lock_with_lease`].
-    pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
-        self.lock.lock_with_lease(lease).await
+    pub async fn lock_with_lease(&self, lease: Duration) -> Result<FencedGuard, Error> {
+        FencedGuard::new(self.lock.lock_with_lease(lease).await?)
     }
 
     /// Tries to take the lock, waiting at most `wait`; `lease: None` is watchdog mode. `Ok(None)`
@@ -118,8 +120,12 @@ impl FencedLock {
         &self,
         wait: Duration,
         lease: Option<Duration>,
-    ) -> Result<Option<LockGuard>, Error> {
-        self.lock.try_lock(wait, lease).await
+    ) -> Result<Option<FencedGuard>, Error> {
+        self.lock
+            .try_lock(wait, lease)
+            .await?
+            .map(FencedGuard::new)
+            .transpose()
     }
 
     /// Whether anyone holds the lock.
@@ -170,5 +176,86 @@ impl FencedLock {
     /// [`Error::Redis`] when Redis fails (the outcome is then unknown).
     pub async fn force_unlock(&self) -> Result<bool, Error> {
         self.lock.force_unlock().await
+    }
+}
+
+/// A held [`FencedLock`]: its [`LockGuard`] with the acquisition's fencing token, which a fenced
+/// lock's acquisition always has ([`fencing_token`](FencedGuard::fencing_token) is a `u64`).
+///
+/// Everything else is the lock guard's, through `Deref`: [`is_lost`](LockGuard::is_lost),
+/// [`lost`](LockGuard::lost), [`scope`](LockGuard::scope), [`hold_count`](LockGuard::hold_count),
+/// ... [`unlock`](FencedGuard::unlock) releases it; dropped, it is released in the background.
+/// Code that treats every kind of lock alike takes the [`LockGuard`]
+/// ([`into_lock_guard`](FencedGuard::into_lock_guard), or `.into()`), whose
+/// [`fencing_token`](LockGuard::fencing_token) is then `Some` of the same token.
+///
+/// ```no_run
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// let guard = client.fenced_lock("account:7").lock().await?;
+/// let fence = guard.fencing_token();
+/// // UPDATE accounts SET balance = :b, last_fence = :fence WHERE id = 7 AND last_fence <= :fence
+/// # let _ = fence;
+/// assert!(!guard.is_lost());
+/// guard.unlock().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "the lock is released as soon as the guard is dropped"]
+#[derive(Debug)]
+pub struct FencedGuard {
+    guard: LockGuard,
+    token: u64,
+}
+
+impl FencedGuard {
+    /// The guard of a fenced lock's acquisition, which carries its token.
+    fn new(guard: LockGuard) -> Result<Self, Error> {
+        let Some(token) = guard.fencing_token() else {
+            // The acquire script mints a token with every grant: a reply without one is a
+            // script and client of different versions. The guard's drop gives the hold back.
+            return Err(Error::Protocol(DecodeError {
+                script: ACQUIRE.name(),
+                detail: format!(
+                    "the fenced lock `{}` was acquired without a fencing token",
+                    guard.name()
+                ),
+            }));
+        };
+        Ok(Self { guard, token })
+    }
+
+    /// The fencing token of this acquisition: greater than every token handed out before it for
+    /// this lock (re-entries included). Pass it to the storage with every write made under the
+    /// lock, and have the storage refuse a write whose token is smaller than the last one it
+    /// accepted.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// Releases this hold, as [`LockGuard::unlock`].
+    ///
+    /// # Errors
+    /// As [`LockGuard::unlock`].
+    pub async fn unlock(self) -> Result<(), Error> {
+        self.guard.unlock().await
+    }
+
+    /// The lock guard itself, for code that treats every kind of lock alike; its
+    /// [`fencing_token`](LockGuard::fencing_token) is `Some(self.fencing_token())`.
+    pub fn into_lock_guard(self) -> LockGuard {
+        self.guard
+    }
+}
+
+impl std::ops::Deref for FencedGuard {
+    type Target = LockGuard;
+
+    fn deref(&self) -> &LockGuard {
+        &self.guard
+    }
+}
+
+impl From<FencedGuard> for LockGuard {
+    fn from(guard: FencedGuard) -> LockGuard {
+        guard.guard
     }
 }

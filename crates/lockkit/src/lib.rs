@@ -193,7 +193,7 @@ pub use count_down_latch::CountDownLatch;
 pub use election::{Election, Leader, LeaderChange, Leadership, LeadershipHandle, Observer};
 pub use error::{ConnectFailure, Error, RedisError};
 pub use fair_lock::FairLock;
-pub use fenced_lock::FencedLock;
+pub use fenced_lock::{FencedGuard, FencedLock};
 pub use inspect::{Holder, Inspection, ListedObject};
 pub use jobs::JobOutcome;
 pub use limits::MIN_LEASE;

@@ -787,8 +787,10 @@ impl LockGuard {
     }
 
     /// The fencing token of this acquisition: `Some` for a
-    /// [`FencedLock`](crate::FencedLock) (strictly increasing across every acquisition of that
-    /// lock, re-entries included), `None` for other locks.
+    /// [`FencedLock`](crate::FencedLock)'s (strictly increasing across every acquisition of that
+    /// lock, re-entries included), `None` for other locks. A fenced lock hands out a
+    /// [`FencedGuard`](crate::FencedGuard), whose [`fencing_token`](crate::FencedGuard::fencing_token)
+    /// is a plain `u64`; this one is `Some` once that guard is turned into a `LockGuard`.
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token
     }

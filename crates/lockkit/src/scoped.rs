@@ -144,7 +144,7 @@ macro_rules! closure_helpers {
                 Fut: Future<Output = T>,
             {
                 let guard = self.lock().await?;
-                run_under(guard, f).await
+                run_under(guard.into(), f).await
             }
 
             /// Like [`with_lock`](Self::with_lock), but waits at most `wait` for the lock and
@@ -165,7 +165,7 @@ macro_rules! closure_helpers {
                 Fut: Future<Output = T>,
             {
                 match self.try_lock(wait, lease).await? {
-                    Some(guard) => run_under(guard, f).await.map(Some),
+                    Some(guard) => run_under(guard.into(), f).await.map(Some),
                     None => Ok(None),
                 }
             }
