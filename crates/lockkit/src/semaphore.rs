@@ -148,7 +148,9 @@ impl Semaphore {
     ///
     /// The total is remembered by the client for this name (every handle of the semaphore made
     /// from this client uses it, until [`try_set_permits`](Semaphore::try_set_permits) or
-    /// [`add_permits`](Semaphore::add_permits) through this client replaces it). Sends nothing.
+    /// [`add_permits`](Semaphore::add_permits) through this client replaces it). Sends nothing;
+    /// it returns a `Result` so that a bad total is reported where it is configured (usually at
+    /// start-up), not at the first acquire, which may run much later.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for more than [`MAX_PERMITS`](Semaphore::MAX_PERMITS) or an
