@@ -1004,6 +1004,19 @@ async fn list_shows_the_holders_and_waiters_of_a_held_lock_and_semaphore() {
             .to_owned()
     };
     assert!(table.starts_with("KIND "), "{table}");
+    // The guide's sample has these columns (its NAME column is as wide as its longest name).
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/guide.md"))
+            .expect("the guide");
+    let sample = guide
+        .split_once("$ lockkit list\n")
+        .expect("the guide's list sample")
+        .1;
+    let words = |text: &str| -> Vec<String> {
+        let header = text.lines().next().unwrap_or_default();
+        header.split_whitespace().map(str::to_owned).collect()
+    };
+    assert_eq!(words(sample), words(&table), "the guide's header");
     assert!(
         table.lines().next().unwrap().contains(" HOLDERS"),
         "{table}"
