@@ -14,7 +14,7 @@ use clap::builder::PossibleValue;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use clap_complete::Shell;
 use fred::interfaces::{ClientLike, EventInterface, KeysInterface, PubsubInterface};
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use lockkit::protocol::keys::{Kind, Namespace};
 use lockkit::{Client, Error, Inspection, Leader, LeaderChange, PubSubMode};
 use serde_json::{json, Value};
@@ -27,6 +27,8 @@ const USAGE: u8 = 2;
 const REDIS: u8 = 3;
 /// Exit code: the operation was not confirmed.
 const REFUSED: u8 = 4;
+/// Exit code: `list --held` found an object held (none held: 0).
+const HELD: u8 = 5;
 
 const EXIT_CODES: &str = "\
 Exit codes:
@@ -34,7 +36,8 @@ Exit codes:
   1  not found: inspect of a missing object, force-unlock of a free lock
   2  usage error: bad arguments or options
   3  Redis error: cannot connect, command failed, key of an unexpected type
-  4  refused: force-unlock not confirmed (no terminal to ask on and no --yes)";
+  4  refused: force-unlock not confirmed (no terminal to ask on and no --yes)
+  5  held: list --held found an object held (nothing held: 0)";
 
 /// Inspect, list, watch and force-unlock lockkit's locks in Redis.
 #[derive(Debug, Parser)]
@@ -71,10 +74,18 @@ enum Command {
         #[arg(long)]
         kind: Option<KindArg>,
     },
-    /// List the objects whose name matches a glob pattern (`*`, `?`), by SCAN (never KEYS)
+    /// List the objects whose name matches a glob pattern (`*`, `?`), by SCAN (never KEYS), with
+    /// their holders, waiters and lease
+    ///
+    /// An object is held when it has a holder: a lock of any kind, a semaphore with a permit
+    /// taken, an election with a leader (announced or not). A fencing counter or an election's
+    /// term counter left after the release, a latch's count and a `once_per` mark are not holds.
     List {
         /// Glob over object names [default: every object]
         pattern: Option<String>,
+        /// Only the held objects; exit 5 when there is one, 0 when nothing is held
+        #[arg(long)]
+        held: bool,
     },
     /// Print an object's state, then every change of its holders or waiters; an election's
     /// leader, then every change of leader (elected, new value, resigned)
@@ -164,6 +175,12 @@ impl Failure {
             message: message.into(),
         }
     }
+
+    /// An exit code that is an answer, not an error (`list --held` found something held): the
+    /// output already says it, nothing goes to standard error.
+    fn answer(code: u8) -> Self {
+        Self::new(code, String::new())
+    }
 }
 
 impl From<Error> for Failure {
@@ -235,7 +252,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
-            eprintln!("lockkit: {}", failure.message);
+            if !failure.message.is_empty() {
+                eprintln!("lockkit: {}", failure.message);
+            }
             ExitCode::from(failure.code)
         }
     }
@@ -258,7 +277,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Inspect { ref name, kind } => {
             inspect(&client, &cli, kind.map(|k| k.0), name).await
         }
-        Command::List { ref pattern } => list(&client, &cli, pattern.as_deref()).await,
+        Command::List { ref pattern, held } => list(&client, &cli, pattern.as_deref(), held).await,
         Command::Watch {
             ref name,
             kind,
@@ -288,33 +307,12 @@ async fn inspect(
     name: &str,
 ) -> Result<(), Failure> {
     let found = client.inspect(kind, name).await?;
-    // An election's leader, from its leader record (the inspection has its hold, the lock
-    // side of the election).
-    let mut leaders = Vec::with_capacity(found.len());
-    for object in &found {
-        leaders.push(if object.kind == Kind::Election {
-            client.election(name).leader().await?
-        } else {
-            None
-        });
-    }
     if cli.json {
-        let mut objects = serde_json::to_value(&found).map_err(json_error)?;
-        for (object, (inspection, leader)) in objects
-            .as_array_mut()
-            .into_iter()
-            .flatten()
-            .zip(found.iter().zip(&leaders))
-        {
-            if let (Kind::Election, Some(map)) = (inspection.kind, object.as_object_mut()) {
-                map.insert("leader".into(), leader_json(leader.as_ref()));
-            }
-        }
-        println!("{objects}");
+        println!("{}", serde_json::to_value(&found).map_err(json_error)?);
     } else {
-        for (object, leader) in found.iter().zip(&leaders) {
+        for object in &found {
             if object.kind == Kind::Election {
-                print!("{}", election_table(object, leader.as_ref()));
+                print!("{}", election_table(object));
             } else {
                 print!("{}", table(object));
             }
@@ -326,25 +324,113 @@ async fn inspect(
     Ok(())
 }
 
-/// An election's leader as JSON: `{"term": .., "value": ..}`, `null` for none.
-fn leader_json(leader: Option<&Leader>) -> Value {
-    leader.map_or(
-        Value::Null,
-        |leader| json!({"term": leader.term, "value": leader.value}),
-    )
+/// Whether `object` is held, for `list`: it has a holder (a lock of any kind: an owner; a
+/// semaphore: a permit taken; an election: its leader, announced or not). A latch's count and a
+/// `once_per` mark (kept until its window ends, by design) are no holds; a fencing counter or
+/// an election's term counter alone (kept a day after the release) has no holder.
+fn is_held(object: &Inspection) -> bool {
+    match object.kind {
+        Kind::CountDownLatch | Kind::OnceMark => false,
+        _ => !object.holders.is_empty(),
+    }
 }
 
-async fn list(client: &Client, cli: &Cli, pattern: Option<&str>) -> Result<(), Failure> {
-    let objects = client.list(pattern).await?;
+/// How many objects `list` reads at once.
+const LIST_READS: usize = 16;
+
+async fn list(
+    client: &Client,
+    cli: &Cli,
+    pattern: Option<&str>,
+    held_only: bool,
+) -> Result<(), Failure> {
+    let listed = client.list(pattern).await?;
+    // Each object as `inspect` reads it (an object gone since the scan reads as nothing).
+    let found: Vec<Vec<Inspection>> = futures::stream::iter(
+        listed
+            .iter()
+            .map(|object| client.inspect(Some(object.kind), &object.name)),
+    )
+    .buffered(LIST_READS)
+    .try_collect()
+    .await?;
+    let objects: Vec<Inspection> = found
+        .into_iter()
+        .flatten()
+        .filter(|object| !held_only || is_held(object))
+        .collect();
     if cli.json {
-        println!("{}", serde_json::to_value(&objects).map_err(json_error)?);
-    } else {
-        println!("{:<12} NAME", "KIND");
+        let mut values = Vec::with_capacity(objects.len());
         for object in &objects {
-            println!("{:<12} {}", object.kind.segment(), object.name);
+            let mut value = serde_json::to_value(object).map_err(json_error)?;
+            if let Some(map) = value.as_object_mut() {
+                map.insert("held".into(), Value::Bool(is_held(object)));
+            }
+            values.push(value);
         }
+        println!("{}", Value::Array(values));
+    } else {
+        print!("{}", list_table(&objects));
+    }
+    if held_only && !objects.is_empty() {
+        return Err(Failure::answer(HELD));
     }
     Ok(())
+}
+
+/// `list`'s table: per object its kind, name, waiters, lease and holders.
+fn list_table(objects: &[Inspection]) -> String {
+    let name_width = objects
+        .iter()
+        .map(|object| object.name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("NAME".len());
+    let mut out = format!(
+        "{:<12} {:<name_width$}  {:>7}  {:<9}  HOLDERS\n",
+        "KIND", "NAME", "WAITERS", "LEASE"
+    );
+    for object in objects {
+        let waiters = if object.waiters_listed {
+            object.waiters.len().to_string()
+        } else {
+            "-".to_owned()
+        };
+        let (lease, holders) = if is_held(object) {
+            // The longest lease left among the holders; a holder without one never expires.
+            let lease = if object.holders.iter().any(|holder| holder.lease.is_none()) {
+                None
+            } else {
+                object
+                    .holders
+                    .iter()
+                    .filter_map(|holder| holder.lease)
+                    .max()
+            };
+            let holders: Vec<String> = object.holders.iter().map(holder_text).collect();
+            let holders = match &object.leader {
+                Some(leader) => format!("{:?}: {}", leader.value, holders.join(", ")),
+                None => holders.join(", "),
+            };
+            (human(lease), holders)
+        } else {
+            ("-".to_owned(), "-".to_owned())
+        };
+        out.push_str(&format!(
+            "{:<12} {:<name_width$}  {waiters:>7}  {lease:<9}  {holders}\n",
+            object.kind.segment(),
+            object.name,
+        ));
+    }
+    out
+}
+
+/// A holder in words: its owner, access and holds (`4b1c…:17 (×2)`, `9e0a…:3 (read ×1)`).
+fn holder_text(holder: &lockkit::Holder) -> String {
+    match &holder.access {
+        Some(access) => format!("{} ({access} ×{})", holder.owner, holder.holds),
+        None => format!("{} (×{})", holder.owner, holder.holds),
+    }
 }
 
 /// The kinds that can be force-unlocked.
@@ -624,23 +710,24 @@ async fn watch_election(
     Ok(())
 }
 
-/// A leader change as JSON, for `watch --json`: `{"change": "current" | "resynced" | "elected" |
+/// A leader change as JSON, for `watch --json` (a leader as the library's `Serialize` of
+/// [`Leader`] writes it, as in `inspect --json`): `{"change": "current" | "resynced" | "elected" |
 /// "proclaimed", "leader": {"term", "value"} | null}` or `{"change": "resigned", "term": ..}`.
 fn change_json(change: &LeaderChange) -> Value {
     match change {
         LeaderChange::Current(leader) => {
-            json!({"change": "current", "leader": leader_json(leader.as_ref())})
+            json!({"change": "current", "leader": leader})
         }
         LeaderChange::Resynced(leader) => json!({
             "change": "resynced",
             "missed_changes": "possible: reconnected; this is the leader now",
-            "leader": leader_json(leader.as_ref()),
+            "leader": leader,
         }),
         LeaderChange::Elected(leader) => {
-            json!({"change": "elected", "leader": leader_json(Some(leader))})
+            json!({"change": "elected", "leader": leader})
         }
         LeaderChange::Proclaimed(leader) => {
-            json!({"change": "proclaimed", "leader": leader_json(Some(leader))})
+            json!({"change": "proclaimed", "leader": leader})
         }
         LeaderChange::Resigned { term } => json!({"change": "resigned", "term": term}),
         other => json!({"change": format!("{other:?}")}),
@@ -748,14 +835,7 @@ fn summary(object: &Inspection) -> String {
     let holders = if object.holders.is_empty() {
         "free".to_owned()
     } else {
-        let holders: Vec<String> = object
-            .holders
-            .iter()
-            .map(|holder| match &holder.access {
-                Some(access) => format!("{} ({access} ×{})", holder.owner, holder.holds),
-                None => format!("{} (×{})", holder.owner, holder.holds),
-            })
-            .collect();
+        let holders: Vec<String> = object.holders.iter().map(holder_text).collect();
         format!("held by {}", holders.join(", "))
     };
     let mut line = format!("{} {:?}: {holders}", object.kind.describe(), object.name);
@@ -868,10 +948,10 @@ fn table(object: &Inspection) -> String {
 
 /// An election as a small table: its leader (from the leader record), term, lease and candidates
 /// (the hold and waiting set of its fenced-lock side).
-fn election_table(object: &Inspection, leader: Option<&Leader>) -> String {
+fn election_table(object: &Inspection) -> String {
     let mut out = format!("election {:?}  (key {})\n", object.name, object.key);
     let mut row = |label: &str, value: String| out.push_str(&format!("  {label:<14} {value}\n"));
-    match leader {
+    match &object.leader {
         Some(leader) => {
             row("leader", format!("{:?}", leader.value));
             row("term", leader.term.to_string());

@@ -153,3 +153,49 @@ async fn redis_url_from_the_environment_is_the_default_and_url_overrides_it() {
     assert!(help.contains("REDIS_URL"), "{help}");
     assert!(!help.contains("s3cret"), "{help}");
 }
+
+/// The exit codes `lockkit --help` lists are the guide's table's and the README's, no more and no
+/// fewer (issue 29 added 5, `list --held` found something held).
+#[tokio::test]
+async fn the_guide_and_readme_list_the_exit_codes_help_lists() {
+    let help = stdout(&lockkit(None, &["--help"]).await);
+    let codes: Vec<String> = help
+        .split_once("Exit codes:\n")
+        .expect("an exit code section")
+        .1
+        .lines()
+        .map_while(|line| {
+            line.trim_start()
+                .split_once("  ")
+                .map(|(code, _)| code.to_owned())
+        })
+        .collect();
+    assert!(codes.contains(&"5".to_owned()), "{help}");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let guide = std::fs::read_to_string(format!("{root}/docs/guide.md")).expect("the guide");
+    let table = guide
+        .split_once("**Exit codes**")
+        .expect("the guide's exit codes")
+        .1;
+    let rows: Vec<String> = table
+        .lines()
+        .skip_while(|line| !line.starts_with("| code"))
+        .skip(2)
+        .take_while(|line| line.starts_with('|'))
+        .filter_map(|line| line.split('|').nth(1).map(|code| code.trim().to_owned()))
+        .collect();
+    assert_eq!(rows, codes, "the guide's table");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("the README");
+    let line = readme
+        .split_once("Exit codes: ")
+        .expect("the README's exit codes")
+        .1
+        .split_once(". ")
+        .expect("a sentence")
+        .0;
+    let listed: Vec<String> = line
+        .split(", ")
+        .filter_map(|part| part.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert_eq!(listed, codes, "the README's: {line}");
+}

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
+use lockkit::protocol::keys::Kind;
 use lockkit::{Client, Error};
 use lockkit_testkit::RedisServer;
 use serde_json::Value;
@@ -698,9 +699,14 @@ async fn inspect_and_list_show_an_election_with_its_leader_term_lease_and_candid
     assert!(!leadership.is_lost());
 
     let listed = json(&lockkit(&url, &["--json", "list", "sched*"]).await);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    let election = listed_object(&listed, "election", "scheduler");
+    assert_eq!(election["held"], true, "{election}");
+    assert_eq!(election["leader"]["value"], "pod-a", "{election}");
     assert_eq!(
-        listed,
-        serde_json::json!([{"kind": "election", "name": "scheduler"}])
+        election["waiters"].as_array().unwrap().len(),
+        2,
+        "{election}"
     );
 
     // Every candidate leads in turn and resigns; then no one leads.
@@ -910,4 +916,267 @@ async fn watch_of_an_election_keeps_watching_through_an_outage() {
         .await
         .unwrap();
     assert!(status.success());
+}
+
+/// Polls `client.inspect` (server state, no sleeps) until the `kind` object `name` has
+/// `waiters` waiters listed.
+async fn until_waiting(client: &Client, kind: Kind, name: &str, waiters: usize) {
+    within("the waiters to show in Redis", async {
+        loop {
+            let found = client.inspect(Some(kind), name).await.unwrap();
+            if found.iter().any(|object| object.waiters.len() == waiters) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+/// The objects of a `list --json` array by `(kind, name)`.
+fn listed_object<'a>(listed: &'a Value, kind: &str, name: &str) -> &'a Value {
+    let matching: Vec<&Value> = listed
+        .as_array()
+        .expect("an array")
+        .iter()
+        .filter(|o| o["kind"] == kind && o["name"] == name)
+        .collect();
+    assert_eq!(matching.len(), 1, "one {kind} {name:?} in {listed}");
+    matching[0]
+}
+
+/// Issue 29: `list` shows, per object, its holders and waiters (text and JSON), and
+/// `list --held` lists the held ones and exits 5 while one is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_shows_the_holders_and_waiters_of_a_held_lock_and_semaphore() {
+    let redis = server().await;
+    let url = redis.url();
+    let owner = client(&url).await;
+    let other = client(&url).await;
+
+    let guard = owner.lock("order:42").lock().await.unwrap();
+    let lock_waiter = tokio::spawn({
+        let lock = other.lock("order:42");
+        async move { lock.lock().await?.unlock().await }
+    });
+    let semaphore = owner.semaphore("gpus");
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    let permit = semaphore.acquire(1).await.unwrap();
+    let permit_waiter = tokio::spawn({
+        let semaphore = other.semaphore("gpus");
+        async move { semaphore.acquire(2).await?.release().await }
+    });
+    until_waiting(&owner, Kind::Lock, "order:42", 1).await;
+    until_waiting(&owner, Kind::Semaphore, "gpus", 1).await;
+    let lock_owner = owner.inspect(Some(Kind::Lock), "order:42").await.unwrap()[0].holders[0]
+        .owner
+        .clone();
+    let marker = owner.inspect(Some(Kind::Semaphore), "gpus").await.unwrap()[0].holders[0]
+        .owner
+        .clone();
+
+    let output = lockkit(&url, &["--json", "list"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    let listed = json(&output);
+    let lock = listed_object(&listed, "lock", "order:42");
+    assert_eq!(lock["held"], true, "{lock}");
+    assert_eq!(lock["holders"][0]["owner"], lock_owner.as_str(), "{lock}");
+    assert_eq!(lock["waiters"].as_array().unwrap().len(), 1, "{lock}");
+    assert!(
+        lock["waiters"][0].as_str().unwrap().starts_with(other.id()),
+        "{lock}"
+    );
+    let gpus = listed_object(&listed, "semaphore", "gpus");
+    assert_eq!(gpus["held"], true, "{gpus}");
+    assert_eq!(gpus["holders"][0]["owner"], marker.as_str(), "{gpus}");
+    assert_eq!(gpus["holders"][0]["holds"], 1, "{gpus}");
+    assert_eq!(gpus["waiters"].as_array().unwrap().len(), 1, "{gpus}");
+
+    // The table: one row per object, its waiters counted, its holders named.
+    let output = lockkit(&url, &["list"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    let table = String::from_utf8_lossy(&output.stdout).into_owned();
+    let row = |kind: &str, name: &str| -> String {
+        table
+            .lines()
+            .find(|line| line.split_whitespace().take(2).eq([kind, name]))
+            .unwrap_or_else(|| panic!("no {kind} {name} row in {table}"))
+            .to_owned()
+    };
+    assert!(table.starts_with("KIND "), "{table}");
+    // The guide's sample has these columns (its NAME column is as wide as its longest name).
+    let guide =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/guide.md"))
+            .expect("the guide");
+    let sample = guide
+        .split_once("$ lockkit list\n")
+        .expect("the guide's list sample")
+        .1;
+    let words = |text: &str| -> Vec<String> {
+        let header = text.lines().next().unwrap_or_default();
+        header.split_whitespace().map(str::to_owned).collect()
+    };
+    assert_eq!(words(sample), words(&table), "the guide's header");
+    assert!(
+        table.lines().next().unwrap().contains(" HOLDERS"),
+        "{table}"
+    );
+    let lock_row = row("lock", "order:42");
+    assert_eq!(lock_row.split_whitespace().nth(2), Some("1"), "{table}");
+    assert!(lock_row.contains(&format!("{lock_owner} (×1)")), "{table}");
+    let gpus_row = row("semaphore", "gpus");
+    assert_eq!(gpus_row.split_whitespace().nth(2), Some("1"), "{table}");
+    assert!(gpus_row.contains(&format!("{marker} (×1)")), "{table}");
+
+    // `--held`: both, and exit 5 (something is held).
+    let output = lockkit(&url, &["--json", "list", "--held"]).await;
+    assert_eq!(code(&output), Some(5), "{output:?}");
+    assert_eq!(output.stderr, b"", "an answer, not an error: {output:?}");
+    let held = json(&output);
+    assert_eq!(held.as_array().unwrap().len(), 2, "{held}");
+    listed_object(&held, "lock", "order:42");
+    listed_object(&held, "semaphore", "gpus");
+
+    guard.unlock().await.unwrap();
+    within("the lock waiter", lock_waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    permit.release().await.unwrap();
+    within("the permit waiter", permit_waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    let output = lockkit(&url, &["list", "--held"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+}
+
+/// Issue 29: "nothing held" is exit 0 for `list --held`, although keys remain: a fenced lock's
+/// counter and an election's term counter (kept a day), a semaphore's total, a latch's count, a
+/// `once_per` mark. One lock taken makes it exit 5, listing that lock only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_held_exits_0_when_only_counters_and_totals_are_left() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+
+    client
+        .lock("order:1")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let fenced = client.fenced_lock("account:7");
+    fenced.lock().await.unwrap().unlock().await.unwrap();
+    let election = client.election("scheduler");
+    election
+        .campaign("pod-a")
+        .await
+        .unwrap()
+        .resign()
+        .await
+        .unwrap();
+    let semaphore = client.semaphore("gpus");
+    assert!(semaphore.try_set_permits(2).await.unwrap());
+    semaphore.acquire(2).await.unwrap().release().await.unwrap();
+    assert!(client
+        .count_down_latch("start")
+        .try_set_count(3)
+        .await
+        .unwrap());
+    let ran = client
+        .once_per("nightly", Duration::from_secs(60), || async {})
+        .await
+        .unwrap();
+    assert!(ran.ran());
+
+    // Every one is listed, none held.
+    let output = lockkit(&url, &["--json", "list"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    let listed = json(&output);
+    for (kind, name) in [
+        ("fenced", "account:7"),
+        ("election", "scheduler"),
+        ("semaphore", "gpus"),
+        ("latch", "start"),
+        ("once", "nightly"),
+    ] {
+        let object = listed_object(&listed, kind, name);
+        assert_eq!(object["held"], false, "{object}");
+    }
+    assert_eq!(listed.as_array().unwrap().len(), 5, "{listed}");
+
+    let output = lockkit(&url, &["list", "--held"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).lines().count(),
+        1,
+        "the header only: {output:?}"
+    );
+    let output = lockkit(&url, &["--json", "list", "--held"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+    assert_eq!(json(&output), Value::Array(vec![]));
+
+    // One fenced lock held: exit 5, and only it is listed.
+    let guard = fenced.lock().await.unwrap();
+    let output = lockkit(&url, &["--json", "list", "--held"]).await;
+    assert_eq!(code(&output), Some(5), "{output:?}");
+    let held = json(&output);
+    assert_eq!(held.as_array().unwrap().len(), 1, "{held}");
+    assert_eq!(listed_object(&held, "fenced", "account:7")["held"], true);
+    // An election with a leader is held.
+    let leadership = election.campaign("pod-b").await.unwrap();
+    guard.unlock().await.unwrap();
+    let output = lockkit(&url, &["list", "--held"]).await;
+    assert_eq!(code(&output), Some(5), "{output:?}");
+    let table = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(table.lines().count(), 2, "{table}");
+    assert!(
+        table.lines().nth(1).unwrap().starts_with("election "),
+        "{table}"
+    );
+    assert!(table.contains("\"pod-b\": "), "the leader's value: {table}");
+    leadership.resign().await.unwrap();
+    let output = lockkit(&url, &["list", "--held"]).await;
+    assert_eq!(code(&output), Some(0), "{output:?}");
+}
+
+/// Issue 29: `Inspection::leader` is an election's leader (term and value), `None` once it
+/// resigned, although the election's term counter is still there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspection_has_a_running_elections_leader_and_none_after_resign() {
+    let redis = server().await;
+    let url = redis.url();
+    let client = client(&url).await;
+    let observer = self::client(&url).await;
+    let leadership = client
+        .election("scheduler")
+        .campaign("pod-a")
+        .await
+        .unwrap();
+    let found = observer
+        .inspect(Some(Kind::Election), "scheduler")
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let leader = found[0].leader.clone().expect("a leader");
+    assert_eq!(leader.term, leadership.term());
+    assert_eq!(leader.value, "pod-a");
+    // Other kinds have none.
+    let _guard = client.lock("scheduler").lock().await.unwrap();
+    for object in observer.inspect(None, "scheduler").await.unwrap() {
+        if object.kind != Kind::Election {
+            assert_eq!(object.leader, None, "{object:?}");
+        }
+    }
+    leadership.resign().await.unwrap();
+    let found = observer
+        .inspect(Some(Kind::Election), "scheduler")
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "the term counter remains: {found:?}");
+    assert_eq!(found[0].fencing_token, Some(leader.term), "{found:?}");
+    assert_eq!(found[0].leader, None, "{found:?}");
 }

@@ -13,6 +13,7 @@ use lockkit_protocol::lock::HoldEntry;
 use lockkit_protocol::slot::key_slot;
 
 use crate::client::Client;
+use crate::election::Leader;
 use crate::error::{command_error, redis as redis_failure, Error};
 
 /// A snapshot of one object as it is in Redis, from [`Client::inspect`].
@@ -100,6 +101,29 @@ pub struct Inspection {
     /// its two keys evicted (by a `maxmemory-policy` of `allkeys-*`) and dropped the holds that
     /// were left without it. `None` when that never happened. See `docs/topologies.md`.
     pub evictions: Option<u64>,
+    /// An election's leader: the term and value it announced, as
+    /// [`Election::leader`](crate::Election::leader) reads them (the leader record, answered
+    /// only while the record's hold is live and its term is not older than one this client has
+    /// seen lead). `None` when nobody leads, or when a candidate was granted the leadership (it
+    /// is in [`holders`](Inspection::holders)) but has not announced itself yet; `None` for the
+    /// other kinds.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use lockkit::protocol::keys::Kind;
+    ///
+    /// for election in client.inspect(Some(Kind::Election), "scheduler").await? {
+    ///     match &election.leader {
+    ///         Some(leader) => println!("{} leads, term {}", leader.value, leader.term),
+    ///         None if election.holders.is_empty() => println!("nobody leads"),
+    ///         None => println!("a leader was granted but has not announced itself yet"),
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// With the `serde` feature: `"leader": {"term": .., "value": ..}`, or `null`.
+    pub leader: Option<Leader>,
     /// Problems noticed while reading the object, in words for people (the CLI prints them).
     /// For a semaphore: the server's `maxmemory-policy` may evict one of its keys (an
     /// `allkeys-*` policy), or the policy could not be read (neither `CONFIG GET` nor
@@ -153,8 +177,8 @@ pub struct ListedObject {
 
 impl Client {
     /// Reads the object called `name` from Redis, without changing anything: its kind, holders
-    /// and hold counts, TTL, queued waiters and, per kind, its fencing counter, mode, permits or
-    /// count.
+    /// and hold counts, TTL, queued waiters and, per kind, its fencing counter, mode, permits,
+    /// count or leader.
     ///
     /// With a `kind`, looks at that kind only; without one, at every kind, since objects of
     /// different kinds may share a name. Returns the objects that exist (any of their keys is
@@ -192,7 +216,13 @@ impl Client {
         let mut inspections = Vec::new();
         for ((kind, keys), found) in objects.iter().zip(found) {
             if found {
-                inspections.push(read(redis, *kind, name, keys, sharded).await?);
+                let mut inspection = read(redis, *kind, name, keys, sharded).await?;
+                if *kind == Kind::Election {
+                    // The leader record, read as `Election::leader` reads it (its script, its
+                    // checks), not a second copy of that read here.
+                    inspection.leader = self.election(name).leader().await?;
+                }
+                inspections.push(inspection);
             }
         }
         tracing::debug!(name, found = inspections.len(), "inspected");
@@ -409,6 +439,7 @@ async fn read(
         used_permits: None,
         count: None,
         evictions: None,
+        leader: None,
         warnings: Vec::new(),
     };
     let number = |value: Option<&String>| value.and_then(|value| value.parse::<u64>().ok());
