@@ -168,8 +168,16 @@ fn assert_matches(sample: &Sample, printed: &str) {
     assert_eq!(r, real.len(), "{}", explain());
 }
 
-/// Runs `lockkit --url <url> <args>` to its end.
+/// How a sample shows the tool's exit code after its output.
+const ECHO_EXIT: &str = "; echo \"exit $?\"";
+
+/// Runs `lockkit --url <url> <args>` to its end. Args that end with `; echo "exit $?"` (a sample
+/// that shows the exit code) print `exit <code>` after the output; any other must succeed.
 async fn run(url: &str, args: &str) -> String {
+    let (args, echo_exit) = match args.strip_suffix(ECHO_EXIT) {
+        Some(args) => (args, true),
+        None => (args, false),
+    };
     let output = within(
         "the lockkit command",
         Command::new(BIN)
@@ -182,12 +190,18 @@ async fn run(url: &str, args: &str) -> String {
     )
     .await
     .expect("lockkit runs");
-    assert!(
-        output.status.success(),
-        "lockkit {args}: {:?}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    let mut printed = String::from_utf8_lossy(&output.stdout).into_owned();
+    if echo_exit {
+        let code = output.status.code().expect("an exit code");
+        printed.push_str(&format!("exit {code}\n"));
+    } else {
+        assert!(
+            output.status.success(),
+            "lockkit {args}: {:?}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    printed
 }
 
 async fn client(url: &str) -> Client {
@@ -322,6 +336,59 @@ async fn semaphore_full_with_two_waiters(url: &str, args: &str) -> String {
     printed
 }
 
+/// `list` and `list --held`: a lock held with a waiter, a fenced lock released (its counter
+/// stays), a semaphore of 1 taken with a waiter, a latch counting, an election with a leader and
+/// a candidate.
+async fn one_of_each_kind(url: &str, args: &str) -> String {
+    let holder = client(url).await;
+    let other = client(url).await;
+    let lock = holder.lock("order:42").lock().await.unwrap();
+    let lock_waiter = tokio::spawn({
+        let lock = other.lock("order:42");
+        async move { lock.lock().await?.unlock().await }
+    });
+    waiting(&other, 1).await;
+    holder
+        .fenced_lock("account:7")
+        .lock()
+        .await
+        .unwrap()
+        .unlock()
+        .await
+        .unwrap();
+    let gpus = holder.semaphore("gpus");
+    assert!(gpus.try_set_permits(1).await.unwrap());
+    let permit = gpus.acquire(1).await.unwrap();
+    let gpu_waiter = tokio::spawn({
+        let gpus = other.semaphore("gpus");
+        async move { gpus.acquire(1).await?.release().await }
+    });
+    waiting(&other, 2).await;
+    assert!(holder
+        .count_down_latch("start")
+        .try_set_count(3)
+        .await
+        .unwrap());
+    let leadership = holder
+        .election("scheduler")
+        .campaign("pod-1")
+        .await
+        .unwrap();
+    let candidate = tokio::spawn({
+        let election = other.election("scheduler");
+        async move { election.campaign("pod-2").await?.resign().await }
+    });
+    waiting(&other, 3).await;
+    let printed = run(url, args).await;
+    lock.unlock().await.unwrap();
+    permit.release().await.unwrap();
+    leadership.resign().await.unwrap();
+    for waiter in [lock_waiter, gpu_waiter, candidate] {
+        within("a waiter", waiter).await.unwrap().unwrap();
+    }
+    printed
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_sample_of_the_tool_in_the_guide_is_what_it_prints() {
     let samples = samples();
@@ -337,6 +404,7 @@ async fn every_sample_of_the_tool_in_the_guide_is_what_it_prints() {
             "inspect --kind semaphore gpus" => {
                 semaphore_full_with_two_waiters(&url, &sample.args).await
             }
+            "list" | "list --held; echo \"exit $?\"" => one_of_each_kind(&url, &sample.args).await,
             other => panic!(
                 "the guide shows `lockkit {other}`, which this test cannot set up: add its situation here"
             ),
