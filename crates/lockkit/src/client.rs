@@ -230,8 +230,14 @@ impl Client {
             return Ok(());
         }
         self.inner.shutdown.cancel();
+        let bound = tokio::time::Instant::now() + self.inner.exec.command_timeout();
         let failed = self.inner.watchdog.shutdown().await;
         self.inner.close();
+        // The subscriber connection's `QUIT` is under way in the hub's task: waiting for it
+        // (within the same bound) keeps it from being cut short by a program that returns from
+        // `main` right after this call, which makes fred warn ("Fatal error sending QUIT command
+        // to router").
+        let _ = tokio::time::timeout_at(bound, self.inner.hub.sub_closed()).await;
         tracing::debug!(client = %self.inner.id, "client shut down");
         let mut failed = failed.into_iter();
         let Some((first_name, first)) = failed.next() else {
@@ -603,8 +609,13 @@ impl ClientBuilder {
         let sub = builder
             .build_subscriber_client()
             .map_err(|err| target.error(ConnectFailure::Other, Some(Box::new(err))))?;
-        // Both connections at once, within one connect timeout in all.
+        // A password the server would ignore is refused before the client's own connections
+        // send it: fred logs a warning ("Dropping unused auth warning") for each `AUTH` that
+        // Redis answers with "no password is set".
         let deadline = target.deadline();
+        let config = fred::interfaces::ClientLike::client_config(&redis_client);
+        refuse_ignored_password(&config, &target, deadline).await?;
+        // Both connections at once, within one connect timeout in all.
         let (command, subscriber) = tokio::join!(
             connect(&redis_client, &target, deadline),
             connect(&sub, &target, deadline)
@@ -612,14 +623,7 @@ impl ClientBuilder {
         // A connection whose `init` failed is stopped already (quitting it only logs a warning
         // from fred); one that timed out was closed by `connect`.
         let running = (command.is_ok(), subscriber.is_ok());
-        let connected = match command.and(subscriber) {
-            Ok(()) => {
-                let config = fred::interfaces::ClientLike::client_config(&redis_client);
-                refuse_ignored_password(&config, &target, deadline).await
-            }
-            Err(err) => Err(err),
-        };
-        if let Err(err) = connected {
+        if let Err(err) = command.and(subscriber) {
             if running.0 {
                 quit_in_background(&redis_client);
             }

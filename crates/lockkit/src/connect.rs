@@ -188,22 +188,51 @@ async fn probe_one(host: &str, port: u16) -> Probe {
 }
 
 /// Connects a fred client, giving up at `deadline` (the target's, shared by every connection of
-/// one client). A client that failed is not left running: fred stops one whose `init` failed,
-/// and one that ran out of time is closed here in the background ([`quit_in_background`]).
-/// Closing a stopped client again would only make fred log a warning ("Attempted to quit
-/// client that was already stopped"), which a program with a subscriber would show next to
-/// the error: the caller closes only the clients that connected.
+/// one client). A client that failed is not left running: fred stops one whose `init` failed
+/// (see [`init_within`] for one that ran out of time). Closing a stopped client again would only
+/// make fred log a warning ("Attempted to quit client that was already stopped"), which a
+/// program with a subscriber would show next to the error: the caller closes only the clients
+/// that connected.
 pub(crate) async fn connect<C: ClientLike + Clone + 'static>(
     client: &C,
     target: &Target,
     deadline: Instant,
 ) -> Result<(), Error> {
-    match tokio::time::timeout_at(deadline, client.init()).await {
-        Ok(Ok(_task)) => Ok(()),
-        Ok(Err(err)) => Err(target.failed(err).await),
+    match init_within(client, deadline).await {
+        Some(Ok(())) => Ok(()),
+        Some(Err(err)) => Err(target.failed(err).await),
+        None => Err(target.timed_out()),
+    }
+}
+
+/// Runs fred's `init` of `client` until `deadline`; `None` when it ran out of time. The `init`
+/// runs in a task of its own, which a timeout leaves running: fred's own connect timeouts (the
+/// connect timeout too) end it soon after, and the task closes the client only if it connected
+/// after all. Quitting it at the deadline instead raced fred's own failure: a `QUIT` to a client
+/// that had just stopped made fred warn "Attempted to quit client that was already stopped".
+async fn init_within<C: ClientLike + Clone + 'static>(
+    client: &C,
+    deadline: Instant,
+) -> Option<Result<(), fred::error::Error>> {
+    let mut init = {
+        let client = client.clone();
+        tokio::spawn(async move { client.init().await.map(drop) })
+    };
+    match tokio::time::timeout_at(deadline, &mut init).await {
+        Ok(Ok(result)) => Some(result),
+        // The task panicked (or its runtime is shutting down): nothing connected.
+        Ok(Err(joined)) => Some(Err(fred::error::Error::new(
+            ErrorKind::Unknown,
+            format!("connecting stopped: {joined}"),
+        ))),
         Err(_elapsed) => {
-            quit_in_background(client);
-            Err(target.timed_out())
+            let client = client.clone();
+            tokio::spawn(async move {
+                if let Ok(Ok(())) = init.await {
+                    let _ = client.quit().await;
+                }
+            });
+            None
         }
     }
 }
@@ -232,16 +261,21 @@ pub(crate) async fn refuse_ignored_password(
     let Ok(probe) = fred::types::Builder::from_config(bare).build() else {
         return Ok(());
     };
-    let tried = tokio::time::timeout_at(deadline, async {
-        probe.init().await?;
-        probe.ping::<String>(None).await
-    })
-    .await;
-    let let_in = matches!(tried, Ok(Ok(_)));
-    // An `init` that failed stopped the probe already.
-    if tried.is_err() || probe.is_connected() {
+    // An `init` that failed stopped the probe already; one that ran out of time is closed by
+    // `init_within` if it connects after all.
+    if !matches!(init_within(&probe, deadline).await, Some(Ok(()))) {
+        return Ok(());
+    }
+    let pinged = tokio::time::timeout_at(deadline, probe.ping::<String>(None)).await;
+    // A server that answered (`PONG` or `NOAUTH`) answers `QUIT` too (Redis lets an
+    // unauthenticated client quit): closed here rather than in the background, so that no
+    // `QUIT` is left under way when the program ends.
+    if pinged.is_ok() {
+        let _ = tokio::time::timeout_at(deadline, probe.quit()).await;
+    } else {
         quit_in_background(&probe);
     }
+    let let_in = matches!(pinged, Ok(Ok(_)));
     if let_in {
         return Err(target.error(
             ConnectFailure::Auth,

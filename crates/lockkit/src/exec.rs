@@ -129,6 +129,11 @@ impl Exec {
         self.command_timeout.min(ROUND_TRIP)
     }
 
+    /// The client's command timeout.
+    pub(crate) fn command_timeout(&self) -> Duration {
+        self.command_timeout
+    }
+
     /// A deadline one command timeout from now.
     pub(crate) fn command_deadline(&self) -> Deadline {
         Deadline::after(Bound::CommandTimeout(self.command_timeout))

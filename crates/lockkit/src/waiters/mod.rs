@@ -82,6 +82,9 @@ pub(crate) type ConnectionErrors =
 /// The client's waiter hub.
 pub(crate) struct WaiterHub {
     inner: Arc<HubInner>,
+    /// Cancelled once the dispatcher has closed the subscriber connection (its `QUIT` answered
+    /// or failed): [`Client::shutdown`](crate::Client::shutdown) waits for it.
+    sub_closed: CancellationToken,
 }
 
 struct HubInner {
@@ -144,13 +147,20 @@ impl WaiterHub {
             subscriber: sub.error_rx(),
             commands: command_errors,
         };
+        let sub_closed = CancellationToken::new();
         runtime.spawn(transport::dispatch(
             Arc::downgrade(&inner),
             sub,
             lost,
             closed,
+            sub_closed.clone(),
         ));
-        Self { inner }
+        Self { inner, sub_closed }
+    }
+
+    /// Returns once the subscriber connection is closed (after the client was closed).
+    pub(crate) async fn sub_closed(&self) {
+        self.sub_closed.cancelled().await;
     }
 
     /// Registers interest in `channel` and returns once the subscription is confirmed. `tag`

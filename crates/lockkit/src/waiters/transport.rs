@@ -160,13 +160,14 @@ pub(super) struct Lost {
     pub(super) commands: ConnectionErrors,
 }
 
-/// Routes release messages to waiters until `closed`, then closes the subscriber connection.
-/// A lost connection (`lost`) wakes every waiter.
+/// Routes release messages to waiters until `closed`, then closes the subscriber connection and
+/// cancels `sub_closed`. A lost connection (`lost`) wakes every waiter.
 pub(super) async fn dispatch(
     hub: Weak<HubInner>,
     sub: SubscriberClient,
     lost: Lost,
     closed: CancellationToken,
+    sub_closed: CancellationToken,
 ) {
     let Lost {
         subscriber: mut subscriber_errors,
@@ -256,6 +257,7 @@ pub(super) async fn dispatch(
         }
     }
     let _ = sub.quit().await;
+    sub_closed.cancel();
 }
 
 /// Restores the subscriptions after the subscriber connection was re-established, then wakes
