@@ -895,7 +895,8 @@ impl<'a> Program<'a> {
             let after = normalize(&raw, &self.roles);
             // What ended between the two deliveries, as the model has it (a key may be gone
             // already when the keys were read after the first).
-            let window = first.at.saturating_sub(2)..=t1.ms + 2;
+            // `now`: the clock of the keys read, which is what a lapse is judged against.
+            let window = first.at.saturating_sub(2)..=now + 2;
             let lock = &self.model.lock;
             let lapsed = lock
                 .holds
@@ -905,7 +906,7 @@ impl<'a> Program<'a> {
                 .chain(self.model.record.as_ref().map(|r| r.expiry))
                 .chain(lock.handoff.as_ref().map(|(_, until)| *until))
                 .any(|at| window.contains(&at));
-            match second_delivery(first, &actual, &got, &after, &self.roles, t1.ms, lapsed) {
+            match second_delivery(first, &actual, &got, &after, &self.roles, now, lapsed) {
                 Ok(true) => self.env.count("duplicate: changed nothing"),
                 Ok(false) => self.env.count("duplicate: not compared (something lapsed)"),
                 Err(why) => {

@@ -1139,7 +1139,9 @@ impl<'a> Sequence<'a> {
         match (&call, ran) {
             (Some(call), Some((actual, t0, t1))) => {
                 if let Some(first) = &first {
-                    self.second_delivery(first, &actual, &got, &raw, t1.ms)?;
+                    // `now`: the clock of the keys read (after the messages were drained), which
+                    // is what a lapse must be judged against, not the end of the script.
+                    self.second_delivery(first, &actual, &got, &raw, now)?;
                 }
                 if call.resendable() {
                     delivered = Some(Delivered {
