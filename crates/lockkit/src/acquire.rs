@@ -93,6 +93,13 @@ pub(crate) trait Attempt {
     fn last_attempt(&self) -> impl Future<Output = Result<Outcome<Self::Output>, Error>> + Send {
         self.attempt()
     }
+    /// Leaves the object's line now, and waits for it: the call ends without the object (the
+    /// client shut down), and its entry must be gone when it returns, not some time after (a
+    /// release would grant the object to a call that is no longer there, or keep waiters behind
+    /// it). Kinds whose waiters keep no entry in Redis have nothing to do.
+    fn leave(&self) -> impl Future<Output = ()> + Send {
+        async {}
+    }
     /// Takes what a release granted this waiter (a lock's direct grant: the lock is already its
     /// own in Redis). `None`: this kind cannot use the grant as it is, and tries instead (which
     /// finds the granted hold). Must be cancel-safe as [`attempt`](Attempt::attempt) is.
@@ -116,13 +123,21 @@ where
     A: Attempt + Sync,
 {
     let kind = attempt.object().0.segment();
-    instrumented(
+    let result = instrumented(
         client,
         attempt,
         wait,
         acquire_loop(client, attempt, wait, kind),
     )
-    .await
+    .await;
+    if matches!(result, Err(Error::Shutdown)) {
+        // Out of the line before the call returns, not in the background after it (bounded by
+        // the command timeout, as every script call is): a grant it was given goes on to the
+        // next waiter. (A wait that ends otherwise leaves in its last try's script, or, cut off
+        // by its bound, in the background: its bound does not wait for Redis.)
+        attempt.leave().await;
+    }
+    result
 }
 
 /// Runs the same loop as [`acquire`] for an attempt that takes nothing: a multi-lock waiting,

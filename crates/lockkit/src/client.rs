@@ -212,7 +212,8 @@ impl Client {
     }
 
     /// Stops renewing, releases every hold this client still has, and wakes every waiting task
-    /// with [`Error::Shutdown`]. Later calls on this client (and its locks and guards) return
+    /// with [`Error::Shutdown`]; a waiting call leaves its object's line before it returns that
+    /// error (within the command timeout), so that no release grants the object to it. Later calls on this client (and its locks and guards) return
     /// [`Error::Shutdown`]; an acquire that was in flight gives back what it took. The subscriber
     /// connection closes now, the command connection once the last handle and guard are dropped.
     /// Calling it again does nothing.

@@ -334,6 +334,11 @@ struct FairAttempt<'a> {
 impl Attempt for FairAttempt<'_> {
     type Output = LockGuard;
 
+    /// Leaves the line (the client shut down while it waited).
+    async fn leave(&self) {
+        self.waiter.leave_now().await;
+    }
+
     fn channel(&self) -> &str {
         &self.channel
     }

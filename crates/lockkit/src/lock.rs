@@ -609,6 +609,11 @@ impl Attempt for Look<'_, '_> {
 impl Attempt for LockAttempt<'_> {
     type Output = LockGuard;
 
+    /// Leaves the line (the client shut down while it waited).
+    async fn leave(&self) {
+        self.queued.leave_now().await;
+    }
+
     /// This client's own channel for the lock.
     fn channel(&self) -> &str {
         &self.channel

@@ -497,6 +497,11 @@ impl RwAttempt<'_> {
 impl Attempt for RwAttempt<'_> {
     type Output = LockGuard;
 
+    /// Leaves the line (the client shut down while it waited).
+    async fn leave(&self) {
+        self.queued.leave_now().await;
+    }
+
     /// This client's own channel for the lock.
     fn channel(&self) -> &str {
         &self.channel

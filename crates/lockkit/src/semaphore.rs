@@ -650,6 +650,11 @@ impl<'a> PermitAttempt<'a> {
 impl Attempt for PermitAttempt<'_> {
     type Output = HoldGuard;
 
+    /// Leaves the line (the client shut down while it waited).
+    async fn leave(&self) {
+        self.queued.leave_now().await;
+    }
+
     /// This client's own channel for the semaphore.
     fn channel(&self) -> &str {
         &self.channel
