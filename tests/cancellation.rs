@@ -411,3 +411,104 @@ async fn a_leadership_dropped_outside_a_runtime_resigns() {
     .await;
     assert!(leader.election(&name).leader().await.unwrap().is_none());
 }
+
+/// A waiting call whose client shuts down is out of its object's line when it returns
+/// `Error::Shutdown`, for every kind whose waiters stand in a line in Redis: the leave is part of
+/// the call, not work left in the background. The waiting client runs on a runtime of its own,
+/// dropped as soon as the call has returned (as a program ends after its shutdown): work left for
+/// later never runs, and an entry it was to remove stays listed.
+#[test]
+fn a_call_cut_short_by_shutdown_has_left_the_line_when_it_returns() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = main.block_on(spawned());
+    let url = server.url();
+    let observer = main.block_on(client(&url));
+    for kind in [
+        Kind::Lock,
+        Kind::FairLock,
+        Kind::ReadWriteLock,
+        Kind::Semaphore,
+    ] {
+        let name = unique("shutdown-leaves");
+        // The object is taken, by a client that stays.
+        let held = main.block_on(async {
+            match kind {
+                Kind::Lock => Held::Lock(observer.lock(&name).lock().await.unwrap()),
+                Kind::FairLock => Held::Lock(observer.fair_lock(&name).lock().await.unwrap()),
+                Kind::ReadWriteLock => {
+                    Held::Lock(observer.read_write_lock(&name).write_lock().await.unwrap())
+                }
+                _ => {
+                    let semaphore = observer.semaphore(&name);
+                    assert!(semaphore.try_set_permits(1).await.unwrap());
+                    Held::Permit(semaphore.acquire(1).await.unwrap())
+                }
+            }
+        });
+        let (waiter_url, waiter_name) = (url.clone(), name.clone());
+        let returned = std::thread::spawn(move || {
+            let own = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let returned = own.block_on(async {
+                let waiter = client(&waiter_url).await;
+                let call = async {
+                    match kind {
+                        Kind::Lock => waiter.lock(&waiter_name).lock().await.map(drop),
+                        Kind::FairLock => waiter.fair_lock(&waiter_name).lock().await.map(drop),
+                        Kind::ReadWriteLock => waiter
+                            .read_write_lock(&waiter_name)
+                            .read_lock()
+                            .await
+                            .map(drop),
+                        _ => waiter.semaphore(&waiter_name).acquire(1).await.map(drop),
+                    }
+                };
+                let shut_down = async {
+                    within(HANG, "the call to wait", async {
+                        while waiter.waiting_count() < 1 {
+                            tokio::task::yield_now().await;
+                        }
+                    })
+                    .await;
+                    waiter.shutdown().await
+                };
+                let (call, shut_down) = tokio::join!(call, shut_down);
+                shut_down.unwrap();
+                call
+            });
+            // The program ends: nothing left on this runtime runs any more.
+            drop(own);
+            returned
+        })
+        .join()
+        .unwrap();
+        assert!(
+            matches!(returned, Err(lockkit::Error::Shutdown)),
+            "{kind:?}: {returned:?}"
+        );
+        let listed = main.block_on(observer.inspect(Some(kind), &name)).unwrap();
+        assert!(
+            listed[0].waiters.is_empty(),
+            "{kind:?}: the shut-down call is still in line: {:?}",
+            listed[0].waiters
+        );
+        main.block_on(async {
+            match held {
+                Held::Lock(guard) => guard.unlock().await.unwrap(),
+                Held::Permit(permit) => permit.release().await.unwrap(),
+            }
+        });
+    }
+}
+
+/// What the observer holds while a call of another client waits.
+enum Held {
+    Lock(lockkit::LockGuard),
+    Permit(lockkit::SemaphorePermit),
+}
