@@ -662,17 +662,22 @@ impl ClientBuilder {
             .with_namespace(namespace.clone());
         let closed = CancellationToken::new();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
+        let outage = Arc::new(crate::core::Outage::default());
         let watchdog = Watchdog::spawn(
             exec.clone(),
             WatchdogConfig {
                 timeout: self.watchdog_timeout,
                 batch: self.renew_batch,
                 clustered,
+                outage: Arc::clone(&outage),
             },
         );
         // Both connections' losses wake every waiter (see `WaiterHub::start`).
-        let command_errors = fred::interfaces::EventInterface::error_rx(exec.redis());
-        let hub = WaiterHub::start(sub, command_errors, sharded, closed.clone());
+        let commands = crate::waiters::CommandEvents {
+            errors: fred::interfaces::EventInterface::error_rx(exec.redis()),
+            reconnects: fred::interfaces::EventInterface::reconnect_rx(exec.redis()),
+        };
+        let hub = WaiterHub::start(sub, commands, sharded, closed.clone(), outage);
         tracing::debug!(client = %id, url = %redact(&url), ?pubsub, "lockkit client connected");
         Ok(Client {
             inner: Arc::new(ClientInner::new(

@@ -211,3 +211,29 @@ impl Drop for ClientInner {
         self.closed.cancel();
     }
 }
+
+/// Whether the client's connection to Redis is known to be down: set by the waiter hub when a
+/// connection is lost (it logs the one warning of the outage), cleared when every lost connection
+/// is back (it logs the one event of the recovery). The watchdog reads it to keep its failed
+/// renewals out of the warnings while the outage is already reported.
+#[derive(Debug, Default)]
+pub(crate) struct Outage {
+    down: std::sync::atomic::AtomicBool,
+}
+
+impl Outage {
+    /// Marks the connection down; `true` if it was up (the outage is new).
+    pub(crate) fn begin(&self) -> bool {
+        !self.down.swap(true, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// Marks the connection back; `true` if it was down (an outage ended).
+    pub(crate) fn end(&self) -> bool {
+        self.down.swap(false, std::sync::atomic::Ordering::AcqRel)
+    }
+
+    /// Whether an outage is under way.
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(std::sync::atomic::Ordering::Acquire)
+    }
+}

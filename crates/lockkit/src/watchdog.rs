@@ -74,11 +74,13 @@ pub(crate) struct Watchdog {
 }
 
 /// Settings of the worker.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct WatchdogConfig {
     pub(crate) timeout: Duration,
     pub(crate) batch: usize,
     pub(crate) clustered: bool,
+    /// The client's outage state: a renewal that fails while it is down is no warning of its own.
+    pub(crate) outage: Arc<crate::core::Outage>,
 }
 
 impl Watchdog {
@@ -251,7 +253,7 @@ impl Worker {
         }
         let exec = self.exec.clone();
         let registry = Arc::clone(&self.registry);
-        let config = self.config;
+        let config = self.config.clone();
         self.round = Some(tokio::spawn(renew_round(exec, registry, config, holds)));
     }
 
@@ -383,11 +385,17 @@ async fn renew_round(
                 .map(<[Arc<Hold>]>::to_vec)
                 .collect::<Vec<_>>()
         })
-        .map(|batch| renew_batch(&exec, &registry, config.timeout, batch));
+        .map(|batch| renew_batch(&exec, &registry, &config, batch));
     join_all(batches).await;
 }
 
-async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch: Vec<Arc<Hold>>) {
+async fn renew_batch(
+    exec: &Exec,
+    registry: &Registry,
+    config: &WatchdogConfig,
+    batch: Vec<Arc<Hold>>,
+) {
+    let timeout = config.timeout;
     let Some(first) = batch.first() else {
         return;
     };
@@ -425,11 +433,21 @@ async fn renew_batch(exec: &Exec, registry: &Registry, timeout: Duration, batch:
             crate::metrics::renewed(kind.kind.segment(), renewed);
         }
         Err(err) => {
-            tracing::warn!(
-                holds = batch.len(),
-                "lease renewal failed, will retry next tick: {}",
-                crate::error::Chain(&err)
-            );
+            if config.outage.is_down() {
+                // The outage is reported once, by the waiter hub; a lease it costs is warned
+                // of by `mark_lost`.
+                tracing::debug!(
+                    holds = batch.len(),
+                    "lease renewal failed while the connection is down, will retry next tick: {}",
+                    crate::error::Chain(&err)
+                );
+            } else {
+                tracing::warn!(
+                    holds = batch.len(),
+                    "lease renewal failed, will retry next tick: {}",
+                    crate::error::Chain(&err)
+                );
+            }
             let now = Instant::now();
             for hold in &batch {
                 if now >= hold.expires_at() {

@@ -79,6 +79,13 @@ use table::{WaitTable, WaiterId};
 pub(crate) type ConnectionErrors =
     tokio::sync::broadcast::Receiver<(fred::error::Error, Option<Server>)>;
 
+/// The events of the client's command connection the hub follows: its losses wake every waiter,
+/// and with its reconnections they make the client's one "lost" and one "back" event.
+pub(crate) struct CommandEvents {
+    pub(crate) errors: ConnectionErrors,
+    pub(crate) reconnects: tokio::sync::broadcast::Receiver<Server>,
+}
+
 /// The client's waiter hub.
 pub(crate) struct WaiterHub {
     inner: Arc<HubInner>,
@@ -127,9 +134,10 @@ impl WaiterHub {
     /// Must be called inside a tokio runtime (the client's `build`): the hub runs there.
     pub(crate) fn start(
         sub: SubscriberClient,
-        command_errors: ConnectionErrors,
+        commands: CommandEvents,
         sharded: bool,
         closed: CancellationToken,
+        outage: Arc<crate::core::Outage>,
     ) -> Self {
         let runtime = tokio::runtime::Handle::current();
         let inner = Arc::new(HubInner {
@@ -145,7 +153,9 @@ impl WaiterHub {
         });
         let lost = transport::Lost {
             subscriber: sub.error_rx(),
-            commands: command_errors,
+            commands: commands.errors,
+            commands_back: commands.reconnects,
+            outage,
         };
         let sub_closed = CancellationToken::new();
         runtime.spawn(transport::dispatch(

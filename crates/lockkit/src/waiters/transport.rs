@@ -158,6 +158,46 @@ pub(super) struct Lost {
     pub(super) subscriber: ConnectionErrors,
     /// The command connection's (every node's, on a cluster).
     pub(super) commands: ConnectionErrors,
+    /// The command connection's reconnections.
+    pub(super) commands_back: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+    /// The client's outage state, which the dispatcher keeps and reports ([`Down`]).
+    pub(super) outage: Arc<crate::core::Outage>,
+}
+
+/// Which of the client's two connections are down, for the outage's two events: one warning
+/// when the first goes down, one info event when the last comes back, whatever fred reports in
+/// between (an error per failed reconnection attempt, per node, per connection).
+struct Down {
+    subscriber: bool,
+    commands: bool,
+    outage: Arc<crate::core::Outage>,
+}
+
+impl Down {
+    fn lost(&mut self, which: &'static str, shown: &str) {
+        match which {
+            "subscriber" => self.subscriber = true,
+            _ => self.commands = true,
+        }
+        if self.outage.begin() {
+            tracing::warn!(
+                connection = which,
+                "lost the connection to Redis ({shown}); reconnecting. Waiting calls try again \
+                 and fail within the command timeout while it is down; held leases are renewed \
+                 once it is back, if they have not run out"
+            );
+        }
+    }
+
+    fn back(&mut self, which: &'static str) {
+        match which {
+            "subscriber" => self.subscriber = false,
+            _ => self.commands = false,
+        }
+        if !self.subscriber && !self.commands && self.outage.end() {
+            tracing::info!("the connection to Redis is back");
+        }
+    }
 }
 
 /// Routes release messages to waiters until `closed`, then closes the subscriber connection and
@@ -172,7 +212,14 @@ pub(super) async fn dispatch(
     let Lost {
         subscriber: mut subscriber_errors,
         commands: mut command_errors,
+        commands_back: mut command_reconnects,
+        outage,
     } = lost;
+    let mut down = Down {
+        subscriber: false,
+        commands: false,
+        outage,
+    };
     // A stream that closed (its client is gone) is no longer watched.
     let (mut subscriber_open, mut commands_open) = (true, true);
     let mut messages = sub.message_rx();
@@ -219,7 +266,8 @@ pub(super) async fn dispatch(
             },
             reconnect = reconnects.recv() => match reconnect {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
-                    tracing::info!("subscriber connection re-established; re-subscribing and waking every waiter to re-check");
+                    tracing::debug!("subscriber connection re-established; re-subscribing and waking every waiter to re-check");
+                    down.back("subscriber");
                     if let Some(hub) = hub.upgrade() {
                         tokio::spawn(resubscribe(hub));
                     }
@@ -227,10 +275,14 @@ pub(super) async fn dispatch(
                 Err(RecvError::Closed) => break,
             },
             error = subscriber_errors.recv(), if subscriber_open => {
-                subscriber_open = connection_lost(&hub, "subscriber", error);
+                subscriber_open = connection_lost(&hub, "subscriber", error, &mut down);
             },
             error = command_errors.recv(), if commands_open => {
-                commands_open = connection_lost(&hub, "command", error);
+                commands_open = connection_lost(&hub, "command", error, &mut down);
+            },
+            back = command_reconnects.recv(), if commands_open => match back {
+                Ok(_) | Err(RecvError::Lagged(_)) => down.back("command"),
+                Err(RecvError::Closed) => commands_open = false,
             },
             change = cluster_changes.recv(), if sharded => match change {
                 Ok(_) | Err(RecvError::Lagged(_)) => {
@@ -336,12 +388,14 @@ fn connection_lost(
     hub: &Weak<HubInner>,
     which: &'static str,
     error: Result<(fred::error::Error, Option<fred::types::config::Server>), RecvError>,
+    down: &mut Down,
 ) -> bool {
     let shown = match &error {
         Ok((error, _)) => error.to_string(),
         Err(RecvError::Lagged(missed)) => format!("{missed} connection errors"),
         Err(RecvError::Closed) => return false,
     };
+    down.lost(which, &shown);
     let Some(hub) = hub.upgrade() else {
         return false;
     };
