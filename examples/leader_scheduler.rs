@@ -130,6 +130,8 @@ fn parse_args() -> Result<Mode, String> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // lockkit reports through `tracing`: print its warnings (the README's advice).
+    tracing_subscriber::fmt::init();
     let mode = match parse_args() {
         Ok(mode) => mode,
         Err(msg) if msg.is_empty() => {

@@ -36,6 +36,8 @@ return 1";
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // lockkit reports through `tracing`: print its warnings (the README's advice).
+    tracing_subscriber::fmt::init();
     let mut url =
         std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
     let mut args = std::env::args().skip(1);

@@ -117,6 +117,8 @@ struct Tally {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // lockkit reports through `tracing`: print its warnings (the README's advice).
+    tracing_subscriber::fmt::init();
     let args = match parse_args() {
         Ok(args) => args,
         Err(msg) if msg.is_empty() => {
