@@ -272,7 +272,11 @@ fn a_clean_run_over_every_kind_with_contention_logs_no_warning() {
             inner.unlock().await?;
             outer.unlock().await?;
             // Fair, read-write (both modes), spin.
-            a.fair_lock(unique("clean-fair")).lock().await?.unlock().await?;
+            a.fair_lock(unique("clean-fair"))
+                .lock()
+                .await?
+                .unlock()
+                .await?;
             let rw = a.read_write_lock(unique("clean-rw"));
             rw.read_lock().await?.unlock().await?;
             rw.write_lock().await?.unlock().await?;
@@ -295,7 +299,10 @@ fn a_clean_run_over_every_kind_with_contention_logs_no_warning() {
             let pes = a
                 .permit_expirable_semaphore(unique("clean-pes"))
                 .with_permits(2)?;
-            pes.acquire(Duration::from_secs(30)).await?.release().await?;
+            pes.acquire(Duration::from_secs(30))
+                .await?
+                .release()
+                .await?;
             let latch = a.count_down_latch(unique("clean-latch"));
             latch.try_set_count(1).await?;
             let latch_b = b.count_down_latch(latch.name());
@@ -522,7 +529,12 @@ fn an_idle_client_without_waiters_logs_one_warn_and_one_info_for_an_outage() {
         until_back_events(1).await;
         // It works again.
         within(HANG, "a lock after the outage", async {
-            client.lock(unique("idle-after")).lock().await?.unlock().await
+            client
+                .lock(unique("idle-after"))
+                .lock()
+                .await?
+                .unlock()
+                .await
         })
         .await?;
         client.shutdown().await
@@ -910,15 +922,7 @@ async fn a_waiting_call_has_left_its_line_when_it_returns_shutdown() {
     let lock = waiter.read_write_lock(&name);
     let call: Waiting = tokio::spawn(async move { lock.read_lock().await.map(drop) });
     let release = async { held.unlock().await.expect("unlock") };
-    shutdown_leaves_the_line(
-        &observer,
-        waiter,
-        Kind::ReadWriteLock,
-        &name,
-        call,
-        release,
-    )
-    .await;
+    shutdown_leaves_the_line(&observer, waiter, Kind::ReadWriteLock, &name, call, release).await;
 
     // ReadWriteLock, a write waiting behind a read.
     let name = unique("sd-rw-write");
@@ -931,15 +935,7 @@ async fn a_waiting_call_has_left_its_line_when_it_returns_shutdown() {
     let lock = waiter.read_write_lock(&name);
     let call: Waiting = tokio::spawn(async move { lock.write_lock().await.map(drop) });
     let release = async { held.unlock().await.expect("unlock") };
-    shutdown_leaves_the_line(
-        &observer,
-        waiter,
-        Kind::ReadWriteLock,
-        &name,
-        call,
-        release,
-    )
-    .await;
+    shutdown_leaves_the_line(&observer, waiter, Kind::ReadWriteLock, &name, call, release).await;
 
     // Semaphore.
     let name = unique("sd-sem");
@@ -1021,7 +1017,10 @@ fn the_default_constants_are_the_documented_values() {
         lockkit::DEFAULT_RECHECK_INTERVAL,
         lockkit::protocol::lock::WAITER_KEEPALIVE / 3
     );
-    assert_eq!(lockkit::DEFAULT_RECHECK_INTERVAL, Duration::from_secs(5) / 3);
+    assert_eq!(
+        lockkit::DEFAULT_RECHECK_INTERVAL,
+        Duration::from_secs(5) / 3
+    );
     // "≈ 1.7 s": rounds to 1.7 s at one decimal.
     let tenths = (lockkit::DEFAULT_RECHECK_INTERVAL.as_secs_f64() * 10.0).round();
     assert!((tenths - 17.0).abs() < f64::EPSILON, "{tenths}");
@@ -1061,12 +1060,19 @@ async fn a_client_with_default_settings_uses_the_default_timeouts() {
     // The default connect timeout.
     let frozen = FaultProxy::start(redis.addr()).await.expect("a proxy");
     frozen.pause();
-    let out = within(HANG, "a connect to a frozen server", Client::connect(frozen.url())).await;
+    let out = within(
+        HANG,
+        "a connect to a frozen server",
+        Client::connect(frozen.url()),
+    )
+    .await;
     match out {
-        Err(ref err @ Error::Connect {
-            reason: ConnectFailure::TimedOut(spent),
-            ..
-        }) => {
+        Err(
+            ref err @ Error::Connect {
+                reason: ConnectFailure::TimedOut(spent),
+                ..
+            },
+        ) => {
             let text = err.to_string();
             assert!(text.contains("the connect timeout"), "{spent:?}: {text}");
         }
