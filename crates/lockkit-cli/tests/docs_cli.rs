@@ -130,9 +130,11 @@ async fn leftovers_of_every_kind_are_listed_but_not_held() {
         .unwrap();
     let latch = c.count_down_latch("latch-left");
     assert!(latch.try_set_count(3).await.unwrap());
-    c.once_per("once-left", Duration::from_secs(600), || async {})
+    let ran = c
+        .once_per("once-left", Duration::from_secs(600), || async {})
         .await
         .unwrap();
+    assert!(!ran.is_skipped());
     // Released plain kinds leave nothing, or nothing held.
     c.lock("lock-left")
         .lock()
