@@ -247,7 +247,6 @@ fn dump(events: &[Event]) {
 /// that touches every kind, with real contention (waiters woken by releases), then shuts down:
 /// no warning from any crate.
 #[test]
-#[ignore = "finding: a clean two-client run and shutdown logged fred's WARN \"Fatal error sending QUIT command to router. Client may be stopped or not yet initialized.\" (round 1 of 3, first run); the guide says a clean run and a clean shutdown log nothing from fred"]
 fn a_clean_run_over_every_kind_with_contention_logs_no_warning() {
     let _serial = serial();
     let server = within_blocking(RedisServer::start()).expect("redis-server");

@@ -209,6 +209,12 @@ impl ClientInner {
 impl Drop for ClientInner {
     fn drop(&mut self) {
         self.closed.cancel();
+        // The last handle and guard are gone: close the command connection now, while the
+        // program still runs, unless a release in the background still needs it (the watchdog's
+        // worker closes it after that one).
+        if self.watchdog.idle() {
+            self.exec.quit_now();
+        }
     }
 }
 

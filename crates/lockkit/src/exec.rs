@@ -69,6 +69,8 @@ pub(crate) struct Exec {
     /// The client's key space: a failed call's keys read back into the name of the object it
     /// was for, which its error names.
     namespace: Namespace,
+    /// The command connection's `QUIT` was sent ([`quit_now`](Exec::quit_now)).
+    quit_sent: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Exec {
@@ -100,7 +102,28 @@ impl Exec {
             command_timeout,
             token_counter_ttl_ms: DEFAULT_COUNTER_TTL.as_millis().to_string().into(),
             namespace: Namespace::default(),
+            quit_sent: Arc::default(),
         }
+    }
+
+    /// Sends the command connection's `QUIT` now, synchronously, without waiting for its answer:
+    /// for the moment the last handle of the client is dropped, which may be just before the
+    /// program's runtime ends. A `QUIT` left to a task then could find fred's router task gone
+    /// with the runtime, and fred would warn ("Fatal error sending QUIT command to router").
+    /// Sent through a client whose commands have no timeout, its first poll sets no timer, so it
+    /// needs no runtime. At most once.
+    pub(crate) fn quit_now(&self) {
+        use std::sync::atomic::Ordering;
+        if self.quit_sent.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        // One poll sends the command to fred's router; the answer is not awaited.
+        let _ = ClientLike::quit(&self.sending_once).now_or_never();
+    }
+
+    /// Whether [`quit_now`](Exec::quit_now) sent the `QUIT` already.
+    pub(crate) fn quit_sent(&self) -> bool {
+        self.quit_sent.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The same, with the client's key space (for the object names in errors).

@@ -30,6 +30,7 @@
 //!   not give back ([`crate::Error::NotReleased`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -71,6 +72,18 @@ enum Command {
 pub(crate) struct Watchdog {
     tx: mpsc::UnboundedSender<Command>,
     registry: Registry,
+    /// Releases asked of the worker and not finished yet ([`release_in_background`]).
+    pending: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// One release asked of the worker ([`Watchdog::release_in_background`]): lowers the count when
+/// dropped.
+struct PendingRelease(Arc<AtomicUsize>);
+
+impl Drop for PendingRelease {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Settings of the worker.
@@ -88,6 +101,7 @@ impl Watchdog {
     pub(crate) fn spawn(exec: Exec, config: WatchdogConfig) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let registry = Registry::default();
+        let pending = Arc::new(AtomicUsize::new(0));
         let worker = Worker {
             exec,
             config,
@@ -96,9 +110,14 @@ impl Watchdog {
             releases: JoinSet::new(),
             stop: CancellationToken::new(),
             round: None,
+            pending: Arc::clone(&pending),
         };
         tokio::spawn(worker.run());
-        Self { tx, registry }
+        Self {
+            tx,
+            registry,
+            pending,
+        }
     }
 
     /// Starts renewing (or checking) `hold`; `false` (and nothing registered) once the shutdown
@@ -116,12 +135,21 @@ impl Watchdog {
     /// Stops renewing `hold` and gives it back in the background.
     pub(crate) fn release_in_background(&self, hold: Arc<Hold>) {
         self.unregister(hold.seq);
+        // Counted before it is sent, so that no moment shows the worker idle while it is due.
+        self.pending.fetch_add(1, Ordering::AcqRel);
         if let Err(mpsc::error::SendError(Command::Release(hold))) =
             self.tx.send(Command::Release(hold))
         {
             // The worker is gone (the client shut down): its lease runs out on its own.
+            self.pending.fetch_sub(1, Ordering::AcqRel);
             hold.finish();
         }
+    }
+
+    /// Whether no release is asked of the worker or under way: the command connection is not
+    /// needed any more once the last handle is gone.
+    pub(crate) fn idle(&self) -> bool {
+        self.pending.load(Ordering::Acquire) == 0
     }
 
     /// The number of holds being renewed or checked.
@@ -151,6 +179,8 @@ struct Worker {
     /// the command timeout.
     stop: CancellationToken,
     round: Option<JoinHandle<()>>,
+    /// The handle's count of releases asked and not finished: each release task lowers it.
+    pending: Arc<AtomicUsize>,
 }
 
 impl Worker {
@@ -194,7 +224,11 @@ impl Worker {
         }
         self.stop.cancel();
         while self.releases.join_next().await.is_some() {}
-        let _ = fred::interfaces::ClientLike::quit(self.exec.redis()).await;
+        // Closed already when the last handle went with no release under way
+        // (`ClientInner`'s drop, `Exec::quit_now`); else now, after the last release.
+        if !self.exec.quit_sent() {
+            let _ = fred::interfaces::ClientLike::quit(self.exec.redis()).await;
+        }
     }
 
     async fn drain(&mut self) {
@@ -212,7 +246,10 @@ impl Worker {
     fn spawn_release(&mut self, hold: Arc<Hold>) {
         let exec = self.exec.clone();
         let stop = self.stop.clone();
+        // Lowered when the release ends, however it ends (also when the task is dropped).
+        let pending = PendingRelease(Arc::clone(&self.pending));
         self.releases.spawn(async move {
+            let _pending = pending;
             let result = give_back(&exec, &hold, &stop).await;
             let failed = match result {
                 Ok(()) => {
