@@ -488,3 +488,184 @@ async fn walk(fault: Fault) {
         wrong.join("\n")
     );
 }
+
+/// The top line of `err`, checked to be an ambiguous Redis error.
+fn redis_text(what: &str, result: Result<(), Error>) -> String {
+    match result {
+        Err(Error::Redis(err)) => err.to_string(),
+        other => panic!("{what}: expected a Redis error, got {other:?}"),
+    }
+}
+
+/// Against a server that refuses connections (killed: nothing listens at its port), a call whose
+/// bound runs out says that the connection is refused, naming the address, besides its
+/// operation, object and bound: not only "no answer from Redis within 1.0s", which reads like a
+/// slow or frozen server.
+#[tokio::test]
+async fn a_call_against_a_refusing_server_says_the_connection_is_refused() {
+    let mut server = spawned().await;
+    let url = server.url();
+    let addr = url.trim_start_matches("redis://").to_owned();
+    let c = &within(
+        HANG,
+        "connect",
+        Client::builder()
+            .url(&url)
+            .command_timeout(Duration::from_secs(1))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let (lock, sem, latch, election) = (
+        unique("refused-lock"),
+        unique("refused-semaphore"),
+        unique("refused-latch"),
+        unique("refused-election"),
+    );
+    server.kill();
+    let wait = Duration::from_millis(500);
+    let cases: Vec<(&str, String, Call<'_>)> = vec![
+        (
+            "try_lock",
+            lock.clone(),
+            Box::pin(async { c.lock(&lock).try_lock(wait, None).await.map(drop) }),
+        ),
+        (
+            "is_locked",
+            lock.clone(),
+            Box::pin(async { c.lock(&lock).is_locked().await.map(drop) }),
+        ),
+        (
+            "acquire",
+            sem.clone(),
+            Box::pin(async { c.semaphore(&sem).acquire(1).await.map(drop) }),
+        ),
+        (
+            "count_down",
+            latch.clone(),
+            Box::pin(async { c.count_down_latch(&latch).count_down().await.map(drop) }),
+        ),
+        (
+            "campaign",
+            election.clone(),
+            Box::pin(async { c.election(&election).campaign("x").await.map(drop) }),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (operation, object, call) in cases {
+        let text = redis_text(operation, within(HANG, operation, call).await);
+        println!("{text}");
+        let start = format!("redis error during {operation} of `{object}`: ");
+        if !(text.starts_with(&start) && text.contains(&format!("connection refused by {addr}"))) {
+            wrong.push(format!(
+                "`{text}` (expected `{start}…connection refused by {addr}…`)"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A client whose acquires were cut off (no answer in time) gives back at its shutdown what they
+/// *may* have taken; if that fails too, the error says "may" for those, and names for sure only
+/// the holds it had.
+#[tokio::test]
+async fn a_shutdown_says_may_for_what_cut_off_acquires_may_have_taken() {
+    let server = spawned().await;
+    let c = within(
+        HANG,
+        "connect",
+        Client::builder()
+            .url(server.url())
+            .command_timeout(Duration::from_secs(1))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let held = unique("shutdown-held");
+    let _guard = c.lock(&held).lock().await.unwrap();
+    let cut_off = unique("shutdown-cut-off");
+    server.pause().unwrap();
+    let cut_off_lock = c.lock(&cut_off);
+    let attempt = cut_off_lock.try_lock(Duration::from_millis(300), None);
+    let attempt = within(HANG, "an acquire against a frozen server", attempt)
+        .await
+        .map(drop);
+    assert!(
+        matches!(&attempt, Err(Error::Redis(err)) if err.is_ambiguous()),
+        "{attempt:?}"
+    );
+    let err = match within(HANG, "the shutdown", c.shutdown()).await {
+        Err(err) => err,
+        Ok(()) => panic!("a shutdown against a frozen server released everything"),
+    };
+    let text = err.to_string();
+    server.resume().unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "shutdown could not release 1 hold(s), freed when their leases run out: `{held}`; \
+             nor give back what 1 acquire(s) cut short may have taken: `{cut_off}` (freed the \
+             same way if taken)"
+        )
+    );
+}
+
+/// A URL with a port out of range is refused before anything is sent, saying so with the URL.
+#[tokio::test]
+async fn a_port_out_of_range_is_named_with_the_url() {
+    let url = "redis://127.0.0.1:99999";
+    let err = match Client::connect(url).await {
+        Err(err) => err,
+        Ok(_) => panic!("connected to port 99999"),
+    };
+    assert_eq!(
+        err.to_string(),
+        "invalid argument: invalid Redis URL \"redis://127.0.0.1:99999\": the port `99999` is \
+         not a number from 1 to 65535"
+    );
+}
+
+/// Something that is not Redis (an HTTP server) on the port: the error says that the server
+/// does not speak the Redis protocol, not fred's "Decode Error: frame_type: Invalid frame type".
+#[tokio::test]
+async fn a_server_that_is_not_redis_is_called_so() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let http = tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    let url = format!("redis://{addr}");
+    let result = within(
+        HANG,
+        "connect to an HTTP server",
+        Client::builder()
+            .url(&url)
+            .connect_timeout(Duration::from_secs(5))
+            .build(),
+    )
+    .await;
+    http.abort();
+    let err = match result {
+        Err(err) => err,
+        Ok(_) => panic!("connected to an HTTP server"),
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot connect to {addr}: the server does not speak the Redis protocol (is it \
+             Redis? something else listens at the address in the URL this program gave lockkit)"
+        )
+    );
+}

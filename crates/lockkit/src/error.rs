@@ -158,10 +158,19 @@ pub enum Error {
     /// command timeout (Redis did not answer, or failed). None of them is renewed any more: each
     /// frees when its lease runs out (a watchdog-mode hold within the watchdog timeout). The
     /// client is shut down all the same.
-    #[error("shutdown could not release {} hold(s), freed when their leases run out: {}", .names.len(), .names.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", "))]
+    ///
+    /// Holds the client had are in `names`; what an acquire cut short (no answer in time, an
+    /// ambiguous error) *may* have taken, and could not be given back either, is in
+    /// `maybe_taken`, and the message says "may" for those:
+    /// ``shutdown could not release 1 hold(s), freed when their leases run out: `a`; nor give
+    /// back what 1 acquire(s) cut short may have taken: `b` (freed the same way if taken)``.
+    #[error("{}", not_released_message(names, maybe_taken))]
     NotReleased {
         /// The names of the objects whose holds were not given back, one per hold.
         names: Vec<String>,
+        /// The names of the objects that an acquire cut short may have taken (its outcome is
+        /// unknown) and whose give-back failed too, one per such acquire.
+        maybe_taken: Vec<String>,
         /// Why the first of them was not.
         #[source]
         source: Box<Error>,
@@ -196,6 +205,40 @@ impl Error {
             }
             other => other,
         }
+    }
+}
+
+/// The message of [`Error::NotReleased`]: the holds for sure, then, with "may", what cut-off
+/// acquires may have taken.
+fn not_released_message(names: &[String], maybe_taken: &[String]) -> String {
+    let list = |names: &[String]| {
+        names
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (names.is_empty(), maybe_taken.is_empty()) {
+        (_, true) => format!(
+            "shutdown could not release {} hold(s), freed when their leases run out: {}",
+            names.len(),
+            list(names)
+        ),
+        (true, false) => format!(
+            "shutdown could not give back what {} acquire(s) cut short may have taken, freed \
+             when their leases run out if taken: {}",
+            maybe_taken.len(),
+            list(maybe_taken)
+        ),
+        (false, false) => format!(
+            "shutdown could not release {} hold(s), freed when their leases run out: {}; nor \
+             give back what {} acquire(s) cut short may have taken: {} (freed the same way if \
+             taken)",
+            names.len(),
+            list(names),
+            maybe_taken.len(),
+            list(maybe_taken)
+        ),
     }
 }
 
@@ -252,6 +295,11 @@ pub enum ConnectFailure {
     /// port), or answered with an error (a database number the server does not have, a cluster
     /// URL for a server without cluster mode, a Sentinel group that does not know the service).
     Handshake,
+    /// The server answered in something other than the Redis protocol: another program (an HTTP
+    /// server, a database of another kind) listens at the address. fred's decoding error
+    /// ("Decode Error: frame_type: Invalid frame type") would say only that a byte was
+    /// unexpected, so it is not carried.
+    NotRedis,
     /// The server runs no Lua scripts: it refused `EVAL` (scripting disabled or renamed away, as
     /// some managed services do, or Valkey without its Lua module). Every lockkit primitive is a
     /// Lua script, so no client is built. The message carries the server's reply.
@@ -295,6 +343,13 @@ impl ConnectFailure {
                 ),
             ),
             ConnectFailure::Handshake => ("connected, but the Redis handshake failed".into(), None),
+            ConnectFailure::NotRedis => (
+                "the server does not speak the Redis protocol".into(),
+                Some(
+                    "is it Redis? something else listens at the address in the URL this program \
+                     gave lockkit",
+                ),
+            ),
             ConnectFailure::NoScripting => (
                 "the server runs no Lua scripts (it refuses `EVAL`)".into(),
                 Some("every lockkit primitive is a Lua script"),
@@ -581,6 +636,7 @@ mod tests {
             ConnectFailure::Auth,
             ConnectFailure::Tls,
             ConnectFailure::Handshake,
+            ConnectFailure::NotRedis,
             ConnectFailure::NoScripting,
             ConnectFailure::NoWait,
             ConnectFailure::Other,
@@ -594,6 +650,7 @@ mod tests {
                 | ConnectFailure::Auth
                 | ConnectFailure::Tls
                 | ConnectFailure::Handshake
+                | ConnectFailure::NotRedis
                 | ConnectFailure::NoScripting
                 | ConnectFailure::NoWait
                 | ConnectFailure::Other => {}
@@ -649,6 +706,7 @@ mod tests {
             Error::Shutdown,
             Error::NotReleased {
                 names: vec!["order:42".into(), "gpus".into()],
+                maybe_taken: vec!["jobs".into()],
                 source: Box::new(
                     Error::Redis(RedisError::timed_out(
                         "lock_release",
@@ -857,6 +915,7 @@ mod tests {
 
         let shutdown = Error::NotReleased {
             names: vec!["order:42".into(), "gpus".into()],
+            maybe_taken: Vec::new(),
             source: Box::new(Error::Shutdown),
         };
         assert_eq!(
