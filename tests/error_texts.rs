@@ -4,10 +4,14 @@
 //! lockkit's deadline and win about half the time).
 //!
 //! Each call is made against a server that does not answer, frozen (`SIGSTOP`) or paused
-//! (`CLIENT PAUSE … ALL`), by a client with a short command timeout. The operation is the method
-//! the user called where lockkit names it (`is_locked`, `count_down`, `campaign`, `once_per`,
-//! ...), else the script lockkit ran for it (`lock_release` for `unlock`, `semaphore_available`
-//! for `available_permits`), or `acquire` when an acquire's `wait` ran out.
+//! (`CLIENT PAUSE … ALL`), by a client with a short command timeout. The operation is always the
+//! method the user called (`is_locked`, `try_lock`, `unlock`, `available_permits`, `count_down`,
+//! `campaign`, `once_per`, ...), never the script or command lockkit ran for it (`EXISTS`,
+//! `lock_acquire`, `fenced_lock_acquire`, `semaphore_available`, `latch_count`) (issue 29 §2).
+//!
+//! The other error paths of issue 29 §2 follow: a server that refuses connections (the error
+//! says so, with the address), a shutdown after acquires were cut short (it says "may" for what
+//! they may have taken), a port out of range in the URL, and a server that is not Redis.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -161,10 +165,10 @@ async fn walk(fault: Fault) {
 
     let cases: Vec<Case<'_>> = vec![
         // Lock
-        case("lock()", "lock_acquire", &lock, Command, async {
+        case("lock()", "lock", &lock, Command, async {
             c.lock(&lock).lock().await.map(drop)
         }),
-        case("try_lock(wait)", "acquire", &lock, Wait, async {
+        case("try_lock(wait)", "try_lock", &lock, Wait, async {
             c.lock(&lock).try_lock(WAIT, None).await.map(drop)
         }),
         case("is_locked()", "is_locked", &lock, Command, async {
@@ -172,97 +176,77 @@ async fn walk(fault: Fault) {
         }),
         case(
             "is_held_by_current_task()",
-            "lock_hold_count",
+            "is_held_by_current_task",
             &lock,
             Command,
             async { c.lock(&lock).is_held_by_current_task().await.map(drop) },
         ),
-        case("hold_count()", "lock_hold_count", &lock, Command, async {
+        case("hold_count()", "hold_count", &lock, Command, async {
             c.lock(&lock).hold_count().await.map(drop)
         }),
         case("remaining_ttl()", "remaining_ttl", &lock, Command, async {
             c.lock(&lock).remaining_ttl().await.map(drop)
         }),
-        case(
-            "force_unlock()",
-            "lock_force_unlock",
-            &lock,
-            Command,
-            async { c.lock(&lock).force_unlock().await.map(drop) },
-        ),
-        case(
-            "unlock()",
-            "lock_release",
-            &held_lock_name,
-            Command,
-            async { held_lock.unlock().await },
-        ),
+        case("force_unlock()", "force_unlock", &lock, Command, async {
+            c.lock(&lock).force_unlock().await.map(drop)
+        }),
+        case("unlock()", "unlock", &held_lock_name, Command, async {
+            held_lock.unlock().await
+        }),
         // FairLock
-        case("fair lock()", "fair_lock_acquire", &fair, Command, async {
+        case("fair lock()", "lock", &fair, Command, async {
             c.fair_lock(&fair).lock().await.map(drop)
         }),
-        case("fair try_lock(wait)", "acquire", &fair, Wait, async {
+        case("fair try_lock(wait)", "try_lock", &fair, Wait, async {
             c.fair_lock(&fair).try_lock(WAIT, None).await.map(drop)
         }),
         case("fair is_locked()", "is_locked", &fair, Command, async {
             c.fair_lock(&fair).is_locked().await.map(drop)
         }),
-        case(
-            "fair unlock()",
-            "fair_lock_release",
-            &held_fair_name,
-            Command,
-            async { held_fair.unlock().await },
-        ),
+        case("fair unlock()", "unlock", &held_fair_name, Command, async {
+            held_fair.unlock().await
+        }),
         // FencedLock
-        case(
-            "fenced lock()",
-            "fenced_lock_acquire",
-            &fenced,
-            Command,
-            async { c.fenced_lock(&fenced).lock().await.map(drop) },
-        ),
-        case("fenced try_lock(wait)", "acquire", &fenced, Wait, async {
+        case("fenced lock()", "lock", &fenced, Command, async {
+            c.fenced_lock(&fenced).lock().await.map(drop)
+        }),
+        case("fenced try_lock(wait)", "try_lock", &fenced, Wait, async {
             c.fenced_lock(&fenced).try_lock(WAIT, None).await.map(drop)
         }),
         case(
             "fenced force_unlock()",
-            "lock_force_unlock",
+            "force_unlock",
             &fenced,
             Command,
             async { c.fenced_lock(&fenced).force_unlock().await.map(drop) },
         ),
         // SpinLock
-        case("spin lock()", "spin_lock_acquire", &spin, Command, async {
+        case("spin lock()", "lock", &spin, Command, async {
             c.spin_lock(&spin).lock().await.map(drop)
         }),
-        case("spin try_lock(wait)", "acquire", &spin, Wait, async {
+        case("spin try_lock(wait)", "try_lock", &spin, Wait, async {
             c.spin_lock(&spin).try_lock(WAIT, None).await.map(drop)
         }),
         case("spin is_locked()", "is_locked", &spin, Command, async {
             c.spin_lock(&spin).is_locked().await.map(drop)
         }),
-        case(
-            "spin unlock()",
-            "spin_lock_release",
-            &held_spin_name,
-            Command,
-            async { held_spin.unlock().await },
-        ),
+        case("spin unlock()", "unlock", &held_spin_name, Command, async {
+            held_spin.unlock().await
+        }),
         // ReadWriteLock
-        case("read_lock()", "rwlock_acquire", &rw, Command, async {
+        case("read_lock()", "read_lock", &rw, Command, async {
             c.read_write_lock(&rw).read_lock().await.map(drop)
         }),
-        case("write_lock()", "rwlock_acquire", &rw, Command, async {
+        case("write_lock()", "write_lock", &rw, Command, async {
             c.read_write_lock(&rw).write_lock().await.map(drop)
         }),
-        case("try_read_lock(wait)", "acquire", &rw, Wait, async {
+        case("try_read_lock(wait)", "try_read_lock", &rw, Wait, async {
             c.read_write_lock(&rw)
                 .try_read_lock(WAIT, None)
                 .await
                 .map(drop)
         }),
-        case("try_write_lock(wait)", "acquire", &rw, Wait, async {
+        case("try_write_lock(wait)", "try_write_lock", &rw, Wait, async {
             c.read_write_lock(&rw)
                 .try_write_lock(WAIT, None)
                 .await
@@ -270,49 +254,41 @@ async fn walk(fault: Fault) {
         }),
         case(
             "rw is_write_locked()",
-            "rwlock_status",
+            "is_write_locked",
             &rw,
             Command,
             async { c.read_write_lock(&rw).is_write_locked().await.map(drop) },
         ),
-        case(
-            "rw unlock()",
-            "rwlock_release",
-            &held_rw_name,
-            Command,
-            async { held_rw.unlock().await },
-        ),
+        case("rw unlock()", "unlock", &held_rw_name, Command, async {
+            held_rw.unlock().await
+        }),
         // Semaphore
-        case("acquire(1)", "semaphore_acquire", &sem, Command, async {
+        case("acquire(1)", "acquire", &sem, Command, async {
             semaphore.acquire(1).await.map(drop)
         }),
-        case("try_acquire(1, wait)", "acquire", &sem, Wait, async {
+        case("try_acquire(1, wait)", "try_acquire", &sem, Wait, async {
             semaphore.try_acquire(1, WAIT, None).await.map(drop)
         }),
         case(
             "available_permits()",
-            "semaphore_available",
+            "available_permits",
             &sem,
             Command,
             async { semaphore.available_permits().await.map(drop) },
         ),
         case(
             "try_set_permits()",
-            "semaphore_try_set_permits",
+            "try_set_permits",
             &sem,
             Command,
             async { semaphore.try_set_permits(2).await.map(drop) },
         ),
-        case(
-            "add_permits()",
-            "semaphore_add_permits",
-            &sem,
-            Command,
-            async { semaphore.add_permits(1).await.map(drop) },
-        ),
+        case("add_permits()", "add_permits", &sem, Command, async {
+            semaphore.add_permits(1).await.map(drop)
+        }),
         case(
             "permit release()",
-            "semaphore_release",
+            "release",
             &held_sem_name,
             Command,
             async { held_sem.release().await },
@@ -320,35 +296,35 @@ async fn walk(fault: Fault) {
         // PermitExpirableSemaphore
         case(
             "expirable acquire(lease)",
-            "semaphore_acquire",
+            "acquire",
             &pes,
             Command,
             async { expirable.acquire(lease).await.map(drop) },
         ),
         case(
             "expirable try_acquire(wait)",
-            "acquire",
+            "try_acquire",
             &pes,
             Wait,
             async { expirable.try_acquire(WAIT, lease).await.map(drop) },
         ),
         case(
             "expirable release(id)",
-            "semaphore_release",
+            "release",
             &held_pes_name,
             Command,
             async { slots.release(&by_id).await },
         ),
         case(
             "expirable update_lease(id)",
-            "semaphore_update_lease",
+            "update_lease",
             &held_pes_name,
             Command,
             async { slots.update_lease(&by_id, lease).await.map(drop) },
         ),
         case(
             "expirable permit release()",
-            "semaphore_release",
+            "release",
             &held_pes_name,
             Command,
             async { held_pes.release().await },
@@ -411,7 +387,7 @@ async fn walk(fault: Fault) {
             resigning.resign().await
         }),
         // MultiLock: the member that met no answer, taken by a try that does not wait.
-        case("multi lock()", "acquire", &multi[0], RoundTrip, async {
+        case("multi lock()", "lock", &multi[0], RoundTrip, async {
             c.multi_lock([c.lock(&multi[0]), c.lock(&multi[1])])
                 .lock()
                 .await
@@ -419,7 +395,7 @@ async fn walk(fault: Fault) {
         }),
         case(
             "multi try_lock(wait)",
-            "acquire",
+            "try_lock",
             &multi[0],
             RoundTrip,
             async {
@@ -431,7 +407,7 @@ async fn walk(fault: Fault) {
         ),
         case(
             "multi unlock()",
-            "lock_release",
+            "unlock",
             &held_multi_names[0],
             Command,
             async { held_multi.unlock().await },

@@ -242,6 +242,21 @@ fn not_released_message(names: &[String], maybe_taken: &[String]) -> String {
     }
 }
 
+/// Names the public method a call's [`Error::Redis`] happened in ([`Error::during`]), on a
+/// whole result: every public method of every primitive ends with it, so that an error names
+/// the operation in the user's terms (`try_lock`, `available_permits`, `unlock`) and not the
+/// script or command lockkit ran for it (`lock_acquire`, `semaphore_available`, `EXISTS`).
+pub(crate) trait During {
+    /// See [`Error::during`].
+    fn during(self, operation: &'static str) -> Self;
+}
+
+impl<T> During for Result<T, Error> {
+    fn during(self, operation: &'static str) -> Self {
+        self.map_err(|err| err.during(operation))
+    }
+}
+
 impl From<KeyError> for Error {
     fn from(err: KeyError) -> Self {
         Error::InvalidArgument(err.to_string())
@@ -474,9 +489,10 @@ impl RedisError {
         self.names_its_bound
     }
 
-    /// What was being done: the method the user called where lockkit names it (`campaign`,
-    /// `count_down`, `once_per`, ...), else what lockkit was doing for it: a script's name
-    /// (`lock_acquire`, ...), `acquire` (an acquire's wait ran out), `subscribe`, ...
+    /// What was being done: the public method the user called (`lock`, `try_lock`,
+    /// `is_locked`, `unlock`, `acquire`, `available_permits`, `count_down`, `campaign`,
+    /// `once_per`, `inspect`, ...), never the script or Redis command lockkit ran for it. An
+    /// election observer's reads, which no call waits for, name `observe`.
     pub fn operation(&self) -> &'static str {
         self.operation
     }
