@@ -669,7 +669,8 @@ impl ClientBuilder {
         let sharded = pubsub == PubSubMode::Sharded;
         let exec = Exec::new(redis_client, sharded, clustered, self.command_timeout)
             .with_token_counter_ttl(self.token_counter_ttl)
-            .with_namespace(namespace.clone());
+            .with_namespace(namespace.clone())
+            .watching(target.addr());
         let closed = CancellationToken::new();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let watchdog = Watchdog::spawn(

@@ -458,6 +458,8 @@ pub struct RedisError {
     /// A timeout of one of lockkit's bounds, whose text names the bound (fred's own timeout
     /// says only "Request timed out").
     names_its_bound: bool,
+    /// Whether the text says why the client had no connection (see `Exec::explain`).
+    connection_cause: bool,
 }
 
 impl RedisError {
@@ -467,7 +469,23 @@ impl RedisError {
             object: None,
             source,
             names_its_bound: false,
+            connection_cause: false,
         }
+    }
+
+    /// The same timeout, its text led by `cause`, why the client had no connection then.
+    pub(crate) fn with_connection_cause(self, cause: &str) -> Self {
+        let detail = format!("{cause}; {}", self.source.details());
+        Self {
+            source: fred::error::Error::new(self.source.kind().clone(), detail),
+            connection_cause: true,
+            ..self
+        }
+    }
+
+    /// Whether [`with_connection_cause`](RedisError::with_connection_cause) was applied.
+    pub(crate) fn has_connection_cause(&self) -> bool {
+        self.connection_cause
     }
 
     /// An operation that Redis did not answer in time: cut off by one of lockkit's bounds (an
