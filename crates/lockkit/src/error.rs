@@ -2,8 +2,9 @@
 //!
 //! Every error's top line carries what a user can act on: `{err}` alone is a complete sentence
 //! with the cause in the server's or the system's words (`cannot connect to 127.0.0.1:6379: the
-//! Redis handshake failed: ERR DB index is out of range`, `redis error during acquire of
-//! `gpus`: no answer from Redis within 1.0s ...`). And it keeps to the Rust API guidelines' rule
+//! Redis handshake failed: ERR DB index is out of range`, `redis error during try_acquire of
+//! `gpus`: no answer from Redis within 1.0s ...`): the object (or the server's address), the
+//! method the user called, and for a timeout the bound that ran out. And it keeps to the Rust API guidelines' rule
 //! for chains (C-GOOD-ERR): what is in the text is not returned again by
 //! [`source`](std::error::Error::source), so reporters that walk the chain (`anyhow`, `eyre`, the
 //! `lockkit` command) show each cause once.
@@ -307,7 +308,7 @@ pub enum ConnectFailure {
     Tls,
     /// The server accepted the connection but the Redis handshake failed: it closed the
     /// connection (a TLS-only server reached by `redis://`, something else listening on the
-    /// port), or answered with an error (a database number the server does not have, a cluster
+    /// port that closes it; one that answers in another protocol is [`NotRedis`](Self::NotRedis)), or answered with an error (a database number the server does not have, a cluster
     /// URL for a server without cluster mode, a Sentinel group that does not know the service).
     Handshake,
     /// The server answered in something other than the Redis protocol: another program (an HTTP

@@ -60,6 +60,7 @@ impl Registered for Arc<Hold> {
 }
 
 /// A hold the shutdown could not give back.
+#[derive(Debug)]
 pub(crate) struct Unreleased {
     /// Its object's name.
     pub(crate) name: Arc<str>,
