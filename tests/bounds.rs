@@ -375,7 +375,9 @@ async fn a_shutdown_returns_within_the_command_timeout_and_names_what_it_did_not
         drop(gone); // released in the background, into the outage
         let (result, _) = measured("shutdown", fault, COMMAND_TIMEOUT, client.shutdown()).await;
         match result {
-            Err(Error::NotReleased { mut names, source }) => {
+            Err(Error::NotReleased {
+                mut names, source, ..
+            }) => {
                 names.sort();
                 let mut expected = vec![held[0].clone(), held[1].clone(), dropped.clone()];
                 expected.sort();

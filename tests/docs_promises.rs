@@ -1267,7 +1267,7 @@ async fn nothing_is_held_after_a_try_cut_off_by_a_client_pause_after_script_flus
 // ---------------------------------------------------------------------------------------------
 
 /// guide.md, Errors: "An error's `Display` says what went wrong *and why …*: … the bound that
-/// ran out", and the Bounds table's example ``redis error during acquire of `order:42`: no answer
+/// ran out", and the Bounds table's example ``redis error during try_lock of `order:42`: no answer
 /// from Redis within 1.0s (the wait was 1s, …)``. With the server frozen, the timeouts of
 /// `try_lock`, `count_down`, `once_per`, `leader()` and `try_campaign` each name the object and
 /// the bound ("within"), never fred's bare "Request timed out", and the election's never speaks

@@ -4,10 +4,14 @@
 //! lockkit's deadline and win about half the time).
 //!
 //! Each call is made against a server that does not answer, frozen (`SIGSTOP`) or paused
-//! (`CLIENT PAUSE … ALL`), by a client with a short command timeout. The operation is the method
-//! the user called where lockkit names it (`is_locked`, `count_down`, `campaign`, `once_per`,
-//! ...), else the script lockkit ran for it (`lock_release` for `unlock`, `semaphore_available`
-//! for `available_permits`), or `acquire` when an acquire's `wait` ran out.
+//! (`CLIENT PAUSE … ALL`), by a client with a short command timeout. The operation is always the
+//! method the user called (`is_locked`, `try_lock`, `unlock`, `available_permits`, `count_down`,
+//! `campaign`, `once_per`, ...), never the script or command lockkit ran for it (`EXISTS`,
+//! `lock_acquire`, `fenced_lock_acquire`, `semaphore_available`, `latch_count`) (issue 29 §2).
+//!
+//! The other error paths of issue 29 §2 follow: a server that refuses connections (the error
+//! says so, with the address), a shutdown after acquires were cut short (it says "may" for what
+//! they may have taken), a port out of range in the URL, and a server that is not Redis.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -161,10 +165,10 @@ async fn walk(fault: Fault) {
 
     let cases: Vec<Case<'_>> = vec![
         // Lock
-        case("lock()", "lock_acquire", &lock, Command, async {
+        case("lock()", "lock", &lock, Command, async {
             c.lock(&lock).lock().await.map(drop)
         }),
-        case("try_lock(wait)", "acquire", &lock, Wait, async {
+        case("try_lock(wait)", "try_lock", &lock, Wait, async {
             c.lock(&lock).try_lock(WAIT, None).await.map(drop)
         }),
         case("is_locked()", "is_locked", &lock, Command, async {
@@ -172,97 +176,77 @@ async fn walk(fault: Fault) {
         }),
         case(
             "is_held_by_current_task()",
-            "lock_hold_count",
+            "is_held_by_current_task",
             &lock,
             Command,
             async { c.lock(&lock).is_held_by_current_task().await.map(drop) },
         ),
-        case("hold_count()", "lock_hold_count", &lock, Command, async {
+        case("hold_count()", "hold_count", &lock, Command, async {
             c.lock(&lock).hold_count().await.map(drop)
         }),
         case("remaining_ttl()", "remaining_ttl", &lock, Command, async {
             c.lock(&lock).remaining_ttl().await.map(drop)
         }),
-        case(
-            "force_unlock()",
-            "lock_force_unlock",
-            &lock,
-            Command,
-            async { c.lock(&lock).force_unlock().await.map(drop) },
-        ),
-        case(
-            "unlock()",
-            "lock_release",
-            &held_lock_name,
-            Command,
-            async { held_lock.unlock().await },
-        ),
+        case("force_unlock()", "force_unlock", &lock, Command, async {
+            c.lock(&lock).force_unlock().await.map(drop)
+        }),
+        case("unlock()", "unlock", &held_lock_name, Command, async {
+            held_lock.unlock().await
+        }),
         // FairLock
-        case("fair lock()", "fair_lock_acquire", &fair, Command, async {
+        case("fair lock()", "lock", &fair, Command, async {
             c.fair_lock(&fair).lock().await.map(drop)
         }),
-        case("fair try_lock(wait)", "acquire", &fair, Wait, async {
+        case("fair try_lock(wait)", "try_lock", &fair, Wait, async {
             c.fair_lock(&fair).try_lock(WAIT, None).await.map(drop)
         }),
         case("fair is_locked()", "is_locked", &fair, Command, async {
             c.fair_lock(&fair).is_locked().await.map(drop)
         }),
-        case(
-            "fair unlock()",
-            "fair_lock_release",
-            &held_fair_name,
-            Command,
-            async { held_fair.unlock().await },
-        ),
+        case("fair unlock()", "unlock", &held_fair_name, Command, async {
+            held_fair.unlock().await
+        }),
         // FencedLock
-        case(
-            "fenced lock()",
-            "fenced_lock_acquire",
-            &fenced,
-            Command,
-            async { c.fenced_lock(&fenced).lock().await.map(drop) },
-        ),
-        case("fenced try_lock(wait)", "acquire", &fenced, Wait, async {
+        case("fenced lock()", "lock", &fenced, Command, async {
+            c.fenced_lock(&fenced).lock().await.map(drop)
+        }),
+        case("fenced try_lock(wait)", "try_lock", &fenced, Wait, async {
             c.fenced_lock(&fenced).try_lock(WAIT, None).await.map(drop)
         }),
         case(
             "fenced force_unlock()",
-            "lock_force_unlock",
+            "force_unlock",
             &fenced,
             Command,
             async { c.fenced_lock(&fenced).force_unlock().await.map(drop) },
         ),
         // SpinLock
-        case("spin lock()", "spin_lock_acquire", &spin, Command, async {
+        case("spin lock()", "lock", &spin, Command, async {
             c.spin_lock(&spin).lock().await.map(drop)
         }),
-        case("spin try_lock(wait)", "acquire", &spin, Wait, async {
+        case("spin try_lock(wait)", "try_lock", &spin, Wait, async {
             c.spin_lock(&spin).try_lock(WAIT, None).await.map(drop)
         }),
         case("spin is_locked()", "is_locked", &spin, Command, async {
             c.spin_lock(&spin).is_locked().await.map(drop)
         }),
-        case(
-            "spin unlock()",
-            "spin_lock_release",
-            &held_spin_name,
-            Command,
-            async { held_spin.unlock().await },
-        ),
+        case("spin unlock()", "unlock", &held_spin_name, Command, async {
+            held_spin.unlock().await
+        }),
         // ReadWriteLock
-        case("read_lock()", "rwlock_acquire", &rw, Command, async {
+        case("read_lock()", "read_lock", &rw, Command, async {
             c.read_write_lock(&rw).read_lock().await.map(drop)
         }),
-        case("write_lock()", "rwlock_acquire", &rw, Command, async {
+        case("write_lock()", "write_lock", &rw, Command, async {
             c.read_write_lock(&rw).write_lock().await.map(drop)
         }),
-        case("try_read_lock(wait)", "acquire", &rw, Wait, async {
+        case("try_read_lock(wait)", "try_read_lock", &rw, Wait, async {
             c.read_write_lock(&rw)
                 .try_read_lock(WAIT, None)
                 .await
                 .map(drop)
         }),
-        case("try_write_lock(wait)", "acquire", &rw, Wait, async {
+        case("try_write_lock(wait)", "try_write_lock", &rw, Wait, async {
             c.read_write_lock(&rw)
                 .try_write_lock(WAIT, None)
                 .await
@@ -270,49 +254,41 @@ async fn walk(fault: Fault) {
         }),
         case(
             "rw is_write_locked()",
-            "rwlock_status",
+            "is_write_locked",
             &rw,
             Command,
             async { c.read_write_lock(&rw).is_write_locked().await.map(drop) },
         ),
-        case(
-            "rw unlock()",
-            "rwlock_release",
-            &held_rw_name,
-            Command,
-            async { held_rw.unlock().await },
-        ),
+        case("rw unlock()", "unlock", &held_rw_name, Command, async {
+            held_rw.unlock().await
+        }),
         // Semaphore
-        case("acquire(1)", "semaphore_acquire", &sem, Command, async {
+        case("acquire(1)", "acquire", &sem, Command, async {
             semaphore.acquire(1).await.map(drop)
         }),
-        case("try_acquire(1, wait)", "acquire", &sem, Wait, async {
+        case("try_acquire(1, wait)", "try_acquire", &sem, Wait, async {
             semaphore.try_acquire(1, WAIT, None).await.map(drop)
         }),
         case(
             "available_permits()",
-            "semaphore_available",
+            "available_permits",
             &sem,
             Command,
             async { semaphore.available_permits().await.map(drop) },
         ),
         case(
             "try_set_permits()",
-            "semaphore_try_set_permits",
+            "try_set_permits",
             &sem,
             Command,
             async { semaphore.try_set_permits(2).await.map(drop) },
         ),
-        case(
-            "add_permits()",
-            "semaphore_add_permits",
-            &sem,
-            Command,
-            async { semaphore.add_permits(1).await.map(drop) },
-        ),
+        case("add_permits()", "add_permits", &sem, Command, async {
+            semaphore.add_permits(1).await.map(drop)
+        }),
         case(
             "permit release()",
-            "semaphore_release",
+            "release",
             &held_sem_name,
             Command,
             async { held_sem.release().await },
@@ -320,35 +296,35 @@ async fn walk(fault: Fault) {
         // PermitExpirableSemaphore
         case(
             "expirable acquire(lease)",
-            "semaphore_acquire",
+            "acquire",
             &pes,
             Command,
             async { expirable.acquire(lease).await.map(drop) },
         ),
         case(
             "expirable try_acquire(wait)",
-            "acquire",
+            "try_acquire",
             &pes,
             Wait,
             async { expirable.try_acquire(WAIT, lease).await.map(drop) },
         ),
         case(
             "expirable release(id)",
-            "semaphore_release",
+            "release",
             &held_pes_name,
             Command,
             async { slots.release(&by_id).await },
         ),
         case(
             "expirable update_lease(id)",
-            "semaphore_update_lease",
+            "update_lease",
             &held_pes_name,
             Command,
             async { slots.update_lease(&by_id, lease).await.map(drop) },
         ),
         case(
             "expirable permit release()",
-            "semaphore_release",
+            "release",
             &held_pes_name,
             Command,
             async { held_pes.release().await },
@@ -411,7 +387,7 @@ async fn walk(fault: Fault) {
             resigning.resign().await
         }),
         // MultiLock: the member that met no answer, taken by a try that does not wait.
-        case("multi lock()", "acquire", &multi[0], RoundTrip, async {
+        case("multi lock()", "lock", &multi[0], RoundTrip, async {
             c.multi_lock([c.lock(&multi[0]), c.lock(&multi[1])])
                 .lock()
                 .await
@@ -419,7 +395,7 @@ async fn walk(fault: Fault) {
         }),
         case(
             "multi try_lock(wait)",
-            "acquire",
+            "try_lock",
             &multi[0],
             RoundTrip,
             async {
@@ -431,7 +407,7 @@ async fn walk(fault: Fault) {
         ),
         case(
             "multi unlock()",
-            "lock_release",
+            "unlock",
             &held_multi_names[0],
             Command,
             async { held_multi.unlock().await },
@@ -486,5 +462,186 @@ async fn walk(fault: Fault) {
         "{fault:?}: {} call(s) do not name their operation, object and bound:\n{}",
         wrong.len(),
         wrong.join("\n")
+    );
+}
+
+/// The top line of `err`, checked to be an ambiguous Redis error.
+fn redis_text(what: &str, result: Result<(), Error>) -> String {
+    match result {
+        Err(Error::Redis(err)) => err.to_string(),
+        other => panic!("{what}: expected a Redis error, got {other:?}"),
+    }
+}
+
+/// Against a server that refuses connections (killed: nothing listens at its port), a call whose
+/// bound runs out says that the connection is refused, naming the address, besides its
+/// operation, object and bound: not only "no answer from Redis within 1.0s", which reads like a
+/// slow or frozen server.
+#[tokio::test]
+async fn a_call_against_a_refusing_server_says_the_connection_is_refused() {
+    let mut server = spawned().await;
+    let url = server.url();
+    let addr = url.trim_start_matches("redis://").to_owned();
+    let c = &within(
+        HANG,
+        "connect",
+        Client::builder()
+            .url(&url)
+            .command_timeout(Duration::from_secs(1))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let (lock, sem, latch, election) = (
+        unique("refused-lock"),
+        unique("refused-semaphore"),
+        unique("refused-latch"),
+        unique("refused-election"),
+    );
+    server.kill();
+    let wait = Duration::from_millis(500);
+    let cases: Vec<(&str, String, Call<'_>)> = vec![
+        (
+            "try_lock",
+            lock.clone(),
+            Box::pin(async { c.lock(&lock).try_lock(wait, None).await.map(drop) }),
+        ),
+        (
+            "is_locked",
+            lock.clone(),
+            Box::pin(async { c.lock(&lock).is_locked().await.map(drop) }),
+        ),
+        (
+            "acquire",
+            sem.clone(),
+            Box::pin(async { c.semaphore(&sem).acquire(1).await.map(drop) }),
+        ),
+        (
+            "count_down",
+            latch.clone(),
+            Box::pin(async { c.count_down_latch(&latch).count_down().await.map(drop) }),
+        ),
+        (
+            "campaign",
+            election.clone(),
+            Box::pin(async { c.election(&election).campaign("x").await.map(drop) }),
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (operation, object, call) in cases {
+        let text = redis_text(operation, within(HANG, operation, call).await);
+        println!("{text}");
+        let start = format!("redis error during {operation} of `{object}`: ");
+        if !(text.starts_with(&start) && text.contains(&format!("connection refused by {addr}"))) {
+            wrong.push(format!(
+                "`{text}` (expected `{start}…connection refused by {addr}…`)"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A client whose acquires were cut off (no answer in time) gives back at its shutdown what they
+/// *may* have taken; if that fails too, the error says "may" for those, and names for sure only
+/// the holds it had.
+#[tokio::test]
+async fn a_shutdown_says_may_for_what_cut_off_acquires_may_have_taken() {
+    let server = spawned().await;
+    let c = within(
+        HANG,
+        "connect",
+        Client::builder()
+            .url(server.url())
+            .command_timeout(Duration::from_secs(1))
+            .build(),
+    )
+    .await
+    .unwrap();
+    let held = unique("shutdown-held");
+    let _guard = c.lock(&held).lock().await.unwrap();
+    let cut_off = unique("shutdown-cut-off");
+    server.pause().unwrap();
+    let cut_off_lock = c.lock(&cut_off);
+    let attempt = cut_off_lock.try_lock(Duration::from_millis(300), None);
+    let attempt = within(HANG, "an acquire against a frozen server", attempt)
+        .await
+        .map(drop);
+    assert!(
+        matches!(&attempt, Err(Error::Redis(err)) if err.is_ambiguous()),
+        "{attempt:?}"
+    );
+    let err = match within(HANG, "the shutdown", c.shutdown()).await {
+        Err(err) => err,
+        Ok(()) => panic!("a shutdown against a frozen server released everything"),
+    };
+    let text = err.to_string();
+    server.resume().unwrap();
+    assert_eq!(
+        text,
+        format!(
+            "shutdown could not release 1 hold(s), freed when their leases run out: `{held}`; \
+             nor give back what 1 acquire(s) cut short may have taken: `{cut_off}` (freed the \
+             same way if taken)"
+        )
+    );
+}
+
+/// A URL with a port out of range is refused before anything is sent, saying so with the URL.
+#[tokio::test]
+async fn a_port_out_of_range_is_named_with_the_url() {
+    let url = "redis://127.0.0.1:99999";
+    let err = match Client::connect(url).await {
+        Err(err) => err,
+        Ok(_) => panic!("connected to port 99999"),
+    };
+    assert_eq!(
+        err.to_string(),
+        "invalid argument: invalid Redis URL \"redis://127.0.0.1:99999\": the port `99999` is \
+         not a number from 1 to 65535"
+    );
+}
+
+/// Something that is not Redis (an HTTP server) on the port: the error says that the server
+/// does not speak the Redis protocol, not fred's "Decode Error: frame_type: Invalid frame type".
+#[tokio::test]
+async fn a_server_that_is_not_redis_is_called_so() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let http = tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buf = [0u8; 1024];
+                let _ = socket.read(&mut buf).await;
+                let _ = socket
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+                    .await;
+            });
+        }
+    });
+    let url = format!("redis://{addr}");
+    let result = within(
+        HANG,
+        "connect to an HTTP server",
+        Client::builder()
+            .url(&url)
+            .connect_timeout(Duration::from_secs(5))
+            .build(),
+    )
+    .await;
+    http.abort();
+    let err = match result {
+        Err(err) => err,
+        Ok(_) => panic!("connected to an HTTP server"),
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot connect to {addr}: the server does not speak the Redis protocol (is it \
+             Redis? something else listens at the address in the URL this program gave lockkit)"
+        )
     );
 }

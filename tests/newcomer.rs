@@ -96,11 +96,15 @@ async fn an_outage_s_error_carries_its_cause_on_its_top_line() {
         .split_once(": ")
         .unwrap_or_else(|| panic!("no cause: {shown}"));
     assert!(
-        operation.starts_with("redis error during acquire of `outage:"),
+        operation.starts_with("redis error during try_acquire of `outage:"),
         "{shown}"
     );
+    // Killed: nothing listens at its port, and the text says so before the bound that ran out.
+    let addr = server.url().trim_start_matches("redis://").to_owned();
     assert!(
-        cause.starts_with("no answer from Redis within 1.0s"),
+        cause.starts_with(&format!(
+            "connection refused by {addr} (reconnecting); no answer from Redis within "
+        )),
         "{shown}"
     );
 }

@@ -164,7 +164,7 @@ fn shut_down_or(client: &ClientInner, err: Error, name: &str) -> Error {
     if client.is_shut_down() {
         Error::Shutdown
     } else {
-        err.naming(name)
+        client.exec.explain(err.naming(name))
     }
 }
 

@@ -224,8 +224,9 @@ impl Client {
     ///
     /// # Errors
     /// [`Error::NotReleased`], naming every hold that could not be given back in that time
-    /// (Redis did not answer, or failed); the client is shut down all the same, and each such
-    /// hold frees when its lease runs out.
+    /// (Redis did not answer, or failed), and apart from them what acquires cut short (an
+    /// ambiguous error) may have taken and could not be given back either; the client is shut
+    /// down all the same, and each such hold frees when its lease runs out.
     pub async fn shutdown(&self) -> Result<(), Error> {
         if self.inner.shutdown.is_cancelled() {
             return Ok(());
@@ -241,18 +242,27 @@ impl Client {
         let _ = tokio::time::timeout_at(bound, self.inner.hub.sub_closed()).await;
         tracing::debug!(client = %self.inner.id, "client shut down");
         let mut failed = failed.into_iter();
-        let Some((first_name, first)) = failed.next() else {
+        let Some(first) = failed.next() else {
             return Ok(());
         };
-        let mut names = vec![first_name.to_string()];
-        names.extend(failed.map(|(name, _)| name.to_string()));
+        let (mut names, mut maybe_taken) = (Vec::new(), Vec::new());
+        for unreleased in std::iter::once(&first).chain(failed.as_slice()) {
+            let name = unreleased.name.to_string();
+            if unreleased.granted {
+                names.push(name);
+            } else {
+                maybe_taken.push(name);
+            }
+        }
         tracing::warn!(
             not_released = ?names,
+            ?maybe_taken,
             "shutdown could not release every hold; their leases will free them"
         );
         Err(Error::NotReleased {
             names,
-            source: Box::new(first),
+            maybe_taken,
+            source: Box::new(first.err),
         })
     }
 }
@@ -572,7 +582,7 @@ impl ClientBuilder {
             Error::InvalidArgument(format!(
                 "invalid Redis URL {:?}: {}",
                 redact(&url),
-                err.details()
+                url_problem(&url, err.details())
             ))
         })?;
         #[cfg(feature = "tls")]
@@ -659,7 +669,8 @@ impl ClientBuilder {
         let sharded = pubsub == PubSubMode::Sharded;
         let exec = Exec::new(redis_client, sharded, clustered, self.command_timeout)
             .with_token_counter_ttl(self.token_counter_ttl)
-            .with_namespace(namespace.clone());
+            .with_namespace(namespace.clone())
+            .watching(target.addr());
         let closed = CancellationToken::new();
         let id: Arc<str> = uuid::Uuid::new_v4().simple().to_string().into();
         let outage = Arc::new(crate::core::Outage::default());
@@ -717,6 +728,34 @@ fn check_scheme(url: &str, tls_built: bool) -> Result<bool, Error> {
              redis-sentinel:// (or rediss… for TLS)",
             redact(url)
         ))),
+    }
+}
+
+/// What is wrong with `url`, in words, from the `details` of fred's error: fred passes on the
+/// URL parser's error by its `Debug` name (`InvalidPort`), which says neither what nor where.
+fn url_problem(url: &str, details: &str) -> String {
+    // `host:port`, or `[v6]:port`, as the URL gives it (no credentials, path or query).
+    let authority = url
+        .split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .split(['/', '?'])
+        .next()
+        .unwrap_or_default();
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+    let port = host_port
+        .rsplit_once(':')
+        .filter(|(host, _)| !host.starts_with('[') || host.ends_with(']'))
+        .map_or("", |(_, port)| port);
+    match details.trim() {
+        "InvalidPort" => format!("the port `{port}` is not a number from 1 to 65535"),
+        "EmptyHost" => "the URL names no host".into(),
+        "InvalidIpv4Address" => "the host is not a valid IPv4 address".into(),
+        "InvalidIpv6Address" => "the host is not a valid IPv6 address (in brackets: [::1])".into(),
+        "InvalidDomainCharacter" | "IdnaError" => {
+            "the host name holds a character a host name cannot have".into()
+        }
+        "RelativeUrlWithoutBase" => "it is not a URL (`redis://host:port`)".into(),
+        other => other.to_owned(),
     }
 }
 

@@ -115,6 +115,10 @@ impl Target {
                 Probe::Connected => ConnectFailure::Handshake,
                 Probe::Inconclusive => ConnectFailure::Other,
             },
+            // Bytes that are not RESP: something else than Redis answered.
+            ErrorKind::Protocol if err.details().starts_with("Decode Error") => {
+                ConnectFailure::NotRedis
+            }
             ErrorKind::Config | ErrorKind::Protocol | ErrorKind::Sentinel | ErrorKind::Cluster => {
                 ConnectFailure::Handshake
             }
@@ -125,7 +129,7 @@ impl Target {
         };
         let cause: Option<Box<dyn std::error::Error + Send + Sync>> = match reason {
             // The reason says it all; fred's text would only repeat it.
-            ConnectFailure::TimedOut(_) => None,
+            ConnectFailure::TimedOut(_) | ConnectFailure::NotRedis => None,
             _ => Some(Box::new(err)),
         };
         self.error(reason, cause)

@@ -338,7 +338,7 @@ impl Election {
             Err(Error::Redis(err)) if err.is_timeout() => Err(deadline.expired("observe")),
             other => other,
         };
-        result.map_err(|err| err.naming(self.name()))
+        result.map_err(|err| self.inner().exec.explain(err.naming(self.name())))
     }
 
     /// A stream of the election's leadership changes, in order, each once.

@@ -2,8 +2,9 @@
 //!
 //! Every error's top line carries what a user can act on: `{err}` alone is a complete sentence
 //! with the cause in the server's or the system's words (`cannot connect to 127.0.0.1:6379: the
-//! Redis handshake failed: ERR DB index is out of range`, `redis error during acquire of
-//! `gpus`: no answer from Redis within 1.0s ...`). And it keeps to the Rust API guidelines' rule
+//! Redis handshake failed: ERR DB index is out of range`, `redis error during try_acquire of
+//! `gpus`: no answer from Redis within 1.0s ...`): the object (or the server's address), the
+//! method the user called, and for a timeout the bound that ran out. And it keeps to the Rust API guidelines' rule
 //! for chains (C-GOOD-ERR): what is in the text is not returned again by
 //! [`source`](std::error::Error::source), so reporters that walk the chain (`anyhow`, `eyre`, the
 //! `lockkit` command) show each cause once.
@@ -158,10 +159,19 @@ pub enum Error {
     /// command timeout (Redis did not answer, or failed). None of them is renewed any more: each
     /// frees when its lease runs out (a watchdog-mode hold within the watchdog timeout). The
     /// client is shut down all the same.
-    #[error("shutdown could not release {} hold(s), freed when their leases run out: {}", .names.len(), .names.iter().map(|name| format!("`{name}`")).collect::<Vec<_>>().join(", "))]
+    ///
+    /// Holds the client had are in `names`; what an acquire cut short (no answer in time, an
+    /// ambiguous error) *may* have taken, and could not be given back either, is in
+    /// `maybe_taken`, and the message says "may" for those:
+    /// ``shutdown could not release 1 hold(s), freed when their leases run out: `a`; nor give
+    /// back what 1 acquire(s) cut short may have taken: `b` (freed the same way if taken)``.
+    #[error("{}", not_released_message(names, maybe_taken))]
     NotReleased {
         /// The names of the objects whose holds were not given back, one per hold.
         names: Vec<String>,
+        /// The names of the objects that an acquire cut short may have taken (its outcome is
+        /// unknown) and whose give-back failed too, one per such acquire.
+        maybe_taken: Vec<String>,
         /// Why the first of them was not.
         #[source]
         source: Box<Error>,
@@ -196,6 +206,55 @@ impl Error {
             }
             other => other,
         }
+    }
+}
+
+/// The message of [`Error::NotReleased`]: the holds for sure, then, with "may", what cut-off
+/// acquires may have taken.
+fn not_released_message(names: &[String], maybe_taken: &[String]) -> String {
+    let list = |names: &[String]| {
+        names
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    match (names.is_empty(), maybe_taken.is_empty()) {
+        (_, true) => format!(
+            "shutdown could not release {} hold(s), freed when their leases run out: {}",
+            names.len(),
+            list(names)
+        ),
+        (true, false) => format!(
+            "shutdown could not give back what {} acquire(s) cut short may have taken, freed \
+             when their leases run out if taken: {}",
+            maybe_taken.len(),
+            list(maybe_taken)
+        ),
+        (false, false) => format!(
+            "shutdown could not release {} hold(s), freed when their leases run out: {}; nor \
+             give back what {} acquire(s) cut short may have taken: {} (freed the same way if \
+             taken)",
+            names.len(),
+            list(names),
+            maybe_taken.len(),
+            list(maybe_taken)
+        ),
+    }
+}
+
+/// Names the public method a call's [`Error::Redis`] happened in ([`Error::during`]), on a
+/// whole result: every public method of every primitive ends with it, so that an error names
+/// the operation in the user's terms (`try_lock`, `available_permits`, `unlock`) and not the
+/// script or command lockkit ran for it (`lock_acquire`, `semaphore_available`, `EXISTS`).
+pub(crate) trait During {
+    /// See [`Error::during`].
+    fn during(self, operation: &'static str) -> Self;
+}
+
+impl<T> During for Result<T, Error> {
+    fn during(self, operation: &'static str) -> Self {
+        self.map_err(|err| err.during(operation))
     }
 }
 
@@ -249,9 +308,14 @@ pub enum ConnectFailure {
     Tls,
     /// The server accepted the connection but the Redis handshake failed: it closed the
     /// connection (a TLS-only server reached by `redis://`, something else listening on the
-    /// port), or answered with an error (a database number the server does not have, a cluster
+    /// port that closes it; one that answers in another protocol is [`NotRedis`](Self::NotRedis)), or answered with an error (a database number the server does not have, a cluster
     /// URL for a server without cluster mode, a Sentinel group that does not know the service).
     Handshake,
+    /// The server answered in something other than the Redis protocol: another program (an HTTP
+    /// server, a database of another kind) listens at the address. fred's decoding error
+    /// ("Decode Error: frame_type: Invalid frame type") would say only that a byte was
+    /// unexpected, so it is not carried.
+    NotRedis,
     /// The server runs no Lua scripts: it refused `EVAL` (scripting disabled or renamed away, as
     /// some managed services do, or Valkey without its Lua module). Every lockkit primitive is a
     /// Lua script, so no client is built. The message carries the server's reply.
@@ -295,6 +359,13 @@ impl ConnectFailure {
                 ),
             ),
             ConnectFailure::Handshake => ("connected, but the Redis handshake failed".into(), None),
+            ConnectFailure::NotRedis => (
+                "the server does not speak the Redis protocol".into(),
+                Some(
+                    "is it Redis? something else listens at the address in the URL this program \
+                     gave lockkit",
+                ),
+            ),
             ConnectFailure::NoScripting => (
                 "the server runs no Lua scripts (it refuses `EVAL`)".into(),
                 Some("every lockkit primitive is a Lua script"),
@@ -388,6 +459,8 @@ pub struct RedisError {
     /// A timeout of one of lockkit's bounds, whose text names the bound (fred's own timeout
     /// says only "Request timed out").
     names_its_bound: bool,
+    /// Whether the text says why the client had no connection (see `Exec::explain`).
+    connection_cause: bool,
 }
 
 impl RedisError {
@@ -397,7 +470,23 @@ impl RedisError {
             object: None,
             source,
             names_its_bound: false,
+            connection_cause: false,
         }
+    }
+
+    /// The same timeout, its text led by `cause`, why the client had no connection then.
+    pub(crate) fn with_connection_cause(self, cause: &str) -> Self {
+        let detail = format!("{cause}; {}", self.source.details());
+        Self {
+            source: fred::error::Error::new(self.source.kind().clone(), detail),
+            connection_cause: true,
+            ..self
+        }
+    }
+
+    /// Whether [`with_connection_cause`](RedisError::with_connection_cause) was applied.
+    pub(crate) fn has_connection_cause(&self) -> bool {
+        self.connection_cause
     }
 
     /// An operation that Redis did not answer in time: cut off by one of lockkit's bounds (an
@@ -419,9 +508,10 @@ impl RedisError {
         self.names_its_bound
     }
 
-    /// What was being done: the method the user called where lockkit names it (`campaign`,
-    /// `count_down`, `once_per`, ...), else what lockkit was doing for it: a script's name
-    /// (`lock_acquire`, ...), `acquire` (an acquire's wait ran out), `subscribe`, ...
+    /// What was being done: the public method the user called (`lock`, `try_lock`,
+    /// `is_locked`, `unlock`, `acquire`, `available_permits`, `count_down`, `campaign`,
+    /// `once_per`, `inspect`, ...), never the script or Redis command lockkit ran for it. An
+    /// election observer's reads, which no call waits for, name `observe`.
     pub fn operation(&self) -> &'static str {
         self.operation
     }
@@ -581,6 +671,7 @@ mod tests {
             ConnectFailure::Auth,
             ConnectFailure::Tls,
             ConnectFailure::Handshake,
+            ConnectFailure::NotRedis,
             ConnectFailure::NoScripting,
             ConnectFailure::NoWait,
             ConnectFailure::Other,
@@ -594,6 +685,7 @@ mod tests {
                 | ConnectFailure::Auth
                 | ConnectFailure::Tls
                 | ConnectFailure::Handshake
+                | ConnectFailure::NotRedis
                 | ConnectFailure::NoScripting
                 | ConnectFailure::NoWait
                 | ConnectFailure::Other => {}
@@ -649,6 +741,7 @@ mod tests {
             Error::Shutdown,
             Error::NotReleased {
                 names: vec!["order:42".into(), "gpus".into()],
+                maybe_taken: vec!["jobs".into()],
                 source: Box::new(
                     Error::Redis(RedisError::timed_out(
                         "lock_release",
@@ -857,6 +950,7 @@ mod tests {
 
         let shutdown = Error::NotReleased {
             names: vec!["order:42".into(), "gpus".into()],
+            maybe_taken: Vec::new(),
             source: Box::new(Error::Shutdown),
         };
         assert_eq!(

@@ -71,6 +71,19 @@ pub(crate) struct Exec {
     namespace: Namespace,
     /// The command connection's `QUIT` was sent ([`quit_now`](Exec::quit_now)).
     quit_sent: Arc<std::sync::atomic::AtomicBool>,
+    /// The server's address and the last connection error: a call cut off while the client
+    /// cannot reconnect says why ([`explain`](Exec::explain)).
+    link: Arc<Link>,
+}
+
+/// Where the client connects, and why it could not the last time it tried.
+#[derive(Debug, Default)]
+struct Link {
+    /// `host:port` as the URL names it.
+    addr: String,
+    /// The last connection error since the last (re)connect, in the system's words
+    /// (`Connection refused`); `None` while connected.
+    down: parking_lot::Mutex<Option<String>>,
 }
 
 impl Exec {
@@ -103,7 +116,68 @@ impl Exec {
             token_counter_ttl_ms: DEFAULT_COUNTER_TTL.as_millis().to_string().into(),
             namespace: Namespace::default(),
             quit_sent: Arc::default(),
+            link: Arc::default(),
         }
+    }
+
+    /// The same, for the server at `addr` (`host:port` as the URL names it), watching its
+    /// connection (a task that ends with the client): a call cut off while the client cannot
+    /// reconnect says why, naming `addr`.
+    pub(crate) fn watching(mut self, addr: String) -> Self {
+        let link = Arc::new(Link {
+            addr,
+            down: parking_lot::Mutex::default(),
+        });
+        self.link = Arc::clone(&link);
+        let mut errors = fred::interfaces::EventInterface::error_rx(&self.redis);
+        let mut reconnects = fred::interfaces::EventInterface::reconnect_rx(&self.redis);
+        tokio::spawn(async move {
+            use tokio::sync::broadcast::error::RecvError;
+            loop {
+                tokio::select! {
+                    error = errors.recv() => match error {
+                        Ok((err, _server)) => {
+                            *link.down.lock() = Some(crate::error::fred_reason(&err));
+                        }
+                        Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => break,
+                    },
+                    reconnect = reconnects.recv() => match reconnect {
+                        Ok(_) => *link.down.lock() = None,
+                        Err(RecvError::Lagged(_)) => {}
+                        Err(RecvError::Closed) => break,
+                    },
+                }
+            }
+        });
+        self
+    }
+
+    /// Adds to a call cut off by one of lockkit's bounds while the client had no connection
+    /// (it was reconnecting) why it had none, with the server's address: `connection refused by
+    /// 127.0.0.1:6379 (reconnecting); no answer from Redis within 1.0s (...)`. Without it, a
+    /// server that refuses connections would read like a frozen or slow one. Other errors, and
+    /// calls cut off while connected, as they are.
+    pub(crate) fn explain(&self, err: Error) -> Error {
+        let Error::Redis(redis_err) = err else {
+            return err;
+        };
+        if !redis_err.names_its_bound()
+            || redis_err.has_connection_cause()
+            || self.redis.state() == fred::types::ClientState::Connected
+        {
+            return Error::Redis(redis_err);
+        }
+        let Some(reason) = self.link.down.lock().clone() else {
+            return Error::Redis(redis_err);
+        };
+        let addr = &self.link.addr;
+        let cause = if reason.eq_ignore_ascii_case("connection refused") {
+            format!("connection refused by {addr} (reconnecting)")
+        } else {
+            format!("no connection to {addr} (reconnecting; the last attempt: {reason})")
+        };
+        Error::Redis(redis_err.with_connection_cause(&cause))
     }
 
     /// Sends the command connection's `QUIT` now, synchronously, without waiting for its answer:
@@ -173,12 +247,13 @@ impl Exec {
         call: impl Future<Output = Result<T, Error>> + 'a,
     ) -> impl Future<Output = Result<T, Error>> + 'a {
         let deadline = self.command_deadline();
+        let exec = self.clone();
         deadline.run(operation, call).map(move |result| {
             result.map_err(|err| match err {
                 Error::Redis(err) if err.is_timeout() && !err.names_its_bound() => {
-                    deadline.expired(operation).naming(object)
+                    exec.explain(deadline.expired(operation).naming(object))
                 }
-                other => other.naming(object),
+                other => exec.explain(other.naming(object)),
             })
         })
     }
@@ -324,8 +399,8 @@ impl Exec {
             None => resend_unsent(call).await,
         };
         result.map_err(|err| match self.object_name(kind, keys) {
-            Some(name) => err.naming(&name),
-            None => err,
+            Some(name) => self.explain(err.naming(&name)),
+            None => self.explain(err),
         })
     }
 

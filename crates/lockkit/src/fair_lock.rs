@@ -13,6 +13,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
+use crate::error::During;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
@@ -164,7 +165,7 @@ impl FairLock {
     /// [`Error::InvalidArgument`] for an invalid name, [`Error::WrongType`] when one of the lock's
     /// keys holds something else.
     pub async fn lock(&self) -> Result<LockGuard, Error> {
-        self.lock_inner(None).await
+        self.lock_inner(None).await.during("lock")
     }
 
     /// Waits for its turn as long as it takes, then holds the lock for `lease`, without renewal.
@@ -176,7 +177,7 @@ impl FairLock {
     /// As [`lock`](FairLock::lock); [`Error::InvalidArgument`] for a lease shorter than
     /// [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`].
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
-        self.lock_inner(Some(lease)).await
+        self.lock_inner(Some(lease)).await.during("lock_with_lease")
     }
 
     async fn lock_inner(&self, lease: Option<Duration>) -> Result<LockGuard, Error> {
@@ -218,7 +219,7 @@ impl FairLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
-        self.acquire(Some(wait), lease).await
+        self.acquire(Some(wait), lease).await.during("try_lock")
     }
 
     async fn acquire(
@@ -264,7 +265,7 @@ impl FairLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn is_locked(&self) -> Result<bool, Error> {
-        self.object.exists().await
+        self.object.exists().await.during("is_locked")
     }
 
     /// Whether the calling code holds the lock through this client, counted as
@@ -273,7 +274,7 @@ impl FairLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
     pub async fn is_held_by_current_task(&self) -> Result<bool, Error> {
-        Ok(self.hold_count().await? > 0)
+        Ok(self.hold_count().await.during("is_held_by_current_task")? > 0)
     }
 
     /// The reentrant count of the owners the calling code acts as, through this client (0: none):
@@ -285,7 +286,7 @@ impl FairLock {
     /// # Errors
     /// As [`is_held_by_current_task`](FairLock::is_held_by_current_task).
     pub async fn hold_count(&self) -> Result<u32, Error> {
-        self.object.hold_count().await
+        self.object.hold_count().await.during("hold_count")
     }
 
     /// How long the current holder's lease still runs; `None` when the lock is free.
@@ -294,7 +295,7 @@ impl FairLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
-        self.object.remaining_ttl().await
+        self.object.remaining_ttl().await.during("remaining_ttl")
     }
 
     /// Deletes the lock whoever holds it and wakes the waiter first in line; returns whether it
@@ -310,6 +311,7 @@ impl FairLock {
         self.object
             .force_unlock(&FORCE_UNLOCK, decode_force_unlock)
             .await
+            .during("force_unlock")
     }
 }
 

@@ -217,6 +217,12 @@ impl Hold {
 
     /// Records the grant: from now on the local deadline counts (and the hold time, for the
     /// metrics). Call after [`confirmed_at`](Hold::confirmed_at).
+    /// Whether the hold was granted: `false` for the hold of an acquire cut short, which may or
+    /// may not have taken it.
+    pub(crate) fn was_granted(&self) -> bool {
+        self.granted.load(Ordering::Acquire)
+    }
+
     pub(crate) fn granted(&self) {
         self.clock.granted();
         self.granted.store(true, Ordering::Release);

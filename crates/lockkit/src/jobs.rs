@@ -9,6 +9,7 @@ use fred::types::{Expiration, SetOptions};
 use lockkit_protocol::keys::Kind;
 
 use crate::client::Client;
+use crate::error::During;
 use crate::error::{command_error, Error};
 use crate::hold::lease_millis;
 use crate::object::Object;
@@ -111,7 +112,8 @@ impl Client {
         let outcome = self
             .lock(name)
             .try_with_lock(Duration::ZERO, None, job)
-            .await?;
+            .await
+            .during("run_exclusive")?;
         Ok(match outcome {
             Some(out) => JobOutcome::Ran(out),
             None => {

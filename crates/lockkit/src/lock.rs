@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
+use crate::error::During;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
@@ -223,7 +224,7 @@ impl Lock {
     /// [`Error::InvalidArgument`] for an invalid name.
     #[doc(alias = "lock_owned")]
     pub async fn lock(&self) -> Result<LockGuard, Error> {
-        self.lock_inner(None).await
+        self.lock_inner(None).await.during("lock")
     }
 
     /// Waits as long as it takes, then holds the lock for `lease`, without renewal.
@@ -235,7 +236,7 @@ impl Lock {
     /// As [`lock`](Lock::lock); [`Error::InvalidArgument`] for a lease shorter than
     /// [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
-        self.lock_inner(Some(lease)).await
+        self.lock_inner(Some(lease)).await.during("lock_with_lease")
     }
 
     async fn lock_inner(&self, lease: Option<Duration>) -> Result<LockGuard, Error> {
@@ -284,7 +285,7 @@ impl Lock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
-        self.acquire(Some(wait), lease).await
+        self.acquire(Some(wait), lease).await.during("try_lock")
     }
 
     async fn acquire(
@@ -365,7 +366,7 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn is_locked(&self) -> Result<bool, Error> {
-        self.object.exists().await
+        self.object.exists().await.during("is_locked")
     }
 
     /// Whether the calling code holds the lock through this client: inside a holder's
@@ -375,7 +376,7 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
     pub async fn is_held_by_current_task(&self) -> Result<bool, Error> {
-        Ok(self.hold_count().await? > 0)
+        Ok(self.hold_count().await.during("is_held_by_current_task")? > 0)
     }
 
     /// The reentrant count of the owners the calling code acts as on this lock, through this
@@ -406,7 +407,7 @@ impl Lock {
     /// # Errors
     /// As [`is_held_by_current_task`](Lock::is_held_by_current_task).
     pub async fn hold_count(&self) -> Result<u32, Error> {
-        self.object.hold_count().await
+        self.object.hold_count().await.during("hold_count")
     }
 
     /// How long the current holder's lease still runs; `None` when the lock is free.
@@ -415,7 +416,7 @@ impl Lock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
-        self.object.remaining_ttl().await
+        self.object.remaining_ttl().await.during("remaining_ttl")
     }
 
     /// Deletes the lock whoever holds it and wakes its waiters; returns whether it was locked.
@@ -433,6 +434,7 @@ impl Lock {
                 lockkit_protocol::lock::decode_force_unlock,
             )
             .await
+            .during("force_unlock")
     }
 }
 
@@ -923,7 +925,7 @@ impl LockGuard {
     /// lock); the hold is then no longer renewed, and its release goes on in the background
     /// until Redis answers (if it never does, the hold frees when its lease runs out).
     pub async fn unlock(self) -> Result<(), Error> {
-        self.guard.release().await
+        self.guard.release().await.during("unlock")
     }
 }
 

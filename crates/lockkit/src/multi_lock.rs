@@ -9,6 +9,7 @@ use lockkit_protocol::lock::HANDOFF_WINDOW;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use crate::error::During;
 use crate::error::Error;
 use crate::exec::{Bound, Deadline};
 use crate::lock::{Lock, LockGuard, Member};
@@ -101,7 +102,7 @@ impl MultiLock {
     /// [`Lock::lock`]. Nothing is held after an error.
     pub async fn lock(&self) -> Result<MultiLockGuard, Error> {
         loop {
-            if let Some(guard) = self.acquire(None, None).await? {
+            if let Some(guard) = self.acquire(None, None).await.during("lock")? {
                 return Ok(guard);
             }
         }
@@ -116,7 +117,11 @@ impl MultiLock {
     /// As [`lock`](MultiLock::lock); [`Error::InvalidArgument`] for a bad lease.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<MultiLockGuard, Error> {
         loop {
-            if let Some(guard) = self.acquire(None, Some(lease)).await? {
+            if let Some(guard) = self
+                .acquire(None, Some(lease))
+                .await
+                .during("lock_with_lease")?
+            {
                 return Ok(guard);
             }
         }
@@ -147,6 +152,7 @@ impl MultiLock {
             .run("acquire", Box::pin(self.acquire(Some(wait), lease)))
             .await
             .map_err(|err| err.naming(&self.names()))
+            .during("try_lock")
     }
 
     /// The members' names, for errors.

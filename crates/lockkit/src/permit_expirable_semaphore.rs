@@ -15,6 +15,7 @@ use lockkit_protocol::semaphore::{
 
 use crate::acquire::acquire;
 use crate::core::ClientInner;
+use crate::error::During;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::guard::HoldGuard;
@@ -133,7 +134,9 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// As [`Semaphore::try_set_permits`](crate::Semaphore::try_set_permits).
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool, Error> {
-        semaphore::try_set_permits(&self.object, permits).await
+        semaphore::try_set_permits(&self.object, permits)
+            .await
+            .during("try_set_permits")
     }
 
     /// Adds `permits` to the total (a negative number takes them away) and returns the new total.
@@ -145,7 +148,9 @@ impl PermitExpirableSemaphore {
     /// # Errors
     /// As [`Semaphore::add_permits`](crate::Semaphore::add_permits).
     pub async fn add_permits(&self, permits: i64) -> Result<u64, Error> {
-        semaphore::add_permits(&self.object, permits).await
+        semaphore::add_permits(&self.object, permits)
+            .await
+            .during("add_permits")
     }
 
     /// How many permits are free now (when the total is absent: the
@@ -159,7 +164,9 @@ impl PermitExpirableSemaphore {
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the semaphore's keys hold
     /// something else.
     pub async fn available_permits(&self) -> Result<u64, Error> {
-        semaphore::available_permits(&self.object).await
+        semaphore::available_permits(&self.object)
+            .await
+            .during("available_permits")
     }
 
     /// Waits as long as it takes, then holds one permit for `lease`.
@@ -182,7 +189,7 @@ impl PermitExpirableSemaphore {
     /// - [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down.
     pub async fn acquire(&self, lease: Duration) -> Result<ExpirablePermit, Error> {
         loop {
-            if let Some(permit) = self.acquire_within(None, lease).await? {
+            if let Some(permit) = self.acquire_within(None, lease).await.during("acquire")? {
                 return Ok(permit);
             }
         }
@@ -218,7 +225,9 @@ impl PermitExpirableSemaphore {
         wait: Duration,
         lease: Duration,
     ) -> Result<Option<ExpirablePermit>, Error> {
-        self.acquire_within(Some(wait), lease).await
+        self.acquire_within(Some(wait), lease)
+            .await
+            .during("try_acquire")
     }
 
     async fn acquire_within(
@@ -264,6 +273,7 @@ impl PermitExpirableSemaphore {
             || false,
         )
         .await
+        .during("release")
     }
 
     /// Sets the lease of the permit with this id to end `lease` from now (earlier or later than
@@ -301,7 +311,8 @@ impl PermitExpirableSemaphore {
                 ],
                 Resend::Allowed,
             )
-            .await?;
+            .await
+            .during("update_lease")?;
         Ok(decode_update_lease(&reply)?)
     }
 }
@@ -378,7 +389,7 @@ impl ExpirablePermit {
     /// by id). [`Error::Shutdown`] after [`Client::shutdown`](crate::Client::shutdown), which already released it.
     /// [`Error::Redis`] when Redis fails; the permit then comes back when its lease ends.
     pub async fn release(self) -> Result<(), Error> {
-        self.guard.release().await
+        self.guard.release().await.during("release")
     }
 
     /// Lets go of the guard and returns the permit's id: the permit stays held until its lease

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
+use crate::error::During;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
@@ -149,7 +150,7 @@ impl ReadWriteLock {
     /// holds something else.
     #[doc(alias = "read", alias = "read_owned")]
     pub async fn read_lock(&self) -> Result<LockGuard, Error> {
-        self.wait_for(Mode::Read, None).await
+        self.wait_for(Mode::Read, None).await.during("read_lock")
     }
 
     /// Waits as long as it takes, then holds a read hold for `lease`, without renewal.
@@ -161,7 +162,9 @@ impl ReadWriteLock {
     /// As [`read_lock`](ReadWriteLock::read_lock); [`Error::InvalidArgument`] for a lease shorter
     /// than [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn read_lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
-        self.wait_for(Mode::Read, Some(lease)).await
+        self.wait_for(Mode::Read, Some(lease))
+            .await
+            .during("read_lock_with_lease")
     }
 
     /// Tries to take a read hold, waiting at most `wait` while another owner writes.
@@ -197,7 +200,9 @@ impl ReadWriteLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
-        self.acquire(Mode::Read, Some(wait), lease).await
+        self.acquire(Mode::Read, Some(wait), lease)
+            .await
+            .during("try_read_lock")
     }
 
     /// Waits as long as it takes, then holds the write hold in watchdog mode.
@@ -217,7 +222,7 @@ impl ReadWriteLock {
     /// [`read_lock`](ReadWriteLock::read_lock).
     #[doc(alias = "write", alias = "write_owned")]
     pub async fn write_lock(&self) -> Result<LockGuard, Error> {
-        self.wait_for(Mode::Write, None).await
+        self.wait_for(Mode::Write, None).await.during("write_lock")
     }
 
     /// Waits as long as it takes, then holds the write hold for `lease`, without renewal.
@@ -229,7 +234,9 @@ impl ReadWriteLock {
     /// As [`write_lock`](ReadWriteLock::write_lock); [`Error::InvalidArgument`] for a lease
     /// shorter than [`MIN_LEASE`](crate::MIN_LEASE) (1 ms) or over [`MAX_LEASE`](crate::MAX_LEASE).
     pub async fn write_lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
-        self.wait_for(Mode::Write, Some(lease)).await
+        self.wait_for(Mode::Write, Some(lease))
+            .await
+            .during("write_lock_with_lease")
     }
 
     /// Tries to take the write hold, waiting at most `wait` while others hold the lock.
@@ -252,7 +259,9 @@ impl ReadWriteLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
-        self.acquire(Mode::Write, Some(wait), lease).await
+        self.acquire(Mode::Write, Some(wait), lease)
+            .await
+            .during("try_write_lock")
     }
 
     async fn wait_for(&self, mode: Mode, lease: Option<Duration>) -> Result<LockGuard, Error> {
@@ -317,7 +326,7 @@ impl ReadWriteLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
     pub async fn is_locked(&self) -> Result<bool, Error> {
-        Ok(self.status().await?.mode.is_some())
+        Ok(self.status().await.during("is_locked")?.mode.is_some())
     }
 
     /// Whether someone holds a write hold.
@@ -325,7 +334,7 @@ impl ReadWriteLock {
     /// # Errors
     /// As [`is_locked`](ReadWriteLock::is_locked).
     pub async fn is_write_locked(&self) -> Result<bool, Error> {
-        Ok(self.status().await?.mode == Some(Mode::Write))
+        Ok(self.status().await.during("is_write_locked")?.mode == Some(Mode::Write))
     }
 
     /// The read holds of the owners the calling code acts as through this client (the enclosing
@@ -336,7 +345,7 @@ impl ReadWriteLock {
     /// # Errors
     /// As [`is_locked`](ReadWriteLock::is_locked).
     pub async fn read_hold_count(&self) -> Result<u32, Error> {
-        Ok(self.status().await?.read_holds)
+        Ok(self.status().await.during("read_hold_count")?.read_holds)
     }
 
     /// How many write holds the calling code has through this client (counted as
@@ -345,7 +354,7 @@ impl ReadWriteLock {
     /// # Errors
     /// As [`is_locked`](ReadWriteLock::is_locked).
     pub async fn write_hold_count(&self) -> Result<u32, Error> {
-        Ok(self.status().await?.write_holds)
+        Ok(self.status().await.during("write_hold_count")?.write_holds)
     }
 
     async fn status(&self) -> Result<Status, Error> {
@@ -381,6 +390,7 @@ impl ReadWriteLock {
         self.object
             .force_unlock(&FORCE_UNLOCK, decode_force_unlock)
             .await
+            .during("force_unlock")
     }
 }
 

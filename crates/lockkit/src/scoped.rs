@@ -9,6 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::error::During;
 use crate::error::Error;
 use crate::hold::Hold;
 use crate::{FairLock, FencedLock, Lock, LockGuard};
@@ -143,7 +144,7 @@ macro_rules! closure_helpers {
                 F: FnOnce(Lease) -> Fut,
                 Fut: Future<Output = T>,
             {
-                let guard = self.lock().await?;
+                let guard = self.lock().await.during("with_lock")?;
                 run_under(guard.into(), f).await
             }
 
@@ -164,7 +165,7 @@ macro_rules! closure_helpers {
                 F: FnOnce(Lease) -> Fut,
                 Fut: Future<Output = T>,
             {
-                match self.try_lock(wait, lease).await? {
+                match self.try_lock(wait, lease).await.during("try_with_lock")? {
                     Some(guard) => run_under(guard.into(), f).await.map(Some),
                     None => Ok(None),
                 }

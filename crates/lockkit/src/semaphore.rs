@@ -20,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
+use crate::error::During;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
@@ -196,7 +197,9 @@ impl Semaphore {
     /// (calling again answers `false` either way; [`available_permits`](Self::available_permits)
     /// tells).
     pub async fn try_set_permits(&self, permits: u64) -> Result<bool, Error> {
-        try_set_permits(&self.object, permits).await
+        try_set_permits(&self.object, permits)
+            .await
+            .during("try_set_permits")
     }
 
     /// Adds `permits` to the total (a negative number takes them away) and returns the new total.
@@ -219,7 +222,9 @@ impl Semaphore {
     /// fails — when the error [`is_ambiguous`](crate::RedisError::is_ambiguous) the change may or
     /// may not have been made: the request is never re-sent, so it is never made twice.
     pub async fn add_permits(&self, permits: i64) -> Result<u64, Error> {
-        add_permits(&self.object, permits).await
+        add_permits(&self.object, permits)
+            .await
+            .during("add_permits")
     }
 
     /// How many permits are free now (when the total is absent: the
@@ -237,7 +242,9 @@ impl Semaphore {
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the semaphore's keys hold
     /// something else.
     pub async fn available_permits(&self) -> Result<u64, Error> {
-        available_permits(&self.object).await
+        available_permits(&self.object)
+            .await
+            .during("available_permits")
     }
 
     /// Waits as long as it takes, then holds `permits` permits in watchdog mode.
@@ -261,7 +268,9 @@ impl Semaphore {
     /// - [`Error::Redis`] when Redis fails, [`Error::Shutdown`] once the client is shut down.
     #[doc(alias = "acquire_many", alias = "acquire_many_owned")]
     pub async fn acquire(&self, permits: u64) -> Result<SemaphorePermit, Error> {
-        self.acquire_unbounded(permits, None).await
+        self.acquire_unbounded(permits, None)
+            .await
+            .during("acquire")
     }
 
     /// Waits as long as it takes, then holds `permits` permits for `lease`, without renewal.
@@ -277,7 +286,9 @@ impl Semaphore {
         permits: u64,
         lease: Duration,
     ) -> Result<SemaphorePermit, Error> {
-        self.acquire_unbounded(permits, Some(lease)).await
+        self.acquire_unbounded(permits, Some(lease))
+            .await
+            .during("acquire_with_lease")
     }
 
     async fn acquire_unbounded(
@@ -329,7 +340,9 @@ impl Semaphore {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<SemaphorePermit>, Error> {
-        self.acquire_within(permits, Some(wait), lease).await
+        self.acquire_within(permits, Some(wait), lease)
+            .await
+            .during("try_acquire")
     }
 
     async fn acquire_within(
@@ -782,7 +795,7 @@ impl SemaphorePermit {
     /// released them. [`Error::Redis`] when Redis fails; the permits then come back when their
     /// lease ends.
     pub async fn release(self) -> Result<(), Error> {
-        self.guard.release().await
+        self.guard.release().await.during("release")
     }
 }
 

@@ -9,6 +9,7 @@ use tokio::time::Instant;
 
 use crate::acquire::{acquire_polling, Attempt, Backoff, Outcome};
 use crate::core::ClientInner;
+use crate::error::During;
 use crate::error::Error;
 use crate::exec::Resend;
 use crate::guard::{lease_mode, HoldGuard};
@@ -81,7 +82,7 @@ impl SpinLock {
     /// [`Error::WrongType`].
     pub async fn lock(&self) -> Result<LockGuard, Error> {
         loop {
-            if let Some(guard) = self.acquire(None, None).await? {
+            if let Some(guard) = self.acquire(None, None).await.during("lock")? {
                 return Ok(guard);
             }
         }
@@ -96,7 +97,11 @@ impl SpinLock {
     /// As [`lock`](SpinLock::lock); [`Error::InvalidArgument`] for a bad lease.
     pub async fn lock_with_lease(&self, lease: Duration) -> Result<LockGuard, Error> {
         loop {
-            if let Some(guard) = self.acquire(None, Some(lease)).await? {
+            if let Some(guard) = self
+                .acquire(None, Some(lease))
+                .await
+                .during("lock_with_lease")?
+            {
                 return Ok(guard);
             }
         }
@@ -115,7 +120,7 @@ impl SpinLock {
         wait: Duration,
         lease: Option<Duration>,
     ) -> Result<Option<LockGuard>, Error> {
-        self.acquire(Some(wait), lease).await
+        self.acquire(Some(wait), lease).await.during("try_lock")
     }
 
     async fn acquire(
@@ -142,7 +147,7 @@ impl SpinLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn is_locked(&self) -> Result<bool, Error> {
-        self.object.exists().await
+        self.object.exists().await.during("is_locked")
     }
 
     /// How long the current holder's lease still runs; `None` when free.
@@ -150,7 +155,7 @@ impl SpinLock {
     /// # Errors
     /// [`Error::Redis`] when Redis fails.
     pub async fn remaining_ttl(&self) -> Result<Option<Duration>, Error> {
-        self.object.remaining_ttl().await
+        self.object.remaining_ttl().await.during("remaining_ttl")
     }
 
     /// Deletes the lock whoever holds it; returns whether it was locked. Waiters notice at their
@@ -170,6 +175,7 @@ impl SpinLock {
                 lockkit_protocol::lock::decode_force_unlock,
             )
             .await
+            .during("force_unlock")
     }
 }
 

@@ -60,8 +60,16 @@ impl Registered for Arc<Hold> {
     }
 }
 
-/// A hold the shutdown could not give back: its object's name and why.
-pub(crate) type Unreleased = (Arc<str>, crate::Error);
+/// A hold the shutdown could not give back.
+#[derive(Debug)]
+pub(crate) struct Unreleased {
+    /// Its object's name.
+    pub(crate) name: Arc<str>,
+    /// Whether it was granted; `false` for what an acquire cut short may have taken.
+    pub(crate) granted: bool,
+    /// Why it was not given back.
+    pub(crate) err: crate::Error,
+}
 
 enum Command {
     Release(Arc<Hold>),
@@ -381,7 +389,11 @@ fn unreleased(hold: &Hold, err: crate::Error) -> Option<Unreleased> {
     if hold.is_lost() {
         None
     } else {
-        Some((Arc::clone(&hold.name), err))
+        Some(Unreleased {
+            name: Arc::clone(&hold.name),
+            granted: hold.was_granted(),
+            err,
+        })
     }
 }
 
