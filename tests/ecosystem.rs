@@ -36,6 +36,7 @@ async fn an_inspection_of_a_held_lock_serializes_as_the_cli_prints_it() {
             "holders",
             "key",
             "kind",
+            "leader",
             "mode",
             "name",
             "permits",

@@ -386,8 +386,10 @@ async fn walk(fault: Fault) {
         case("resign()", "resign", &leading[1], Command, async {
             resigning.resign().await
         }),
-        // MultiLock: the member that met no answer, taken by a try that does not wait.
-        case("multi lock()", "lock", &multi[0], RoundTrip, async {
+        // MultiLock: the member that met no answer, named with the call's own bound (the
+        // command timeout of a call with no wait; the wait of a `try_lock`), not the round trip
+        // of the member's one try (the docs-only suite, tests/docs_errors.rs, found that).
+        case("multi lock()", "lock", &multi[0], Command, async {
             c.multi_lock([c.lock(&multi[0]), c.lock(&multi[1])])
                 .lock()
                 .await
@@ -397,7 +399,7 @@ async fn walk(fault: Fault) {
             "multi try_lock(wait)",
             "try_lock",
             &multi[0],
-            RoundTrip,
+            Wait,
             async {
                 c.multi_lock([c.lock(&multi[0]), c.lock(&multi[1])])
                     .try_lock(WAIT, None)

@@ -140,6 +140,28 @@ where
     result
 }
 
+/// One try of `attempt`, as [`acquire`] with a `wait` of zero, bounded by `bound` (the bound of
+/// the call the try is part of: a multi-lock's member taken in a round, which its error names),
+/// not by one round trip. `Ok(None)`: not taken.
+pub(crate) async fn acquire_once<A>(
+    client: &ClientInner,
+    attempt: &A,
+    bound: Deadline,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt + Sync,
+{
+    let kind = attempt.object().0.segment();
+    let wait = Some(Duration::ZERO);
+    instrumented(
+        client,
+        attempt,
+        wait,
+        acquire_loop_within(client, attempt, wait, kind, Some(bound)),
+    )
+    .await
+}
+
 /// Runs the same loop as [`acquire`] for an attempt that takes nothing: a multi-lock waiting,
 /// holding nothing, until a member would be granted to it. No acquisition is counted in the
 /// metrics or spanned, since none is made; the wait itself is (`Waiting`).
@@ -218,6 +240,9 @@ struct WaitBound {
     started: Instant,
     wait: Duration,
     round_trip: Duration,
+    /// The bound of the call this one is part of, which every step keeps to instead
+    /// ([`acquire_once`]).
+    call: Option<Deadline>,
 }
 
 impl WaitBound {
@@ -230,6 +255,7 @@ impl WaitBound {
             started,
             wait: wait_or_zero,
             round_trip: client.exec.round_trip(),
+            call: None,
         }
     }
 
@@ -241,6 +267,9 @@ impl WaitBound {
         &self,
         step: impl Future<Output = Result<T, Error>> + Send + 'a,
     ) -> BoxFuture<'a, Result<T, Error>> {
+        if let Some(call) = self.call {
+            return Box::pin(call.run("acquire", step));
+        }
         match self.deadline {
             None => Box::pin(step),
             Some(deadline) => {
@@ -261,7 +290,24 @@ async fn acquire_loop<A>(
 where
     A: Attempt + Sync,
 {
-    let bound = WaitBound::new(client, wait);
+    acquire_loop_within(client, attempt, wait, kind, None).await
+}
+
+/// [`acquire_loop`], its steps bounded by `call` when given ([`acquire_once`]).
+async fn acquire_loop_within<A>(
+    client: &ClientInner,
+    attempt: &A,
+    wait: Option<Duration>,
+    kind: &'static str,
+    call: Option<Deadline>,
+) -> Result<Option<A::Output>, Error>
+where
+    A: Attempt + Sync,
+{
+    let bound = WaitBound {
+        call,
+        ..WaitBound::new(client, wait)
+    };
     let deadline = bound.deadline;
     let (channel, tag, need) = (attempt.channel(), attempt.waiter_tag(), attempt.need());
     // On a channel subscribed already, register before the first try (a caller that will not

@@ -585,6 +585,14 @@ impl ClientBuilder {
                 url_problem(&url, err.details())
             ))
         })?;
+        // Port 0 parses, but names no server: connecting to it could only be refused.
+        if let Some(zero) = config.server.hosts().iter().find(|server| server.port == 0) {
+            return Err(Error::InvalidArgument(format!(
+                "invalid Redis URL {:?}: the port `0` of {} is not a number from 1 to 65535",
+                redact(&url),
+                zero.host
+            )));
+        }
         #[cfg(feature = "tls")]
         if tls {
             config.tls = Some(crate::tls::config(&self.tls)?);

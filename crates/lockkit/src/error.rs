@@ -1,8 +1,8 @@
 //! The one error type of lockkit.
 //!
 //! Every error's top line carries what a user can act on: `{err}` alone is a complete sentence
-//! with the cause in the server's or the system's words (`cannot connect to 127.0.0.1:6379: the
-//! Redis handshake failed: ERR DB index is out of range`, `redis error during try_acquire of
+//! with the cause in the server's or the system's words (`cannot connect to 127.0.0.1:6379:
+//! connected, but the Redis handshake failed: ERR DB index is out of range`, `redis error during try_acquire of
 //! `gpus`: no answer from Redis within 1.0s ...`): the object (or the server's address), the
 //! method the user called, and for a timeout the bound that ran out. And it keeps to the Rust API guidelines' rule
 //! for chains (C-GOOD-ERR): what is in the text is not returned again by
@@ -127,8 +127,8 @@ pub enum Error {
     /// being the one in the URL the program gave lockkit, for instance
     /// `cannot connect to 127.0.0.1:6379: connection refused (is Redis running at that address?
     /// it is the one in the URL this program gave lockkit)` or
-    /// `cannot connect to 127.0.0.1:6379: the Redis handshake failed: ERR DB index is out of
-    /// range`. Nothing was sent, so nothing is held.
+    /// `cannot connect to 127.0.0.1:6379: connected, but the Redis handshake failed: ERR DB
+    /// index is out of range`. Nothing was sent, so nothing is held.
     ///
     /// The cause's text (Redis' reply, the resolver's answer) is part of the message, so the
     /// top line alone says what to fix; for that reason it is not also returned by

@@ -17,7 +17,7 @@ use crate::acquire::{acquire, Attempt, Outcome};
 use crate::core::ClientInner;
 use crate::error::During;
 use crate::error::Error;
-use crate::exec::Resend;
+use crate::exec::{Deadline, Resend};
 use crate::guard::{lease_mode, HoldGuard};
 use crate::hold::{lease_millis, HoldKind};
 use crate::object::Object;
@@ -504,11 +504,17 @@ pub(crate) struct Member<'a> {
 }
 
 impl Member<'_> {
-    /// One try to take the lock now as the call's owner (a reservation for it included); `None`
-    /// when it is held by another owner or reserved for one. Joins nothing.
-    pub(crate) async fn take(&self) -> Result<Option<LockGuard>, Error> {
+    /// One command timeout from now: the bound of a take in a call with no wait.
+    pub(crate) fn command_deadline(&self) -> Deadline {
+        self.attempt.client.exec.command_deadline()
+    }
+
+    /// One try to take the lock now as the call's owner (a reservation for it included),
+    /// bounded by `bound`, the call's own; `None` when it is held by another owner or reserved
+    /// for one. Joins nothing.
+    pub(crate) async fn take(&self, bound: Deadline) -> Result<Option<LockGuard>, Error> {
         let take = Take(&self.attempt);
-        acquire(self.attempt.client, &take, Some(Duration::ZERO)).await
+        crate::acquire::acquire_once(self.attempt.client, &take, bound).await
     }
 
     /// Waits, holding nothing, until the lock would be granted to the call's owner: free, or

@@ -171,7 +171,8 @@ impl MultiLock {
                 "a multi-lock needs at least one lock".into(),
             ));
         }
-        let deadline = wait.and_then(|wait| Instant::now().checked_add(wait));
+        let started = Instant::now();
+        let deadline = wait.and_then(|wait| started.checked_add(wait));
         // One owner per member for the whole call: its place in a member's waiting set, and a
         // reservation a release made for it, outlast a round in which another member was busy.
         let members = self
@@ -184,7 +185,19 @@ impl MultiLock {
             let mut held: Vec<LockGuard> = Vec::with_capacity(members.len());
             let mut busy = None;
             for (index, member) in members.iter().enumerate() {
-                match member.take().await {
+                // Each take keeps to the call's own bound, which its error names: the wait
+                // (plus one round trip for a try in flight at its end), or with no wait, the
+                // command timeout of each try.
+                let bound = match wait {
+                    Some(wait) => Deadline::at(
+                        crate::exec::far_or(started, wait)
+                            .max(Instant::now() + crate::exec::ROUND_TRIP),
+                        started,
+                        Bound::Wait(wait),
+                    ),
+                    None => member.command_deadline(),
+                };
+                match member.take(bound).await {
                     Ok(Some(guard)) => held.push(guard),
                     Ok(None) => {
                         busy = Some(index);
