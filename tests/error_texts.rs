@@ -43,8 +43,6 @@ enum Fault {
 enum Bound {
     Command,
     Wait,
-    /// The round trip a try that does not wait is given (a multi-lock's members are taken so).
-    RoundTrip,
 }
 
 impl Bound {
@@ -54,7 +52,6 @@ impl Bound {
             Bound::Wait => {
                 format!("(the wait was {WAIT:?}, plus at most one round trip for a try in flight)")
             }
-            Bound::RoundTrip => "(a try that does not wait is given one round trip, 1s)".into(),
         }
     }
 }
@@ -94,7 +91,7 @@ async fn every_call_that_times_out_names_its_operation_object_and_bound() {
 }
 
 async fn walk(fault: Fault) {
-    use Bound::{Command, RoundTrip, Wait};
+    use Bound::{Command, Wait};
     let server = spawned().await;
     let c = &within(
         HANG,
@@ -395,18 +392,12 @@ async fn walk(fault: Fault) {
                 .await
                 .map(drop)
         }),
-        case(
-            "multi try_lock(wait)",
-            "try_lock",
-            &multi[0],
-            Wait,
-            async {
-                c.multi_lock([c.lock(&multi[0]), c.lock(&multi[1])])
-                    .try_lock(WAIT, None)
-                    .await
-                    .map(drop)
-            },
-        ),
+        case("multi try_lock(wait)", "try_lock", &multi[0], Wait, async {
+            c.multi_lock([c.lock(&multi[0]), c.lock(&multi[1])])
+                .try_lock(WAIT, None)
+                .await
+                .map(drop)
+        }),
         case(
             "multi unlock()",
             "unlock",
