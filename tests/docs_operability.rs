@@ -8,7 +8,6 @@
 //! installed once for the process. They take turns ([`serial`]); run this file with nextest (a
 //! process per test) so that no other test's events land in a capture.
 
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -17,166 +16,11 @@ use lockkit::{Client, ConnectFailure, Error, FencedGuard, LockGuard};
 use lockkit_suite::{spawned, unique, until_waiters_in_redis, until_waiting, within};
 use lockkit_testkit::{FaultProxy, RedisServer};
 
+mod log_capture;
+
+use log_capture::{captured, run, serial, warnings, within_blocking, Event};
+
 const HANG: Duration = Duration::from_secs(60);
-
-// ---------------------------------------------------------------------------------------------
-// Capture harness (copied from tests/quiet_logs.rs)
-// ---------------------------------------------------------------------------------------------
-
-/// One captured event.
-#[derive(Debug, Clone)]
-struct Event {
-    level: tracing::Level,
-    target: String,
-    text: String,
-}
-
-impl std::fmt::Display for Event {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}: {}", self.level, self.target, self.text)
-    }
-}
-
-/// Every event at INFO and up, from `tracing` and from `log`.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<Event>>>);
-
-impl Captured {
-    fn push(&self, event: Event) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(event);
-    }
-
-    fn peek(&self) -> Vec<Event> {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-
-    fn take(&self) -> Vec<Event> {
-        std::mem::take(
-            &mut *self
-                .0
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
-    }
-}
-
-struct Fields(String);
-
-impl tracing::field::Visit for Fields {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0.insert_str(0, &format!("{value:?} "));
-        } else {
-            self.0.push_str(&format!("{}={value:?} ", field.name()));
-        }
-    }
-}
-
-impl tracing::Subscriber for Captured {
-    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
-        *metadata.level() <= tracing::Level::INFO
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        self.push(Event {
-            level: *event.metadata().level(),
-            target: event.metadata().target().to_owned(),
-            text: fields.0.trim_end().to_owned(),
-        });
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-impl log::Log for Captured {
-    fn enabled(&self, metadata: &log::Metadata<'_>) -> bool {
-        metadata.level() <= log::Level::Info
-    }
-    fn log(&self, record: &log::Record<'_>) {
-        if !self.enabled(record.metadata()) {
-            return;
-        }
-        let level = match record.level() {
-            log::Level::Error => tracing::Level::ERROR,
-            log::Level::Warn => tracing::Level::WARN,
-            _ => tracing::Level::INFO,
-        };
-        self.push(Event {
-            level,
-            target: record.target().to_owned(),
-            text: record.args().to_string(),
-        });
-    }
-    fn flush(&self) {}
-}
-
-fn captured() -> &'static Captured {
-    static CAPTURED: OnceLock<Captured> = OnceLock::new();
-    CAPTURED.get_or_init(|| {
-        let captured = Captured::default();
-        tracing::subscriber::set_global_default(captured.clone())
-            .expect("no other subscriber in this test binary");
-        log::set_boxed_logger(Box::new(captured.clone()))
-            .expect("no other logger in this test binary");
-        log::set_max_level(log::LevelFilter::Info);
-        captured
-    })
-}
-
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Runs `program` as a program's `main` would: in a runtime of its own, dropped when it returns.
-fn run<T>(program: impl std::future::Future<Output = T>) -> (T, Vec<Event>) {
-    let captured = captured();
-    captured.take();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a runtime");
-    let out = runtime.block_on(program);
-    drop(runtime);
-    (out, captured.take())
-}
-
-/// Runs `future` on a runtime of its own (servers outlive the programs' runtimes).
-fn within_blocking<T>(future: impl std::future::Future<Output = T>) -> T {
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RUNTIME
-        .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .enable_all()
-                .build()
-                .expect("a runtime")
-        })
-        .block_on(future)
-}
-
-fn warnings(events: &[Event]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|event| event.level <= tracing::Level::WARN)
-        .map(ToString::to_string)
-        .collect()
-}
 
 /// What the guide's filter `RUST_LOG=info,fred=error` lets through.
 fn through_fred_error_filter(events: &[Event]) -> Vec<Event> {
