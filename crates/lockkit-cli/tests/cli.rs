@@ -1,61 +1,17 @@
 //! The `lockkit` binary against a real redis-server: its JSON output and its exit codes.
 
-use std::future::Future;
+mod common;
+
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
 use lockkit::protocol::keys::Kind;
 use lockkit::{Client, Error};
-use lockkit_testkit::RedisServer;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lockkit");
-
-/// Fails the test (instead of hanging it) when `future` takes longer than 30 s.
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(30), future).await {
-        Ok(value) => value,
-        Err(_) => panic!("timed out waiting for {what}"),
-    }
-}
-
-async fn server() -> RedisServer {
-    RedisServer::start().await.expect("redis-server starts")
-}
-
-async fn client(url: &str) -> Client {
-    Client::connect(url).await.expect("client connects")
-}
-
-/// Runs `lockkit --url <url> <args>` with no standard input (so no terminal).
-async fn lockkit(url: &str, args: &[&str]) -> Output {
-    let mut command = Command::new(BIN);
-    command
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null());
-    within("the lockkit command", command.output())
-        .await
-        .expect("lockkit runs")
-}
-
-fn code(output: &Output) -> Option<i32> {
-    output.status.code()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "stdout is not JSON ({err}): {:?} / stderr {:?}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        )
-    })
-}
+use common::*;
 
 /// The one object of `kind` in an `inspect --json` array.
 fn object<'a>(found: &'a Value, kind: &str) -> &'a Value {

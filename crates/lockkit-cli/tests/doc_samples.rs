@@ -6,25 +6,17 @@
 //! sample that shows "term 17" where the tool prints a microsecond timestamp fails here, as does
 //! a sample this file has no situation for.
 
-use std::future::Future;
+mod common;
+
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use lockkit::Client;
 use lockkit_testkit::RedisServer;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lockkit");
-
-/// Fails the test (instead of hanging it) when `future` takes longer than 30 s.
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(30), future).await {
-        Ok(value) => value,
-        Err(_) => panic!("timed out waiting for {what}"),
-    }
-}
+use common::*;
 
 /// One sample: the arguments after `$ lockkit`, and the lines the guide shows it printing.
 #[derive(Debug)]
@@ -202,10 +194,6 @@ async fn run(url: &str, args: &str) -> String {
         );
     }
     printed
-}
-
-async fn client(url: &str) -> Client {
-    Client::connect(url).await.expect("client connects")
 }
 
 /// Until `client` has `n` tasks waiting (each registers after its first try put it in line).

@@ -2,63 +2,16 @@
 //! tool" and "Is anything held?", and the crate README. Runs the real binary against a real
 //! redis-server (harness as in tests/cli.rs).
 
-use std::future::Future;
-use std::process::{Output, Stdio};
+mod common;
+
+use std::process::Output;
 use std::time::Duration;
 
 use lockkit::protocol::keys::Kind;
 use lockkit::Client;
-use lockkit_testkit::RedisServer;
 use serde_json::Value;
-use tokio::process::Command;
 
-const BIN: &str = env!("CARGO_BIN_EXE_lockkit");
-
-async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(60), future).await {
-        Ok(value) => value,
-        Err(_) => panic!("timed out waiting for {what}"),
-    }
-}
-
-async fn server() -> RedisServer {
-    RedisServer::start().await.expect("redis-server starts")
-}
-
-async fn client(url: &str) -> Client {
-    Client::connect(url).await.expect("client connects")
-}
-
-async fn lockkit(url: &str, args: &[&str]) -> Output {
-    let mut command = Command::new(BIN);
-    command
-        .arg("--url")
-        .arg(url)
-        .args(args)
-        .env_remove("REDIS_URL")
-        .stdin(Stdio::null());
-    within("the lockkit command", command.output())
-        .await
-        .expect("lockkit runs")
-}
-
-fn stdout(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
-}
-
-fn json(output: &Output) -> Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
-        panic!(
-            "stdout is not JSON ({err}): {:?} / stderr {:?}",
-            stdout(output),
-            stderr(output)
-        )
-    })
-}
+use common::*;
 
 /// The rows of a text `list` (header dropped), split on whitespace.
 fn rows(output: &Output) -> Vec<Vec<String>> {
