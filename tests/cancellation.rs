@@ -512,3 +512,61 @@ enum Held {
     Lock(lockkit::LockGuard),
     Permit(lockkit::SemaphorePermit),
 }
+
+/// As [`a_call_cut_short_by_shutdown_has_left_the_line_when_it_returns`], for a multi-lock
+/// waiting in its busy member's line: that member's line is empty when the call returns
+/// `Error::Shutdown`.
+#[test]
+fn a_multi_lock_cut_short_by_shutdown_has_left_its_members_lines_when_it_returns() {
+    let main = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let server = main.block_on(spawned());
+    let url = server.url();
+    let observer = main.block_on(client(&url));
+    let (busy, free) = (unique("shutdown-multi-busy"), unique("shutdown-multi-free"));
+    let held = main.block_on(observer.lock(&busy).lock()).unwrap();
+    let (waiter_url, names) = (url.clone(), (busy.clone(), free.clone()));
+    let returned = std::thread::spawn(move || {
+        let own = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let returned = own.block_on(async {
+            let waiter = client(&waiter_url).await;
+            let multi = waiter.multi_lock([waiter.lock(&names.0), waiter.lock(&names.1)]);
+            let call = async { multi.lock().await.map(drop) };
+            let shut_down = async {
+                within(HANG, "the call to wait", async {
+                    while waiter.waiting_count() < 1 {
+                        tokio::task::yield_now().await;
+                    }
+                })
+                .await;
+                waiter.shutdown().await
+            };
+            let (call, shut_down) = tokio::join!(call, shut_down);
+            shut_down.unwrap();
+            call
+        });
+        drop(own);
+        returned
+    })
+    .join()
+    .unwrap();
+    assert!(
+        matches!(returned, Err(lockkit::Error::Shutdown)),
+        "{returned:?}"
+    );
+    let listed = main
+        .block_on(observer.inspect(Some(Kind::Lock), &busy))
+        .unwrap();
+    assert!(
+        listed[0].waiters.is_empty(),
+        "the shut-down multi-lock is still in line: {:?}",
+        listed[0].waiters
+    );
+    main.block_on(held.unlock()).unwrap();
+}

@@ -239,8 +239,17 @@ impl MultiLock {
             // Holding nothing, wait in every member's waiting set at once until each would be
             // granted to this multi-lock (free, or reserved for it by a release), then take
             // them all in the next round.
-            if !until_all_free(&members, remaining).await? {
-                return Ok(None);
+            match until_all_free(&members, remaining).await {
+                Ok(true) => {}
+                Ok(false) => return Ok(None),
+                Err(err) => {
+                    // The client shut down while the call waited: out of every member's line
+                    // before the call returns (`Client::shutdown`), not in the background after.
+                    if matches!(err, Error::Shutdown) {
+                        join_all(members.iter().map(Member::pass)).await;
+                    }
+                    return Err(err);
+                }
             }
         }
     }
