@@ -12,6 +12,7 @@ pub use lockkit_testkit::{RedisServer, TestRedis};
 pub mod checker;
 pub mod linearizability;
 pub mod model_io;
+pub mod rate_window;
 
 /// A Redis for one test: spawned, or the external one named by `REDIS_URL`.
 ///

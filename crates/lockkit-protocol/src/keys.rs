@@ -101,11 +101,14 @@ pub enum Kind {
     /// keys and scripts), the term is the hold's fencing token, and the leader's announced value
     /// lives in its own record (see [`crate::election`]).
     Election,
+    /// A rate limiter: its limit and (in the overall mode) its schedule in one HASH, the
+    /// reservations still to come in a ZSET (see [`crate::rate_limiter`]).
+    RateLimiter,
 }
 
 impl Kind {
     /// Every kind.
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Lock,
         Kind::FencedLock,
         Kind::FairLock,
@@ -116,6 +119,7 @@ impl Kind {
         Kind::CountDownLatch,
         Kind::OnceMark,
         Kind::Election,
+        Kind::RateLimiter,
     ];
 
     /// The kind's segment in keys (`lockkit:<segment>:{name}`).
@@ -131,6 +135,7 @@ impl Kind {
             Kind::CountDownLatch => "latch",
             Kind::OnceMark => "once",
             Kind::Election => "election",
+            Kind::RateLimiter => "ratelimiter",
         }
     }
 
@@ -147,6 +152,7 @@ impl Kind {
             Kind::CountDownLatch => "count-down latch",
             Kind::OnceMark => "once-per-window job mark",
             Kind::Election => "election",
+            Kind::RateLimiter => "rate limiter",
         }
     }
 
@@ -160,6 +166,7 @@ impl Kind {
             Kind::Semaphore | Kind::PermitExpirableSemaphore => &["leases", "waiting", "timeouts"],
             Kind::ReadWriteLock => &["expiries", "waiting", "timeouts"],
             Kind::CountDownLatch => &["requests"],
+            Kind::RateLimiter => &["waiting"],
             Kind::Lock => &["handoff", "waiting", "timeouts"],
             Kind::SpinLock | Kind::OnceMark => &[],
         }

@@ -6,6 +6,7 @@
 //! - [`slot`]: the Redis Cluster slot function (CRC16/XMODEM of the hash tag, modulo 16384).
 //! - [`script`]: a Lua script as a value, with its SHA1 computed once.
 //! - [`lock`]: the reentrant lock's scripts and their typed replies.
+//! - [`rate_limiter`]: the rate limiter's scripts (GCRA with reservations).
 //! - [`wake`]: the payloads of release messages: whom to wake.
 //! - [`election`]: the election's leader record, change channel and scripts (its leadership is a
 //!   fenced hold, [`fenced_lock`]).
@@ -35,6 +36,7 @@ pub mod fenced_lock;
 pub mod keys;
 pub mod latch;
 pub mod lock;
+pub mod rate_limiter;
 pub mod read_write_lock;
 pub mod script;
 pub mod semaphore;

@@ -15,7 +15,8 @@ use std::collections::BTreeSet;
 
 use lockkit_protocol::script::Script;
 use lockkit_protocol::{
-    election, fair_lock, fenced_lock, latch, lock, read_write_lock, semaphore, spin_lock,
+    election, fair_lock, fenced_lock, latch, lock, rate_limiter, read_write_lock, semaphore,
+    spin_lock,
 };
 
 /// Every script of the protocol.
@@ -56,6 +57,10 @@ fn all_scripts() -> Vec<&'static Script> {
         &election::RESIGN,
         &election::LEADER,
         &election::RENEW,
+        &rate_limiter::ACQUIRE,
+        &rate_limiter::CANCEL,
+        &rate_limiter::SET_LIMIT,
+        &rate_limiter::STATUS,
     ]
 }
 

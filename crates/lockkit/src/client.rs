@@ -22,7 +22,7 @@ use crate::waiters::WaiterHub;
 use crate::watchdog::{Watchdog, WatchdogConfig};
 use crate::{
     CountDownLatch, Election, FairLock, FencedLock, MultiLock, PermitExpirableSemaphore,
-    ReadWriteLock, Semaphore, SpinLock,
+    RateLimiter, ReadWriteLock, Semaphore, SpinLock,
 };
 
 /// How many release messages the subscriber connection queues for the waiter hub (fred's default
@@ -197,6 +197,12 @@ impl Client {
     /// A handle on the count-down latch called `name`.
     pub fn count_down_latch(&self, name: impl Into<String>) -> CountDownLatch {
         CountDownLatch::new(Arc::clone(&self.inner), name.into())
+    }
+
+    /// A handle on the rate limiter called `name`: at most `n` permits per interval across
+    /// every client (see [`RateLimiter`]).
+    pub fn rate_limiter(&self, name: impl Into<String>) -> RateLimiter {
+        RateLimiter::new(Arc::clone(&self.inner), name.into())
     }
 
     /// The number of holds this client currently renews or watches.

@@ -93,6 +93,9 @@ pub(crate) struct ClientInner {
     /// through this client: acquires pass it, so an object whose keys were lost is set up again
     /// with it (see [`ClientInner::configured_total`]).
     totals: parking_lot::Mutex<HashMap<String, u64>>,
+    /// The limit each rate limiter (by main key) was last configured with or set to through this
+    /// client: requests pass it, so a rate limiter whose limit was lost is set up again with it.
+    rates: parking_lot::Mutex<HashMap<String, crate::RateLimit>>,
     /// The greatest term of each election (by main key) this client has seen lead, in a
     /// `leader()` answer or an observer's item: what it reports never goes back to a smaller
     /// one (see [`ClientInner::see_term`]). One entry per election the client read, kept for
@@ -120,6 +123,7 @@ impl ClientInner {
             sequence: AtomicU64::new(0),
             taken: Taken::default(),
             totals: parking_lot::Mutex::new(HashMap::new()),
+            rates: parking_lot::Mutex::new(HashMap::new()),
             terms: parking_lot::Mutex::new(HashMap::new()),
         }
     }
@@ -157,6 +161,16 @@ impl ClientInner {
     /// Remembers `total` for the counted object at `key`, in place of any earlier one.
     pub(crate) fn remember_total(&self, key: &str, total: u64) {
         self.totals.lock().insert(key.to_owned(), total);
+    }
+
+    /// The limit remembered for the rate limiter at `key`.
+    pub(crate) fn configured_rate(&self, key: &str) -> Option<crate::RateLimit> {
+        self.rates.lock().get(key).copied()
+    }
+
+    /// Remembers `limit` for the rate limiter at `key`, in place of any earlier one.
+    pub(crate) fn remember_rate(&self, key: &str, limit: crate::RateLimit) {
+        self.rates.lock().insert(key.to_owned(), limit);
     }
 
     /// Marks the client closed: the hub stops (the command connection closes with the watchdog).

@@ -39,6 +39,9 @@ pub(crate) struct Queued<'a> {
     leave: &'static Leave,
     /// The id the entry is filed under (a fair lock's waiter id, a lock's owner id).
     id: String,
+    /// A key of the caller's own, passed after the kind's keys (a rate limiter's per-client
+    /// schedule).
+    own_key: Option<Arc<str>>,
     /// Whether the entry may be in Redis.
     joined: AtomicBool,
 }
@@ -59,8 +62,15 @@ impl<'a> Queued<'a> {
             keys,
             leave,
             id,
+            own_key: None,
             joined: AtomicBool::new(false),
         }
+    }
+
+    /// The same, with a key of the caller's own passed to the leave script after the kind's.
+    pub(crate) fn with_own_key(mut self, key: Arc<str>) -> Self {
+        self.own_key = Some(key);
+        self
     }
 
     /// The entry's id.
@@ -95,6 +105,7 @@ impl Queued<'_> {
             Arc::clone(self.keys),
             self.leave,
             self.id.clone(),
+            self.own_key.clone(),
         )
         .await;
     }
@@ -108,19 +119,16 @@ async fn leave(
     keys: Arc<ObjectKeys>,
     leave: &'static Leave,
     id: String,
+    own_key: Option<Arc<str>>,
 ) {
+    let mut key_refs = (leave.keys)(&keys);
+    key_refs.extend(own_key.as_deref());
     let mut args = vec![id.as_str(), &keys.channel, client.exec.publish_flag()];
     // A fenced lock's leaving waiter may hand on a grant, minting the next waiter's token.
     args.extend(client.exec.counter_ttl_arg(kind));
     let result = client
         .exec
-        .ints(
-            leave.script,
-            kind,
-            &(leave.keys)(&keys),
-            &args,
-            Resend::Allowed,
-        )
+        .ints(leave.script, kind, &key_refs, &args, Resend::Allowed)
         .await
         .and_then(|reply| Ok((leave.decode)(&reply)?));
     match result {
@@ -155,6 +163,7 @@ impl Drop for Queued<'_> {
         let keys = Arc::clone(self.keys);
         let name = Arc::clone(self.name);
         let (kind, leave_as, id) = (self.kind, self.leave, std::mem::take(&mut self.id));
-        runtime.spawn(leave(client, kind, name, keys, leave_as, id));
+        let own_key = self.own_key.take();
+        runtime.spawn(leave(client, kind, name, keys, leave_as, id, own_key));
     }
 }

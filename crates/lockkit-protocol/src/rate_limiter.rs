@@ -1,0 +1,244 @@
+//! The rate limiter: GCRA (the generic cell rate algorithm) with reservations, in one HASH.
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `<prefix>:ratelimiter:{name}` | HASH | the limit: `rate`, `interval` (ms), `burst`, `mode`; in the overall mode also the schedule: `tat`, `last`, `last_at`, `last_cost` |
+//! | `<prefix>:ratelimiter.waiting:{name}` | ZSET | member = marker of a reservation still to come, score = its time (server ms) |
+//! | `<prefix>:ratelimiter:{name}:client:<client id>` | HASH | in the per-client mode, one client's schedule; expires once idle |
+//!
+//! The schedule is one number, `tat` (server µs): the theoretical arrival time of the next
+//! permit. With `T = interval / rate` and a tolerance of `burst × T`, a request for `k` permits
+//! is admitted at the first moment `at ≥ now` with `max(tat, now) + (k − 1)·T − burst·T ≤ at`,
+//! and `tat` moves on by `k·T`. A request whose moment lies ahead is *reserved*: the script
+//! places it, answers with the delay, and the caller sleeps that long, asking Redis nothing more.
+//! So requests are served in the order they reached Redis, a waiting caller costs Redis nothing,
+//! and one script call admits one request. In any window of one interval at most
+//! `rate + burst` permits are admitted, and no request may ask for more than `burst + 1`.
+//!
+//! Reservations reach at most one interval ahead: a request further out is told when to ask
+//! again. That bounds what a Redis that loses its data can over-admit: the reservations made
+//! before the loss, at most one window's worth.
+//!
+//! Only the last request of a schedule can be given back (every later one was placed after it):
+//! the schedule remembers its marker and cost (`last`, `last_cost`).
+
+use crate::keys::ObjectKeys;
+use crate::script::{with_prelude, Script};
+use crate::DecodeError;
+
+/// Take permits now, or reserve them, or say when they could be had.
+pub static ACQUIRE: Script = with_prelude!("rate_lib", "rate_limiter_acquire");
+/// Give back the last request's permits.
+pub static CANCEL: Script = with_prelude!("rate_lib", "rate_limiter_cancel");
+/// Store the limit (or only when none is stored).
+pub static SET_LIMIT: Script = with_prelude!("rate_lib", "rate_limiter_set_limit");
+/// The limit, what one request could take now, and how many reservations are to come.
+pub static STATUS: Script = with_prelude!("rate_lib", "rate_limiter_status");
+
+/// The `mode` field's value of the overall mode: one schedule for every client.
+pub const MODE_OVERALL: &str = "overall";
+/// The `mode` field's value of the per-client mode: each client has a schedule of its own.
+pub const MODE_PER_CLIENT: &str = "per_client";
+
+/// The key of one client's schedule (per-client mode): `<main key>:client:<client id>`, in the
+/// object's hash slot.
+///
+/// ```
+/// use lockkit_protocol::{keys::{Kind, Namespace}, rate_limiter, slot::key_slot};
+/// let keys = Namespace::default().object(Kind::RateLimiter, "partner-api").unwrap();
+/// let mine = rate_limiter::client_state_key(&keys, "3f2a");
+/// assert_eq!(mine, "lockkit:ratelimiter:{partner-api}:client:3f2a");
+/// assert_eq!(key_slot(&mine), key_slot(&keys.key));
+/// ```
+pub fn client_state_key(keys: &ObjectKeys, client_id: &str) -> String {
+    format!("{}:client:{client_id}", keys.key)
+}
+
+/// Reply of [`ACQUIRE`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// Admitted at `at_us` (server µs); `delay_us > 0`: reserved, the caller sleeps that long.
+    Admitted {
+        /// How long the caller sleeps before the permits are its, in µs.
+        delay_us: u64,
+        /// When the permits are admitted, on the server's clock (µs since the Unix epoch).
+        at_us: u64,
+    },
+    /// Refused: the permits come in `earliest_us`, more than the caller may wait.
+    Refused {
+        /// In how many µs the permits could be had.
+        earliest_us: u64,
+    },
+    /// The permits come more than one interval ahead: ask again in `retry_us`.
+    TooFar {
+        /// How long to sleep before asking again, in µs.
+        retry_us: u64,
+    },
+    /// No limit is stored, and the caller configured none.
+    NoLimit,
+    /// More permits than the stored limit ever admits at once.
+    TooMany {
+        /// The most one request may take: the burst + 1.
+        most: u64,
+    },
+}
+
+impl AcquireReply {
+    /// Decodes the script's reply.
+    pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
+        let err = || DecodeError::new(ACQUIRE.name(), reply);
+        let u = |v: i64| u64::try_from(v).map_err(|_| err());
+        match *reply {
+            [1, delay, at] => Ok(Self::Admitted {
+                delay_us: u(delay)?,
+                at_us: u(at)?,
+            }),
+            [0, earliest, _now] => Ok(Self::Refused {
+                earliest_us: u(earliest)?,
+            }),
+            [2, retry, _now] => Ok(Self::TooFar {
+                retry_us: u(retry)?,
+            }),
+            [-1] => Ok(Self::NoLimit),
+            [-2, most] => Ok(Self::TooMany { most: u(most)? }),
+            _ => Err(err()),
+        }
+    }
+}
+
+/// Decodes [`CANCEL`]'s reply: whether permits were given back.
+pub fn decode_cancel(reply: &[i64]) -> Result<bool, DecodeError> {
+    match *reply {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(DecodeError::new(CANCEL.name(), reply)),
+    }
+}
+
+/// Decodes [`SET_LIMIT`]'s reply: whether the limit was stored.
+pub fn decode_set_limit(reply: &[i64]) -> Result<bool, DecodeError> {
+    match *reply {
+        [1] => Ok(true),
+        [0] => Ok(false),
+        _ => Err(DecodeError::new(SET_LIMIT.name(), reply)),
+    }
+}
+
+/// A stored limit, as [`STATUS`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredLimit {
+    /// Permits per interval.
+    pub rate: u64,
+    /// The interval, in ms.
+    pub interval_ms: u64,
+    /// Permits a window may see on top of the rate.
+    pub burst: u64,
+    /// Whether each client has a schedule of its own.
+    pub per_client: bool,
+}
+
+/// Reply of [`STATUS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StatusReply {
+    /// The stored limit, if any.
+    pub limit: Option<StoredLimit>,
+    /// The permits one request could take now (0 without a limit).
+    pub available: u64,
+    /// The server's clock, µs since the Unix epoch.
+    pub now_us: u64,
+    /// Reservations still to come.
+    pub waiting: u64,
+}
+
+impl StatusReply {
+    /// Decodes the script's reply.
+    pub fn decode(reply: &[i64]) -> Result<Self, DecodeError> {
+        let err = || DecodeError::new(STATUS.name(), reply);
+        let u = |v: i64| u64::try_from(v).map_err(|_| err());
+        match *reply {
+            [1, rate, interval, burst, per_client @ (0 | 1), available, now, waiting] => Ok(Self {
+                limit: Some(StoredLimit {
+                    rate: u(rate)?,
+                    interval_ms: u(interval)?,
+                    burst: u(burst)?,
+                    per_client: per_client == 1,
+                }),
+                available: u(available)?,
+                now_us: u(now)?,
+                waiting: u(waiting)?,
+            }),
+            [0, now, waiting] => Ok(Self {
+                limit: None,
+                available: 0,
+                now_us: u(now)?,
+                waiting: u(waiting)?,
+            }),
+            _ => Err(err()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_acquire() {
+        assert_eq!(
+            AcquireReply::decode(&[1, 0, 5]),
+            Ok(AcquireReply::Admitted {
+                delay_us: 0,
+                at_us: 5
+            })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[0, 7, 5]),
+            Ok(AcquireReply::Refused { earliest_us: 7 })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[2, 7, 5]),
+            Ok(AcquireReply::TooFar { retry_us: 7 })
+        );
+        assert_eq!(AcquireReply::decode(&[-1]), Ok(AcquireReply::NoLimit));
+        assert_eq!(
+            AcquireReply::decode(&[-2, 3]),
+            Ok(AcquireReply::TooMany { most: 3 })
+        );
+        for bad in [&[][..], &[1, -1, 5], &[3, 0, 0], &[0, 1]] {
+            assert!(AcquireReply::decode(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn decodes_status() {
+        let status = StatusReply::decode(&[1, 100, 1000, 5, 1, 3, 9, 2]).unwrap();
+        assert_eq!(
+            status.limit,
+            Some(StoredLimit {
+                rate: 100,
+                interval_ms: 1000,
+                burst: 5,
+                per_client: true
+            })
+        );
+        assert_eq!((status.available, status.now_us, status.waiting), (3, 9, 2));
+        assert_eq!(StatusReply::decode(&[0, 9, 0]).unwrap().limit, None);
+        assert!(StatusReply::decode(&[1, 100, 1000, 5, 2, 3, 9, 2]).is_err());
+    }
+
+    #[test]
+    fn every_script_documents_its_contract() {
+        for script in [&ACQUIRE, &CANCEL, &SET_LIMIT, &STATUS] {
+            let own = script
+                .source()
+                .split(&format!("-- {}:", script.name()))
+                .nth(1);
+            let own = own.unwrap_or_else(|| panic!("{} has no header", script.name()));
+            assert!(
+                own.contains("KEYS[") && own.contains("Reply"),
+                "{}",
+                script.name()
+            );
+        }
+    }
+}

@@ -1,0 +1,90 @@
+-- rate_limiter_acquire: take `permits` permits now, or reserve them for the moment the limit
+-- frees them (the caller sleeps until then, asking nothing more), or say when they could be had.
+--
+-- KEYS[1]  limit HASH: rate, interval (ms), burst, mode ('overall' | 'per_client'); in the
+--          overall mode also the schedule: tat (µs), last, last_at (µs), last_cost (µs)
+-- KEYS[2]  waiting ZSET: member = marker of a reservation still to come, score = its time (ms)
+-- KEYS[3]  this client's schedule HASH (per-client mode only): tat, last, last_at, last_cost;
+--          it expires once idle
+-- ARGV[1]  permits (>= 1)
+-- ARGV[2]  the longest the caller may wait for them, in µs (-1: no bound)
+-- ARGV[3]  request marker (<client id>:<sequence>), unique per request
+-- ARGV[4..7] the limit the caller's handle is configured with (rate, interval ms, burst, mode),
+--          written when none is stored (the data was lost); ARGV[4] = '' when none
+--
+-- Reply    {1, delay, at}     admitted at `at` (server µs); delay > 0: reserved, the caller
+--                             sleeps `delay` µs (then the permits are its)
+--          {0, earliest, now} refused: the permits come in `earliest` µs, more than the caller
+--                             may wait; nothing changed
+--          {2, retry, now}    the permits come more than one interval ahead: the caller sleeps
+--                             `retry` µs and asks again; nothing changed
+--          {-1}               no limit is set, and the caller configured none
+--          {-2, most}         more permits than the limit ever admits at once (most = burst + 1)
+--          error WRONGTYPE    the keys hold something else
+--
+-- GCRA: tat is the theoretical arrival time of the next permit; T = interval / rate; the
+-- tolerance is burst * T. `permits` are admitted at the first moment `at` >= now with
+-- max(tat, now) + (permits - 1) * T - tolerance <= at, and tat moves on by permits * T. In any
+-- window of one interval at most rate + burst permits are admitted.
+-- Idempotent per request: a re-sent copy finds its marker as the last request and answers as
+-- the first run did.
+local now = rate_now()
+local limit = rate_limit(KEYS[1])
+if limit and limit.err then
+  return limit
+end
+if not limit then
+  if ARGV[4] == '' then
+    return {-1}
+  end
+  redis.call('HSET', KEYS[1], 'rate', ARGV[4], 'interval', ARGV[5], 'burst', ARGV[6],
+    'mode', ARGV[7])
+  limit = rate_limit(KEYS[1])
+end
+local permits = tonumber(ARGV[1])
+if permits > limit.burst + 1 then
+  return {-2, limit.burst + 1}
+end
+-- The schedule: in the limit's own HASH, or (per-client mode) in the client's.
+local state = KEYS[1]
+if limit.mode == 'per_client' then
+  state = KEYS[3]
+end
+local marker = ARGV[3]
+local s = redis.call('HMGET', state, 'tat', 'last', 'last_at')
+if s[2] == marker then
+  local at = tonumber(s[3])
+  return {1, math.max(0, at - now), at}
+end
+local t = rate_emission(limit)
+local tat = tonumber(s[1]) or now
+if tat < now then
+  tat = now
+end
+local at = math.ceil(tat + (permits - 1) * t - limit.burst * t)
+if at < now then
+  at = now
+end
+local delay = at - now
+local wait = tonumber(ARGV[2])
+if wait >= 0 and delay > wait then
+  return {0, delay, now}
+end
+local horizon = limit.interval * 1000
+if delay > horizon then
+  return {2, delay - horizon, now}
+end
+local cost = permits * t
+redis.call('HSET', state, 'tat', rate_fmt(tat + cost), 'last', marker, 'last_at', at,
+  'last_cost', rate_fmt(cost))
+if state ~= KEYS[1] then
+  -- Idle once tat has passed; kept a minute longer, so a re-sent copy still finds its marker.
+  redis.call('PEXPIRE', state, math.ceil((tat + cost - now) / 1000) + 60000)
+end
+if delay > 0 then
+  local now_ms = math.floor(now / 1000)
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - 1)
+  redis.call('ZADD', KEYS[2], math.ceil(at / 1000), marker)
+  redis.call('PEXPIRE', KEYS[2], math.ceil(delay / 1000) + 1000)
+end
+return {1, delay, at}

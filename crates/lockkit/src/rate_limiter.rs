@@ -1,0 +1,654 @@
+//! [`RateLimiter`]: at most `n` permits per interval across every client, waiting without polling.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lockkit_protocol::keys::{Kind, ObjectKeys};
+use lockkit_protocol::lock::hold_marker;
+use lockkit_protocol::rate_limiter::{
+    client_state_key, decode_cancel, decode_set_limit, AcquireReply, StatusReply, ACQUIRE, CANCEL,
+    MODE_OVERALL, MODE_PER_CLIENT, SET_LIMIT, STATUS,
+};
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::exec::{far_or, Bound, Deadline, Resend};
+use crate::metrics;
+use crate::object::Object;
+use crate::queued::{Leave, Queued};
+
+/// How a rate limiter's request is given back: its cancel script, on the limit HASH and the
+/// waiting ZSET (the caller's own schedule key follows them).
+static RATE_LEAVE: Leave = Leave {
+    script: &CANCEL,
+    keys: |keys| keys.keys.iter().map(String::as_str).collect(),
+    decode: decode_cancel,
+};
+
+/// Whether a limit counts the permits of every client together, or of each client alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RateMode {
+    /// One limit for every client of the rate limiter together (Redisson's `OVERALL`): ten pods
+    /// share the 100 requests a second a partner allows.
+    Overall,
+    /// The limit applies to each client on its own (Redisson's `PER_CLIENT`): each
+    /// [`Client`](crate::Client) gets `n` per interval, set in one place for all of them.
+    PerClient,
+}
+
+/// A rate limit: `permits` per `interval`, with an optional `burst`.
+///
+/// In every window of one `interval`, at most `permits + burst` permits are admitted, counted on
+/// the server's clock, across every client (or each client, [`RateMode::PerClient`]). Permits
+/// are spread evenly: one every `interval / permits`. The burst lets a limiter that was idle
+/// admit up to `burst + 1` permits at once; it is also the most one request may ask for less one
+/// ([`max_per_request`](RateLimit::max_per_request)).
+///
+/// ```
+/// use std::time::Duration;
+/// use lockkit::RateLimit;
+///
+/// // 100 requests a second, spread evenly: one every 10 ms.
+/// let partner = RateLimit::per_second(100)?;
+/// assert_eq!(partner.max_per_request(), 1);
+/// // 10 000 a day, up to 50 in one go.
+/// let daily = RateLimit::new(10_000, Duration::from_secs(86_400))?.with_burst(49)?;
+/// assert_eq!(daily.max_per_request(), 50);
+/// assert!(RateLimit::per_second(0).is_err());
+/// # Ok::<(), lockkit::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    permits: u64,
+    interval: Duration,
+    burst: u64,
+    mode: RateMode,
+}
+
+impl RateLimit {
+    /// The longest interval: 366 days.
+    pub const MAX_INTERVAL: Duration = Duration::from_secs(366 * 24 * 60 * 60);
+    /// The largest burst: 1,000,000,000 permits.
+    pub const MAX_BURST: u64 = 1_000_000_000;
+
+    /// `permits` per `interval`, no burst, [`RateMode::Overall`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits, an interval under 1 ms, over
+    /// [`MAX_INTERVAL`](RateLimit::MAX_INTERVAL) or not a whole number of milliseconds, or more
+    /// than one permit per microsecond.
+    pub fn new(permits: u64, interval: Duration) -> Result<Self, Error> {
+        if permits == 0 {
+            return Err(Error::InvalidArgument(
+                "a rate limit of zero permits admits nothing: give at least 1".into(),
+            ));
+        }
+        if interval < Duration::from_millis(1) || interval > Self::MAX_INTERVAL {
+            return Err(Error::InvalidArgument(format!(
+                "a rate limit's interval must be in 1ms..={:?}, not {interval:?}",
+                Self::MAX_INTERVAL
+            )));
+        }
+        if interval.subsec_nanos() % 1_000_000 != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a rate limit's interval is kept in whole milliseconds, not {interval:?}"
+            )));
+        }
+        if u128::from(permits) > interval.as_micros() {
+            return Err(Error::InvalidArgument(format!(
+                "{permits} permits per {interval:?} is more than one a microsecond, the finest \
+                 a rate limiter keeps"
+            )));
+        }
+        Ok(Self {
+            permits,
+            interval,
+            burst: 0,
+            mode: RateMode::Overall,
+        })
+    }
+
+    /// `permits` per second (see [`new`](RateLimit::new)).
+    ///
+    /// # Errors
+    /// As [`new`](RateLimit::new).
+    pub fn per_second(permits: u64) -> Result<Self, Error> {
+        Self::new(permits, Duration::from_secs(1))
+    }
+
+    /// `permits` per minute (see [`new`](RateLimit::new)).
+    ///
+    /// # Errors
+    /// As [`new`](RateLimit::new).
+    pub fn per_minute(permits: u64) -> Result<Self, Error> {
+        Self::new(permits, Duration::from_secs(60))
+    }
+
+    /// The same limit with `burst` permits more allowed in a window, and up to `burst + 1` at
+    /// once.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a burst over [`MAX_BURST`](RateLimit::MAX_BURST).
+    pub fn with_burst(self, burst: u64) -> Result<Self, Error> {
+        if burst > Self::MAX_BURST {
+            return Err(Error::InvalidArgument(format!(
+                "a rate limit's burst must be at most {}, not {burst}",
+                Self::MAX_BURST
+            )));
+        }
+        Ok(Self { burst, ..self })
+    }
+
+    /// The same limit in `mode`.
+    pub fn with_mode(self, mode: RateMode) -> Self {
+        Self { mode, ..self }
+    }
+
+    /// Permits per interval.
+    pub fn permits(&self) -> u64 {
+        self.permits
+    }
+
+    /// The interval.
+    pub fn interval(&self) -> Duration {
+        self.interval
+    }
+
+    /// Permits a window may admit on top of [`permits`](RateLimit::permits).
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    /// Whether the limit counts every client together or each on its own.
+    pub fn mode(&self) -> RateMode {
+        self.mode
+    }
+
+    /// The most permits one request may ask for: `burst + 1`.
+    pub fn max_per_request(&self) -> u64 {
+        self.burst + 1
+    }
+
+    /// The limit as the scripts take it: rate, interval ms, burst, mode.
+    fn args(&self) -> [String; 4] {
+        [
+            self.permits.to_string(),
+            self.interval.as_millis().to_string(),
+            self.burst.to_string(),
+            match self.mode {
+                RateMode::Overall => MODE_OVERALL,
+                RateMode::PerClient => MODE_PER_CLIENT,
+            }
+            .to_owned(),
+        ]
+    }
+}
+
+/// A rate limiter shared by every client that uses the same name and Redis: at most `n` permits
+/// per interval, counted on the server's clock, however many pods ask.
+///
+/// Get one with [`Client::rate_limiter`](crate::Client::rate_limiter). The handle is cheap,
+/// `Clone + Send + Sync`, and sends nothing until used. The limit is stored in Redis: set it once
+/// with [`set_limit`](RateLimiter::set_limit) or [`try_set_limit`](RateLimiter::try_set_limit),
+/// or configure it on the handle with [`with_limit`](RateLimiter::with_limit) so it is set up
+/// again should Redis lose it.
+///
+/// # How it works
+/// One script call per request decides at once, on the server's clock, when the permits are
+/// admitted: now, or at a moment ahead (a *reservation*). A reserved caller sleeps until its
+/// moment and asks Redis nothing more: no polling, no pub/sub message, and callers are served in
+/// the order their requests reached Redis. A request whose moment lies more than one interval
+/// ahead is told when to ask again (so a Redis that loses its data over-admits at most the
+/// reservations of one window). See `docs/design.md` for the algorithm (GCRA) and its bounds.
+///
+/// ```no_run
+/// # async fn call_partner() {}
+/// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+/// use std::time::Duration;
+/// use lockkit::RateLimit;
+///
+/// // Every pod: 100 requests a second to the partner, for all pods together.
+/// let partner = client.rate_limiter("partner-api").with_limit(RateLimit::per_second(100)?);
+/// partner.acquire(1).await?;
+/// call_partner().await;
+///
+/// // Or give up when the next permit is more than 50 ms away (decided at once).
+/// if partner.try_acquire(1, Duration::from_millis(50)).await? {
+///     call_partner().await;
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RateLimiter {
+    object: Object,
+}
+
+impl RateLimiter {
+    pub(crate) fn new(client: Arc<crate::core::ClientInner>, name: String) -> Self {
+        Self {
+            object: Object::new(client, Kind::RateLimiter, name),
+        }
+    }
+
+    /// The rate limiter's name.
+    pub fn name(&self) -> &str {
+        &self.object.name
+    }
+
+    /// Configures `limit` for this rate limiter in this client: every request passes it, so a
+    /// rate limiter whose limit is not stored (never set, or lost with Redis' data) is set up
+    /// with it. A limit already stored is kept: change it with
+    /// [`set_limit`](RateLimiter::set_limit). Sends nothing.
+    pub fn with_limit(self, limit: RateLimit) -> Self {
+        self.remember(limit);
+        self
+    }
+
+    /// The limit configured in this client (by [`with_limit`](RateLimiter::with_limit),
+    /// [`set_limit`](RateLimiter::set_limit) or [`try_set_limit`](RateLimiter::try_set_limit)).
+    pub fn configured_limit(&self) -> Option<RateLimit> {
+        let keys = self.object.keys().ok()?;
+        self.object.inner().configured_rate(&keys.key)
+    }
+
+    fn remember(&self, limit: RateLimit) {
+        if let Ok(keys) = self.object.keys() {
+            self.object.inner().remember_rate(&keys.key, limit);
+        }
+    }
+
+    /// Stores `limit` in place of any stored one, and configures it in this client. Permits
+    /// already admitted or reserved keep their moments; the new limit applies from the next
+    /// request on.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
+    pub async fn set_limit(&self, limit: RateLimit) -> Result<(), Error> {
+        self.store(limit, false, "set_limit").await.map(|_| ())
+    }
+
+    /// Stores `limit` only if no limit is stored; returns whether it did. Configures `limit` in
+    /// this client either way (it is what this pod means the limit to be, should Redis lose it).
+    ///
+    /// # Errors
+    /// As [`set_limit`](RateLimiter::set_limit).
+    pub async fn try_set_limit(&self, limit: RateLimit) -> Result<bool, Error> {
+        self.store(limit, true, "try_set_limit").await
+    }
+
+    async fn store(
+        &self,
+        limit: RateLimit,
+        only_if_absent: bool,
+        method: &'static str,
+    ) -> Result<bool, Error> {
+        let keys = self.object.keys()?;
+        self.remember(limit);
+        let args = limit.args();
+        let reply = self
+            .object
+            .inner()
+            .exec
+            .ints(
+                &SET_LIMIT,
+                Kind::RateLimiter,
+                &[keys.key.as_str()],
+                &[
+                    &args[0],
+                    &args[1],
+                    &args[2],
+                    &args[3],
+                    if only_if_absent { "1" } else { "0" },
+                ],
+                Resend::Allowed,
+            )
+            .await
+            .map_err(|err| err.during(method))?;
+        Ok(decode_set_limit(&reply)?)
+    }
+
+    /// The limit stored in Redis (`None`: none is stored).
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the keys hold something else.
+    pub async fn limit(&self) -> Result<Option<RateLimit>, Error> {
+        let status = self.status("limit").await?;
+        status.limit.map(stored_limit).transpose()
+    }
+
+    /// How many permits one request could take now (at most
+    /// [`max_per_request`](RateLimit::max_per_request)). A limit configured in this client but
+    /// not stored yet counts as stored (the next request stores it).
+    ///
+    /// # Errors
+    /// [`Error::Refused`] when no limit is stored or configured; [`Error::Redis`] when Redis
+    /// fails; [`Error::WrongType`] when the keys hold something else.
+    pub async fn available(&self) -> Result<u64, Error> {
+        let status = self.status("available").await?;
+        match (status.limit, self.configured_limit()) {
+            (Some(_), _) => Ok(status.available),
+            (None, Some(configured)) => Ok(configured.max_per_request()),
+            (None, None) => Err(self.no_limit()),
+        }
+    }
+
+    /// How many reservations are still to come: callers sleeping until their moment.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the keys hold something else.
+    pub async fn waiting(&self) -> Result<u64, Error> {
+        Ok(self.status("waiting").await?.waiting)
+    }
+
+    pub(crate) async fn status(&self, method: &'static str) -> Result<StatusReply, Error> {
+        let keys = self.object.keys()?;
+        let own = client_state_key(keys, &self.object.inner().id);
+        let reply = self
+            .object
+            .inner()
+            .exec
+            .ints(
+                &STATUS,
+                Kind::RateLimiter,
+                &[keys.keys[0].as_str(), keys.keys[1].as_str(), own.as_str()],
+                &[],
+                Resend::Allowed,
+            )
+            .await
+            .map_err(|err| err.during(method))?;
+        Ok(StatusReply::decode(&reply)?)
+    }
+
+    /// Waits until `permits` are admitted, however long that takes, and returns the admission.
+    ///
+    /// The wait is decided at once by one script call: the call then sleeps until its moment,
+    /// sending nothing (a moment more than one interval ahead costs one more call per interval).
+    /// Callers are admitted in the order their requests reached Redis.
+    ///
+    /// # Cancel safety
+    /// Cancel-safe: a dropped future gives its reservation back, in the background, when no later
+    /// request was placed after it; otherwise its permits stay spent (the limiter stays exact,
+    /// admitting that many fewer).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for zero permits, or more than the limit admits at once
+    /// ([`max_per_request`](RateLimit::max_per_request)); [`Error::Refused`] when no limit is
+    /// stored or configured; [`Error::Redis`] when Redis fails (within the
+    /// [command timeout](crate::ClientBuilder::command_timeout)); [`Error::Shutdown`] once the
+    /// client is shut down (a reservation is given back first); [`Error::WrongType`] when the
+    /// keys hold something else.
+    pub async fn acquire(&self, permits: u64) -> Result<RateAdmission, Error> {
+        match self.admit(permits, None, "acquire").await? {
+            Some(admission) => Ok(admission),
+            None => Err(Error::Refused {
+                kind: Kind::RateLimiter.describe(),
+                name: self.object.name.to_string(),
+                reason: "acquire was refused without a bound to its wait".into(),
+            }),
+        }
+    }
+
+    /// Takes `permits` if they can be admitted within `wait`, waiting for them; `false` at once
+    /// when they cannot (the server knows when they could). `wait = Duration::ZERO` takes only
+    /// permits free now.
+    ///
+    /// Returns within `wait` plus at most one round trip.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](RateLimiter::acquire).
+    ///
+    /// # Errors
+    /// As [`acquire`](RateLimiter::acquire).
+    pub async fn try_acquire(&self, permits: u64, wait: Duration) -> Result<bool, Error> {
+        Ok(self
+            .admit(permits, Some(wait), "try_acquire")
+            .await?
+            .is_some())
+    }
+
+    /// As [`try_acquire`](RateLimiter::try_acquire), returning the admission (its moment, and a
+    /// way to give its permits back) rather than `true`.
+    ///
+    /// # Errors
+    /// As [`acquire`](RateLimiter::acquire).
+    pub async fn try_admission(
+        &self,
+        permits: u64,
+        wait: Duration,
+    ) -> Result<Option<RateAdmission>, Error> {
+        self.admit(permits, Some(wait), "try_admission").await
+    }
+
+    fn no_limit(&self) -> Error {
+        Error::Refused {
+            kind: Kind::RateLimiter.describe(),
+            name: self.object.name.to_string(),
+            reason: "no limit is set: set one with set_limit or try_set_limit, or configure one \
+                     with with_limit"
+                .into(),
+        }
+    }
+
+    async fn admit(
+        &self,
+        permits: u64,
+        wait: Option<Duration>,
+        method: &'static str,
+    ) -> Result<Option<RateAdmission>, Error> {
+        let configured = self.configured_limit();
+        check_permits(permits, configured)?;
+        let keys = self.object.keys()?;
+        let inner = self.object.inner();
+        let started = Instant::now();
+        let stopwatch = metrics::Stopwatch::start();
+        let until = wait.map(|wait| far_or(started, wait));
+        let marker = hold_marker(&inner.id, inner.next_sequence());
+        let own: Arc<str> = client_state_key(keys, &inner.id).into();
+        let queued = Queued::new(
+            inner,
+            Kind::RateLimiter,
+            &self.object.name,
+            keys,
+            &RATE_LEAVE,
+            marker.clone(),
+        )
+        .with_own_key(Arc::clone(&own));
+        let limit_args = configured.map(|limit| limit.args());
+        let (rate, interval, burst, mode) = match &limit_args {
+            Some([rate, interval, burst, mode]) => (
+                rate.as_str(),
+                interval.as_str(),
+                burst.as_str(),
+                mode.as_str(),
+            ),
+            None => ("", "", "", ""),
+        };
+        let permits_arg = permits.to_string();
+        loop {
+            let now = Instant::now();
+            let wait_us = match until {
+                None => "-1".to_owned(),
+                Some(until) => until.saturating_duration_since(now).as_micros().to_string(),
+            };
+            // A try is bounded by the command timeout, and by the caller's wait plus one round
+            // trip.
+            let deadline = match (until, wait) {
+                (Some(until), Some(wait)) => inner.exec.command_deadline().min(Deadline::at(
+                    far_or(until, inner.exec.round_trip()),
+                    started,
+                    Bound::of_wait(wait, inner.exec.round_trip()),
+                )),
+                _ => inner.exec.command_deadline(),
+            };
+            queued.joining();
+            let reply = inner
+                .exec
+                .ints_within(
+                    &ACQUIRE,
+                    Kind::RateLimiter,
+                    &[keys.keys[0].as_str(), keys.keys[1].as_str(), &own],
+                    &[&permits_arg, &wait_us, &marker, rate, interval, burst, mode],
+                    Resend::Allowed,
+                    deadline,
+                )
+                .await
+                .map_err(|err| err.during(method))?;
+            match AcquireReply::decode(&reply)? {
+                AcquireReply::Admitted { delay_us, at_us } => {
+                    if delay_us > 0 {
+                        let _waiting = metrics::Waiting::new(Kind::RateLimiter.segment());
+                        tracing::trace!(name = %self.object.name, permits, delay_us, "reserved");
+                        tokio::select! {
+                            () = tokio::time::sleep(Duration::from_micros(delay_us)) => {}
+                            () = inner.shutdown.cancelled() => {
+                                queued.leave_now().await;
+                                return Err(Error::Shutdown);
+                            }
+                        }
+                    }
+                    queued.granted();
+                    metrics::acquired(Kind::RateLimiter.segment(), &stopwatch);
+                    return Ok(Some(RateAdmission {
+                        object: self.object.clone(),
+                        marker,
+                        own,
+                        permits,
+                        at: UNIX_EPOCH + Duration::from_micros(at_us),
+                    }));
+                }
+                AcquireReply::Refused { earliest_us } => {
+                    queued.granted();
+                    metrics::timed_out(Kind::RateLimiter.segment());
+                    tracing::trace!(name = %self.object.name, permits, earliest_us, "refused");
+                    return Ok(None);
+                }
+                AcquireReply::TooFar { retry_us } => {
+                    queued.granted();
+                    let _waiting = metrics::Waiting::new(Kind::RateLimiter.segment());
+                    tokio::select! {
+                        () = tokio::time::sleep(Duration::from_micros(retry_us)) => {}
+                        () = inner.shutdown.cancelled() => return Err(Error::Shutdown),
+                    }
+                }
+                AcquireReply::NoLimit => {
+                    queued.granted();
+                    return Err(self.no_limit());
+                }
+                AcquireReply::TooMany { most } => {
+                    queued.granted();
+                    return Err(Error::InvalidArgument(format!(
+                        "rate limiter `{}`: {permits} permits is more than its limit ever admits \
+                         at once ({most}: the burst + 1)",
+                        self.object.name
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// Zero permits, or more than the configured limit admits at once, is refused before anything
+/// is sent.
+fn check_permits(permits: u64, configured: Option<RateLimit>) -> Result<(), Error> {
+    if permits == 0 {
+        return Err(Error::InvalidArgument(
+            "a rate limiter request must ask for at least 1 permit".into(),
+        ));
+    }
+    if let Some(limit) = configured {
+        if permits > limit.max_per_request() {
+            return Err(Error::InvalidArgument(format!(
+                "{permits} permits is more than the limit ever admits at once ({}: the burst + 1)",
+                limit.max_per_request()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The stored limit as a [`RateLimit`].
+fn stored_limit(stored: lockkit_protocol::rate_limiter::StoredLimit) -> Result<RateLimit, Error> {
+    let limit = RateLimit::new(stored.rate, Duration::from_millis(stored.interval_ms))?
+        .with_burst(stored.burst)?;
+    Ok(limit.with_mode(if stored.per_client {
+        RateMode::PerClient
+    } else {
+        RateMode::Overall
+    }))
+}
+
+/// Permits a [`RateLimiter`] admitted: when, and a way to give them back unused.
+///
+/// Dropping it does nothing: the permits were used.
+#[derive(Debug)]
+pub struct RateAdmission {
+    object: Object,
+    marker: String,
+    own: Arc<str>,
+    permits: u64,
+    at: SystemTime,
+}
+
+impl RateAdmission {
+    /// How many permits were admitted.
+    pub fn permits(&self) -> u64 {
+        self.permits
+    }
+
+    /// When they were admitted, on the server's clock.
+    pub fn admitted_at(&self) -> SystemTime {
+        self.at
+    }
+
+    /// Gives the permits back, unused; returns whether they went back. That is sound only for
+    /// the last request of the schedule (every later one was placed after it), so a later
+    /// request makes this `false`: the limiter stays exact, admitting that many fewer.
+    ///
+    /// # Errors
+    /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the keys hold something else.
+    pub async fn give_back(self) -> Result<bool, Error> {
+        let keys: &ObjectKeys = self.object.keys()?;
+        let exec = &self.object.inner().exec;
+        let reply = exec
+            .ints(
+                &CANCEL,
+                Kind::RateLimiter,
+                &[keys.keys[0].as_str(), keys.keys[1].as_str(), &self.own],
+                &[&self.marker, "", ""],
+                Resend::Allowed,
+            )
+            .await
+            .map_err(|err| err.during("give_back"))?;
+        Ok(decode_cancel(&reply)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bounds<T: Send + Sync + Clone + 'static>() {}
+
+    #[test]
+    fn bounds_hold() {
+        bounds::<RateLimiter>();
+        bounds::<RateLimit>();
+    }
+
+    #[test]
+    fn limits_are_checked() {
+        assert!(RateLimit::new(1, Duration::ZERO).is_err());
+        assert!(RateLimit::new(1, Duration::from_micros(1500)).is_err());
+        assert!(RateLimit::new(1001, Duration::from_millis(1)).is_err());
+        assert!(RateLimit::new(1000, Duration::from_millis(1)).is_ok());
+        assert!(RateLimit::new(1, RateLimit::MAX_INTERVAL + Duration::from_secs(1)).is_err());
+        assert!(RateLimit::per_second(1)
+            .unwrap()
+            .with_burst(RateLimit::MAX_BURST + 1)
+            .is_err());
+        assert!(check_permits(0, None).is_err());
+        assert!(check_permits(2, Some(RateLimit::per_second(5).unwrap())).is_err());
+        assert!(check_permits(2, None).is_ok());
+    }
+}
