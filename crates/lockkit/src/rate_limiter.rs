@@ -90,7 +90,7 @@ impl RateLimit {
                 Self::MAX_INTERVAL
             )));
         }
-        if interval.subsec_nanos() % 1_000_000 != 0 {
+        if !interval.subsec_nanos().is_multiple_of(1_000_000) {
             return Err(Error::InvalidArgument(format!(
                 "a rate limit's interval is kept in whole milliseconds, not {interval:?}"
             )));
