@@ -193,6 +193,7 @@ async fn every_scenario(a: &Client, b: &Client) {
     semaphore_scenario(a, b).await;
     permit_expirable_semaphore_scenario(a, b).await;
     count_down_latch_scenario(a, b).await;
+    rate_limiter_scenario(a, b).await;
 }
 
 async fn lock_scenario(a: &Client, b: &Client) {
@@ -367,6 +368,28 @@ async fn count_down_latch_scenario(a: &Client, b: &Client) {
     assert_eq!(a.count_down_latch(&name).count_down().await.unwrap(), 1);
     assert_eq!(a.count_down_latch(&name).count_down().await.unwrap(), 0);
     assert!(waiter.await.unwrap().unwrap(), "the latch opened");
+}
+
+/// Two clients share one limit of 2 an hour (its keys in one slot): the third request is refused
+/// by both; given back, it is taken again.
+async fn rate_limiter_scenario(a: &Client, b: &Client) {
+    let name = unique("cluster-rate");
+    let limit = lockkit::RateLimit::new(2, Duration::from_secs(3600))
+        .unwrap()
+        .with_burst(1)
+        .unwrap();
+    let (la, lb) = (
+        a.rate_limiter(&name).with_limit(limit),
+        b.rate_limiter(&name).with_limit(limit),
+    );
+    assert!(la.try_acquire(1, Duration::ZERO).await.unwrap());
+    let second = lb.try_admission(1, Duration::ZERO).await.unwrap();
+    let second = second.expect("the burst admits two at once");
+    assert!(!la.try_acquire(1, Duration::ZERO).await.unwrap());
+    assert_eq!(lb.available().await.unwrap(), 0);
+    assert!(second.give_back().await.unwrap());
+    assert!(la.try_acquire(1, Duration::ZERO).await.unwrap());
+    assert_eq!(la.limit().await.unwrap(), Some(limit));
 }
 
 /// The holder's lease (60 s) outlasts the waiter's patience (30 s): the waiter can only get the
