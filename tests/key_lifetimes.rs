@@ -115,6 +115,20 @@ async fn every_key_left_after_use_expires_but_the_documented_state() {
         .unwrap();
     assert!(matches!(ran, lockkit::JobOutcome::Ran(())));
 
+    // A rate limiter: the overall mode with a reservation still to come, and the per-client mode.
+    let overall = lockkit::RateLimit::new(1, Duration::from_secs(3600)).unwrap();
+    let limiter = client.rate_limiter(&name).with_limit(overall);
+    assert!(limiter.try_acquire(1, Duration::ZERO).await.unwrap());
+    let reserved = limiter.clone();
+    let reserved = tokio::spawn(async move { reserved.acquire(1).await });
+    while limiter.waiting().await.unwrap() == 0 {
+        tokio::task::yield_now().await;
+    }
+    let per_client = client
+        .rate_limiter(format!("{name}:per-client"))
+        .with_limit(overall.with_mode(lockkit::RateMode::PerClient));
+    assert!(per_client.try_acquire(1, Duration::ZERO).await.unwrap());
+
     let ns = Namespace::default();
     let mut forever = Vec::new();
     let mut expiring = Vec::new();
@@ -136,9 +150,11 @@ async fn every_key_left_after_use_expires_but_the_documented_state() {
         [
             (Kind::CountDownLatch, None),
             (Kind::PermitExpirableSemaphore, None),
+            (Kind::RateLimiter, None),
+            (Kind::RateLimiter, None),
             (Kind::Semaphore, None),
         ],
-        "only the permits and the count are kept without an expiry"
+        "only the permits, the count and the rate limits are kept without an expiry"
     );
     // Among those left with an expiry: the held lock, the fenced lock's and the elections'
     // counters, the led election's hold and leader record, the latch's recent requests and the
@@ -151,11 +167,14 @@ async fn every_key_left_after_use_expires_but_the_documented_state() {
         (Kind::Election, Some("leader")),
         (Kind::CountDownLatch, Some("requests")),
         (Kind::OnceMark, None),
+        (Kind::RateLimiter, Some("waiting")),
+        (Kind::RateLimiter, Some("client")),
     ] {
         assert!(expiring.contains(&key), "{key:?} in {expiring:?}");
     }
     held.unlock().await.unwrap();
     led.resign().await.unwrap();
+    reserved.abort();
 }
 
 /// A waiter that died in line (its client gone without a word: no cancel, no retry) leaves its

@@ -344,8 +344,9 @@ pub struct ParsedKey {
     pub kind: Kind,
     /// The object's name, as the user wrote it.
     pub name: String,
-    /// `None` for the object's main key; else the auxiliary key's suffix (`queue`, `token`, ...)
-    /// or `released` for its channel.
+    /// `None` for the object's main key; else the auxiliary key's suffix (`queue`, `token`, ...),
+    /// `released` for its channel, or `client` for a rate limiter's per-client schedule
+    /// (`<prefix>:ratelimiter.client:<tagged name>:<client id>`).
     pub suffix: Option<&'static str>,
 }
 
@@ -362,6 +363,8 @@ impl Namespace {
     /// // A channel's text is also the main key of another name (`{a}:released`): it reads as that.
     /// assert_eq!(ns.parse("lockkit:lock:{a}:released").unwrap().name, "{a}:released");
     /// assert!(ns.parse("other:lock:{a}").is_none());
+    /// let schedule = ns.parse("lockkit:ratelimiter.client:{api}:3f2a").unwrap();
+    /// assert_eq!((schedule.kind, schedule.name.as_str(), schedule.suffix), (Kind::RateLimiter, "api", Some("client")));
     /// ```
     pub fn parse(&self, key: &str) -> Option<ParsedKey> {
         let rest = key.strip_prefix(self.prefix.as_str())?.strip_prefix(':')?;
@@ -373,6 +376,15 @@ impl Namespace {
         let kind = Kind::ALL
             .into_iter()
             .find(|kind| kind.segment() == segment)?;
+        if kind == Kind::RateLimiter && suffix == Some("client") {
+            // A rate limiter's per-client schedule: `<tagged name>:<client id>`.
+            let (tagged, _client) = tagged.rsplit_once(':')?;
+            return untagged_name(tagged).map(|name| ParsedKey {
+                kind,
+                name,
+                suffix: Some("client"),
+            });
+        }
         if let Some(suffix) = suffix {
             let suffix = *kind.aux_suffixes().iter().find(|s| **s == suffix)?;
             return untagged_name(tagged).map(|name| ParsedKey {

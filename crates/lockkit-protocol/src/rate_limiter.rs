@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `<prefix>:ratelimiter:{name}` | HASH | the limit: `rate`, `interval` (ms), `burst`, `mode`; in the overall mode also the schedule: `tat`, `last`, `last_at`, `last_cost` |
 //! | `<prefix>:ratelimiter.waiting:{name}` | ZSET | member = marker of a reservation still to come, score = its time (server ms) |
-//! | `<prefix>:ratelimiter:{name}:client:<client id>` | HASH | in the per-client mode, one client's schedule; expires once idle |
+//! | `<prefix>:ratelimiter.client:{name}:<client id>` | HASH | in the per-client mode, one client's schedule; expires once idle |
 //!
 //! The schedule is one number, `tat` (server µs): the theoretical arrival time of the next
 //! permit. With `T = interval / rate` and a tolerance of `burst × T`, a request for `k` permits
@@ -22,7 +22,7 @@
 //! Only the last request of a schedule can be given back (every later one was placed after it):
 //! the schedule remembers its marker and cost (`last`, `last_cost`).
 
-use crate::keys::ObjectKeys;
+use crate::keys::{KeyError, Kind, Namespace};
 use crate::script::{with_prelude, Script};
 use crate::DecodeError;
 
@@ -40,18 +40,21 @@ pub const MODE_OVERALL: &str = "overall";
 /// The `mode` field's value of the per-client mode: each client has a schedule of its own.
 pub const MODE_PER_CLIENT: &str = "per_client";
 
-/// The key of one client's schedule (per-client mode): `<main key>:client:<client id>`, in the
-/// object's hash slot.
+/// The key of one client's schedule (per-client mode):
+/// `<prefix>:ratelimiter.client:<tagged name>:<client id>`, in the object's hash slot. No object
+/// has a key of the `ratelimiter.client` segment, so it never collides with one.
 ///
 /// ```
 /// use lockkit_protocol::{keys::{Kind, Namespace}, rate_limiter, slot::key_slot};
-/// let keys = Namespace::default().object(Kind::RateLimiter, "partner-api").unwrap();
-/// let mine = rate_limiter::client_state_key(&keys, "3f2a");
-/// assert_eq!(mine, "lockkit:ratelimiter:{partner-api}:client:3f2a");
+/// let ns = Namespace::default();
+/// let keys = ns.object(Kind::RateLimiter, "partner-api").unwrap();
+/// let mine = rate_limiter::client_state_key(&ns, "partner-api", "3f2a").unwrap();
+/// assert_eq!(mine, "lockkit:ratelimiter.client:{partner-api}:3f2a");
 /// assert_eq!(key_slot(&mine), key_slot(&keys.key));
 /// ```
-pub fn client_state_key(keys: &ObjectKeys, client_id: &str) -> String {
-    format!("{}:client:{client_id}", keys.key)
+pub fn client_state_key(ns: &Namespace, name: &str, client_id: &str) -> Result<String, KeyError> {
+    let base = ns.object_base(&format!("{}.client", Kind::RateLimiter.segment()), name)?;
+    Ok(format!("{base}:{client_id}"))
 }
 
 /// Reply of [`ACQUIRE`].

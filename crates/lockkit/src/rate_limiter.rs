@@ -343,7 +343,7 @@ impl RateLimiter {
 
     pub(crate) async fn status(&self, method: &'static str) -> Result<StatusReply, Error> {
         let keys = self.object.keys()?;
-        let own = client_state_key(keys, &self.object.inner().id);
+        let own = self.own_key()?;
         let reply = self
             .object
             .inner()
@@ -420,6 +420,16 @@ impl RateLimiter {
         self.admit(permits, Some(wait), "try_admission").await
     }
 
+    /// This client's schedule key (per-client mode).
+    fn own_key(&self) -> Result<String, Error> {
+        let inner = self.object.inner();
+        Ok(client_state_key(
+            &inner.settings.namespace,
+            &self.object.name,
+            &inner.id,
+        )?)
+    }
+
     fn no_limit(&self) -> Error {
         Error::Refused {
             kind: Kind::RateLimiter.describe(),
@@ -444,7 +454,7 @@ impl RateLimiter {
         let stopwatch = metrics::Stopwatch::start();
         let until = wait.map(|wait| far_or(started, wait));
         let marker = hold_marker(&inner.id, inner.next_sequence());
-        let own: Arc<str> = client_state_key(keys, &inner.id).into();
+        let own: Arc<str> = self.own_key()?.into();
         let queued = Queued::new(
             inner,
             Kind::RateLimiter,
