@@ -24,8 +24,9 @@
 --
 -- GCRA: tat is the theoretical arrival time of the next permit; T = interval / rate; the
 -- tolerance is burst * T. `permits` are admitted at the first moment `at` >= now with
--- max(tat, now) + (permits - 1) * T - tolerance <= at, and tat moves on by permits * T. In any
--- window of one interval at most rate + burst permits are admitted.
+-- max(tat, now) + (permits - 1) * T - tolerance <= at (rounded up to a whole µs), and tat moves
+-- on by permits * T (from `at`, should the rounding put `at` past tat). In any window of one
+-- interval at most rate + burst permits are admitted.
 -- Idempotent per request: a re-sent copy finds its marker as the last request and answers as
 -- the first run did.
 local now = rate_now()
@@ -74,7 +75,14 @@ local horizon = limit.interval * 1000
 if delay > horizon then
   return {2, delay - horizon, now}
 end
-local cost = permits * t
+-- The request's permits take the slots start, start + T, ... of the schedule. `at` is a whole µs,
+-- rounded up: should that put it past the first slot, the slots start at `at`, so every permit's
+-- slot lies in [at, at + burst * T] and the window bound holds on the whole-µs moments reported.
+local start = tat
+if at > start then
+  start = at
+end
+local cost = start - tat + permits * t
 redis.call('HSET', state, 'tat', rate_fmt(tat + cost), 'last', marker, 'last_at', at,
   'last_cost', rate_fmt(cost))
 if state ~= KEYS[1] then
