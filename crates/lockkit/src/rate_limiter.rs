@@ -42,7 +42,7 @@ pub enum RateMode {
 /// In every window of one `interval`, at most `permits + burst` permits are admitted, counted on
 /// the server's clock, across every client (or each client, [`RateMode::PerClient`]). Permits
 /// are spread evenly: one every `interval / permits`. The burst lets a limiter that was idle
-/// admit up to `burst + 1` permits at once; it is also the most one request may ask for less one
+/// admit up to `burst + 1` permits at once, and `burst + 1` is the most one request may ask for
 /// ([`max_per_request`](RateLimit::max_per_request)).
 ///
 /// ```
@@ -372,8 +372,9 @@ impl RateLimiter {
     /// admitting that many fewer).
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for zero permits, or more than the limit admits at once
-    /// ([`max_per_request`](RateLimit::max_per_request)); [`Error::Refused`] when no limit is
+    /// [`Error::InvalidArgument`] for zero permits (before anything is sent), or more than the
+    /// stored limit admits at once ([`max_per_request`](RateLimit::max_per_request); the stored
+    /// limit decides, this client's configured one only when none is stored); [`Error::Refused`] when no limit is
     /// stored or configured; [`Error::Redis`] when Redis fails (within the
     /// [command timeout](crate::ClientBuilder::command_timeout)); [`Error::Shutdown`] once the
     /// client is shut down (a reservation is given back first); [`Error::WrongType`] when the
@@ -446,8 +447,10 @@ impl RateLimiter {
         wait: Option<Duration>,
         method: &'static str,
     ) -> Result<Option<RateAdmission>, Error> {
+        // The stored limit decides the most one request may take (the script refuses more); this
+        // client's configured one only stands in when none is stored.
         let configured = self.configured_limit();
-        check_permits(permits, configured)?;
+        check_permits(permits)?;
         let keys = self.object.keys()?;
         let inner = self.object.inner();
         let started = Instant::now();
@@ -558,21 +561,12 @@ impl RateLimiter {
     }
 }
 
-/// Zero permits, or more than the configured limit admits at once, is refused before anything
-/// is sent.
-fn check_permits(permits: u64, configured: Option<RateLimit>) -> Result<(), Error> {
+/// Zero permits is refused before anything is sent.
+fn check_permits(permits: u64) -> Result<(), Error> {
     if permits == 0 {
         return Err(Error::InvalidArgument(
             "a rate limiter request must ask for at least 1 permit".into(),
         ));
-    }
-    if let Some(limit) = configured {
-        if permits > limit.max_per_request() {
-            return Err(Error::InvalidArgument(format!(
-                "{permits} permits is more than the limit ever admits at once ({}: the burst + 1)",
-                limit.max_per_request()
-            )));
-        }
     }
     Ok(())
 }
@@ -657,8 +651,7 @@ mod tests {
             .unwrap()
             .with_burst(RateLimit::MAX_BURST + 1)
             .is_err());
-        assert!(check_permits(0, None).is_err());
-        assert!(check_permits(2, Some(RateLimit::per_second(5).unwrap())).is_err());
-        assert!(check_permits(2, None).is_ok());
+        assert!(check_permits(0).is_err());
+        assert!(check_permits(2).is_ok());
     }
 }
