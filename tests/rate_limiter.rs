@@ -287,3 +287,32 @@ async fn per_client_limits_count_each_client_alone() {
     assert!(lb.try_acquire(1, Duration::ZERO).await.unwrap());
     assert!(!lb.try_acquire(1, Duration::ZERO).await.unwrap());
 }
+
+/// The stored limit decides: a handle configured with a smaller burst than the one stored by
+/// another pod still takes what the stored limit admits at once, and one with a larger burst is
+/// refused what the stored one does not admit.
+#[tokio::test]
+async fn the_stored_limit_decides_what_one_request_may_take() {
+    let redis = redis().await;
+    let url = redis.url();
+    let name = unique("stored-decides");
+    let admin = client(&url).await;
+    admin
+        .rate_limiter(&name)
+        .set_limit(RateLimit::per_second(10).unwrap().with_burst(4).unwrap())
+        .await
+        .unwrap();
+    let pod = client(&url).await;
+    let small = pod
+        .rate_limiter(&name)
+        .with_limit(RateLimit::per_second(10).unwrap());
+    assert!(small.try_acquire(3, Duration::ZERO).await.unwrap());
+    let other = client(&url).await;
+    let large = other
+        .rate_limiter(&name)
+        .with_limit(RateLimit::per_second(10).unwrap().with_burst(9).unwrap());
+    assert!(matches!(
+        large.acquire(6).await,
+        Err(Error::InvalidArgument(_))
+    ));
+}
