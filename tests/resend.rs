@@ -35,7 +35,8 @@ use fred::interfaces::{EventInterface, PubsubInterface};
 use lockkit::protocol::keys::{Kind, Namespace, ObjectKeys};
 use lockkit::protocol::script::Script;
 use lockkit::protocol::{
-    election, fair_lock, fenced_lock, latch, lock, read_write_lock, semaphore, spin_lock,
+    election, fair_lock, fenced_lock, latch, lock, rate_limiter, read_write_lock, semaphore,
+    spin_lock,
 };
 use lockkit_suite::model_io::READ_STATE;
 use lockkit_suite::{eval, raw, server_ms, spawned, unique, within};
@@ -749,6 +750,75 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
         .publishes(),
     ));
 
+    // The rate limiter: rate_limiter_acquire (admitted now, reserved, per-client),
+    // rate_limiter_cancel, rate_limiter_set_limit, rate_limiter_status.
+    let k = keys_of(Kind::RateLimiter, name);
+    let own = rate_limiter::client_state_key(&Namespace::default(), name, "A").unwrap();
+    let mut rk = k.keys.clone();
+    rk.push(own);
+    let take = |marker: &str, mode: &str| {
+        call(
+            &rate_limiter::ACQUIRE,
+            &rk,
+            &["1", "-1", marker, "2", "3600000", "0", mode],
+        )
+    };
+    let rate_case = |setup: Vec<Call>, subject: Call| Case {
+        keys: rk.clone(),
+        ..Case::new(&k, setup, subject)
+    };
+    cases.push((
+        "rate_limiter_acquire: admitted now",
+        rate_case(vec![], take("#A:1", "overall")),
+    ));
+    cases.push((
+        "rate_limiter_acquire: reserved",
+        rate_case(vec![take("#A:1", "overall")], take("#A:2", "overall"))
+            .replies_may_differ("the delay counts from each run's clock; the moment is the same"),
+    ));
+    cases.push((
+        "rate_limiter_acquire: per client",
+        rate_case(vec![], take("#A:1", "per_client")),
+    ));
+    let give_back = call(&rate_limiter::CANCEL, &rk, &["#A:2", "", ""]);
+    cases.push((
+        "rate_limiter_cancel: gives a reservation back",
+        rate_case(
+            vec![take("#A:1", "overall"), take("#A:2", "overall")],
+            give_back,
+        ),
+    ));
+    cases.push((
+        "rate_limiter_set_limit: only if absent",
+        rate_case(
+            vec![],
+            call(
+                &rate_limiter::SET_LIMIT,
+                &rk,
+                &["5", "1000", "1", "overall", "1", "#A:1"],
+            ),
+        ),
+    ));
+    cases.push((
+        "rate_limiter_set_limit: in place",
+        rate_case(
+            vec![take("#A:1", "overall")],
+            call(
+                &rate_limiter::SET_LIMIT,
+                &rk,
+                &["5", "1000", "1", "overall", "0", "#A:2"],
+            ),
+        ),
+    ));
+    cases.push((
+        "rate_limiter_status",
+        rate_case(
+            vec![take("#A:1", "overall"), take("#A:2", "overall")],
+            call(&rate_limiter::STATUS, &rk, &[]),
+        )
+        .replies_may_differ("it reports the server's clock"),
+    ));
+
     // The election: its campaign (fenced_lock_acquire on its keys), election_renew,
     // election_proclaim, election_resign, election_leader, and a waiting candidate leaving.
     let k = keys_of(Kind::Election, name);
@@ -1025,6 +1095,10 @@ const AUDITED: &[&str] = &[
     "election_proclaim",
     "election_resign",
     "election_leader",
+    "rate_limiter_acquire",
+    "rate_limiter_cancel",
+    "rate_limiter_set_limit",
+    "rate_limiter_status",
 ];
 
 #[test]

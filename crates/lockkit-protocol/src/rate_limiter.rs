@@ -2,7 +2,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `<prefix>:ratelimiter:{name}` | HASH | the limit: `rate`, `interval` (ms), `burst`, `mode`; in the overall mode also the schedule: `tat`, `last`, `last_at`, `last_cost` |
+//! | `<prefix>:ratelimiter:{name}` | HASH | the limit: `rate`, `interval` (ms), `burst`, `mode`, `set_by` (the request that stored it); in the overall mode also the schedule: `tat`, `last`, `last_at`, `last_cost`, `given` (the last request given back) |
 //! | `<prefix>:ratelimiter.waiting:{name}` | ZSET | member = marker of a reservation still to come, score = its time (server ms) |
 //! | `<prefix>:ratelimiter.client:{name}:<client id>` | HASH | in the per-client mode, one client's schedule; expires once idle |
 //!
@@ -21,6 +21,10 @@
 //!
 //! Only the last request of a schedule can be given back (every later one was placed after it):
 //! the schedule remembers its marker and cost (`last`, `last_cost`).
+//!
+//! Every script is idempotent per request (fred re-sends a command in flight when a connection
+//! drops): a re-sent request finds its marker as `last` and answers with the same moment; a
+//! re-sent give-back finds it as `given`; a re-sent `try_set_limit` finds it as `set_by`.
 
 use crate::keys::{KeyError, Kind, Namespace};
 use crate::script::{with_prelude, Script};

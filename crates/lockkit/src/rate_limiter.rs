@@ -286,6 +286,8 @@ impl RateLimiter {
         let keys = self.object.keys()?;
         self.remember(limit);
         let args = limit.args();
+        let inner = self.object.inner();
+        let marker = hold_marker(&inner.id, inner.next_sequence());
         let reply = self
             .object
             .inner()
@@ -300,6 +302,7 @@ impl RateLimiter {
                     &args[2],
                     &args[3],
                     if only_if_absent { "1" } else { "0" },
+                    &marker,
                 ],
                 Resend::Allowed,
             )

@@ -9,11 +9,12 @@
 -- ARGV[2], ARGV[3]  unused (the shared leave contract: channel, sharded flag)
 --
 -- Reply    {1}  given back: the schedule moved back by the request's cost
---          {0}  nothing given back (a later request was placed after it, it was given back
---               already, or the limit changed since)
+--               (also to a re-sent copy of the request that gave them back)
+--          {0}  nothing given back (a later request was placed after it, or the data was lost)
 --          error WRONGTYPE  the keys hold something else
 --
--- Idempotent: the first run clears the marker; a re-sent copy finds nothing to give back.
+-- Idempotent: the first run clears the request as the last and notes it as `given`; a re-sent
+-- copy finds it there and answers {1} again, changing nothing.
 local marker = ARGV[1]
 redis.call('ZREM', KEYS[2], marker)
 local limit = rate_limit(KEYS[1])
@@ -28,10 +29,13 @@ local state = KEYS[1]
 if limit.mode == 'per_client' then
   state = KEYS[3]
 end
-local s = redis.call('HMGET', state, 'tat', 'last', 'last_cost')
+local s = redis.call('HMGET', state, 'tat', 'last', 'last_cost', 'given')
+if s[4] == marker then
+  return {1}
+end
 if s[2] ~= marker then
   return {0}
 end
-redis.call('HSET', state, 'tat', rate_fmt(tonumber(s[1]) - tonumber(s[3])))
+redis.call('HSET', state, 'tat', rate_fmt(tonumber(s[1]) - tonumber(s[3])), 'given', marker)
 redis.call('HDEL', state, 'last', 'last_at', 'last_cost')
 return {1}
