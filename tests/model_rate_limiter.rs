@@ -78,9 +78,17 @@ enum Step {
         configured: bool,
     },
     /// Give back the `nth` request from the end (0: the last).
-    Cancel { client: usize, nth: usize },
-    SetLimit { limit: Limit, only_if_absent: bool },
-    Status { client: usize },
+    Cancel {
+        client: usize,
+        nth: usize,
+    },
+    SetLimit {
+        limit: Limit,
+        only_if_absent: bool,
+    },
+    Status {
+        client: usize,
+    },
     /// Real time passes (ms).
     Sleep(u64),
     /// The previous script call delivered again, exactly.
@@ -211,7 +219,12 @@ fn script_keys(keys: &ObjectKeys, client: usize) -> Vec<String> {
     ]
 }
 
-async fn exchange(server: &RedisServer, script: &Script, keys: &[String], args: &[String]) -> Exchange {
+async fn exchange(
+    server: &RedisServer,
+    script: &Script,
+    keys: &[String],
+    args: &[String],
+) -> Exchange {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (main, waiting) = (keys[0].clone(), keys[1].clone());
     let client_keys: Vec<String> = (0..CLIENTS.len())
@@ -263,7 +276,10 @@ fn decode(op: &RateOp, reply: &RespValue) -> Result<(RateRet, Option<u64>), Stri
         .as_array()
         .ok_or_else(|| format!("not an array: {reply:?}"))?
         .iter()
-        .map(|v| v.as_int().ok_or_else(|| format!("not an integer: {reply:?}")))
+        .map(|v| {
+            v.as_int()
+                .ok_or_else(|| format!("not an integer: {reply:?}"))
+        })
         .collect::<Result<_, _>>()?;
     let u = |v: i64| u64::try_from(v).map_err(|_| format!("negative figure in {ints:?}"));
     Ok(match op {
@@ -293,8 +309,14 @@ fn decode(op: &RateOp, reply: &RespValue) -> Result<(RateRet, Option<u64>), Stri
             [-2, most] => (RateRet::TooMany { most: u(most)? }, None),
             _ => return Err(format!("an acquire reply {ints:?}")),
         },
-        RateOp::Cancel { .. } => (RateRet::GivenBack(prl::decode_cancel(&ints).map_err(|e| e.to_string())?), None),
-        RateOp::SetLimit { .. } => (RateRet::Stored(prl::decode_set_limit(&ints).map_err(|e| e.to_string())?), None),
+        RateOp::Cancel { .. } => (
+            RateRet::GivenBack(prl::decode_cancel(&ints).map_err(|e| e.to_string())?),
+            None,
+        ),
+        RateOp::SetLimit { .. } => (
+            RateRet::Stored(prl::decode_set_limit(&ints).map_err(|e| e.to_string())?),
+            None,
+        ),
         RateOp::Status { .. } => {
             let s = prl::StatusReply::decode(&ints).map_err(|e| e.to_string())?;
             (
@@ -332,22 +354,39 @@ fn keys_agree(spec: &RateLimiterSpec, ex: &Exchange) -> Result<(), String> {
         near(fields.get("tat"), spec.tat_us(client), "tat")?;
         let last = spec.last(client);
         if fields.get("last") != last.as_ref().map(|l| &l.0) {
-            return Err(format!("last: the key has {:?}, the spec {last:?}", fields.get("last")));
+            return Err(format!(
+                "last: the key has {:?}, the spec {last:?}",
+                fields.get("last")
+            ));
         }
-        near(fields.get("last_at"), last.as_ref().map(|l| l.1 as f64), "last_at")?;
-        near(fields.get("last_cost"), last.as_ref().map(|l| l.2), "last_cost")
+        near(
+            fields.get("last_at"),
+            last.as_ref().map(|l| l.1 as f64),
+            "last_at",
+        )?;
+        near(
+            fields.get("last_cost"),
+            last.as_ref().map(|l| l.2),
+            "last_cost",
+        )
     };
     match spec.limit() {
         None => {
             if ex.main.contains_key("rate") {
-                return Err(format!("a limit is stored, the spec has none: {:?}", ex.main));
+                return Err(format!(
+                    "a limit is stored, the spec has none: {:?}",
+                    ex.main
+                ));
             }
         }
         Some(limit) => {
             let args = limit_args(&limit);
             for (field, want) in ["rate", "interval", "burst", "mode"].iter().zip(&args) {
                 if ex.main.get(*field) != Some(want) {
-                    return Err(format!("{field}: the key has {:?}, the spec {want}", ex.main));
+                    return Err(format!(
+                        "{field}: the key has {:?}, the spec {want}",
+                        ex.main
+                    ));
                 }
             }
             if limit.per_client {
@@ -361,13 +400,21 @@ fn keys_agree(spec: &RateLimiterSpec, ex: &Exchange) -> Result<(), String> {
     }
     let now_ms = ex.t1 / 1000 + 2;
     let future = |z: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
-        z.iter().filter(|(_, ms)| **ms > now_ms).map(|(m, s)| (m.clone(), *s)).collect()
+        z.iter()
+            .filter(|(_, ms)| **ms > now_ms)
+            .map(|(m, s)| (m.clone(), *s))
+            .collect()
     };
     let (got, want) = (future(&ex.waiting), future(spec.waiting()));
     let same = got.len() == want.len()
-        && got.iter().zip(&want).all(|((a, x), (b, y))| a == b && x.abs_diff(*y) <= 1);
+        && got
+            .iter()
+            .zip(&want)
+            .all(|((a, x), (b, y))| a == b && x.abs_diff(*y) <= 1);
     if !same {
-        return Err(format!("the waiting ZSET: the key has {got:?}, the spec {want:?}"));
+        return Err(format!(
+            "the waiting ZSET: the key has {got:?}, the spec {want:?}"
+        ));
     }
     Ok(())
 }
@@ -391,13 +438,20 @@ struct Run {
 }
 
 impl Run {
-    async fn call(&mut self, script: &'static Script, client: usize, args: Vec<String>, op: RateOp) -> Result<(), String> {
+    async fn call(
+        &mut self,
+        script: &'static Script,
+        client: usize,
+        args: Vec<String>,
+        op: RateOp,
+    ) -> Result<(), String> {
         let keys = script_keys(&self.keys, client);
         let ex = exchange(&self.server, script, &keys, &args).await;
         let (observed, at) = decode(&op, &ex.reply)?;
         // A re-sent copy answers with its first moment, which may have passed (delay 0): then
         // only the TIMEs around it bound the instant, and the answer is the same at any of them.
-        let past = |now: u64| matches!(observed, RateRet::Admitted { delay_us: 0, .. }) && now < ex.t0;
+        let past =
+            |now: u64| matches!(observed, RateRet::Admitted { delay_us: 0, .. }) && now < ex.t0;
         let now = match at {
             Some(now) if past(now) => ex.t0,
             Some(now) => {
@@ -426,14 +480,17 @@ impl Run {
         keys_agree(&self.spec, &ex).map_err(|e| format!("after {op:?} -> {observed:?}: {e}"))?;
         let _ = writeln!(self.log, "    {op:?} -> {observed:?}");
         match (&op, &observed) {
-            (RateOp::Acquire { marker, permits, .. }, RateRet::Admitted { at_us, .. }) => {
-                if !self
-                    .admitted
-                    .iter()
-                    .any(|(m, at, _)| m == marker && at == at_us)
-                {
-                    self.admitted.push((marker.clone(), *at_us, *permits));
-                }
+            (
+                RateOp::Acquire {
+                    marker, permits, ..
+                },
+                RateRet::Admitted { at_us, .. },
+            ) if !self
+                .admitted
+                .iter()
+                .any(|(m, at, _)| m == marker && at == at_us) =>
+            {
+                self.admitted.push((marker.clone(), *at_us, *permits));
             }
             (RateOp::Cancel { marker, .. }, RateRet::GivenBack(true)) => {
                 if let Some(i) = self.admitted.iter().rposition(|(m, _, _)| m == marker) {
@@ -487,8 +544,13 @@ impl Run {
                     client: CLIENTS[*client].to_owned(),
                     marker: marker.clone(),
                 };
-                self.call(&prl::CANCEL, *client, vec![marker, String::new(), String::new()], op)
-                    .await
+                self.call(
+                    &prl::CANCEL,
+                    *client,
+                    vec![marker, String::new(), String::new()],
+                    op,
+                )
+                .await
             }
             Step::SetLimit {
                 limit,
@@ -522,7 +584,10 @@ impl Run {
                 Ok(())
             }
             Step::ScriptFlush => {
-                self.server.command(&["SCRIPT", "FLUSH"]).await.expect("SCRIPT FLUSH");
+                self.server
+                    .command(&["SCRIPT", "FLUSH"])
+                    .await
+                    .expect("SCRIPT FLUSH");
                 Ok(())
             }
             Step::Save => {

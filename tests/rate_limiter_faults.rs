@@ -15,22 +15,25 @@ use lockkit_testkit::FaultProxy;
 
 const HANG: Duration = Duration::from_secs(60);
 
+/// One caller's task: its admissions (server moment, permits) and how many calls failed.
+type Caller = tokio::task::JoinHandle<(Vec<(SystemTime, u64)>, u64)>;
+
 /// The server's clock.
 async fn server_now(server: &lockkit_suite::RedisServer) -> SystemTime {
     let t = server.command(&["TIME"]).await.expect("TIME");
     let part = |i: usize| -> u64 {
-        t.as_array().and_then(|a| a.get(i)).and_then(|p| p.as_str()).and_then(|p| p.parse().ok()).expect("TIME")
+        t.as_array()
+            .and_then(|a| a.get(i))
+            .and_then(|p| p.as_str())
+            .and_then(|p| p.parse().ok())
+            .expect("TIME")
     };
     UNIX_EPOCH + Duration::from_micros(part(0) * 1_000_000 + part(1))
 }
 
 /// Callers asking with `acquire(1)` until `stop`, each admission recorded with its server moment;
 /// errors (a server restarting) are counted and asked again.
-fn callers(
-    limiters: &[RateLimiter],
-    count: usize,
-    stop: Arc<AtomicBool>,
-) -> Vec<tokio::task::JoinHandle<(Vec<(SystemTime, u64)>, u64)>> {
+fn callers(limiters: &[RateLimiter], count: usize, stop: Arc<AtomicBool>) -> Vec<Caller> {
     (0..count)
         .map(|i| {
             let limiter = limiters[i % limiters.len()].clone();
@@ -52,9 +55,7 @@ fn callers(
         .collect()
 }
 
-async fn collect(
-    tasks: Vec<tokio::task::JoinHandle<(Vec<(SystemTime, u64)>, u64)>>,
-) -> (Vec<(SystemTime, u64)>, u64) {
+async fn collect(tasks: Vec<Caller>) -> (Vec<(SystemTime, u64)>, u64) {
     let (mut all, mut errors) = (Vec::new(), 0);
     for task in tasks {
         let (admitted, e) = within(HANG, "a caller", task).await.expect("a caller");
@@ -73,7 +74,10 @@ async fn redis_restarted_empty_under_load_over_admits_at_most_one_window() {
     let mut server = spawned().await;
     let url = server.url();
     let name = unique("restart-empty");
-    let limit = RateLimit::new(10, Duration::from_millis(100)).unwrap().with_burst(2).unwrap();
+    let limit = RateLimit::new(10, Duration::from_millis(100))
+        .unwrap()
+        .with_burst(2)
+        .unwrap();
     let mut limiters = Vec::new();
     for _ in 0..4 {
         limiters.push(client(&url).await.rate_limiter(&name).with_limit(limit));
@@ -93,13 +97,20 @@ async fn redis_restarted_empty_under_load_over_admits_at_most_one_window() {
     tokio::time::sleep(Duration::from_millis(700)).await;
     stop.store(true, Ordering::SeqCst);
     let (admitted, errors) = collect(tasks).await;
-    assert_eq!(limiters[0].limit().await.unwrap(), Some(limit), "the limit came back");
+    assert_eq!(
+        limiters[0].limit().await.unwrap(),
+        Some(limit),
+        "the limit came back"
+    );
     let after: Vec<_> = admitted
         .iter()
         .copied()
         .filter(|(at, _)| *at >= restarted + limit.interval())
         .collect();
-    assert!(!after.is_empty(), "callers were admitted after the restart ({errors} errors)");
+    assert!(
+        !after.is_empty(),
+        "callers were admitted after the restart ({errors} errors)"
+    );
     let per_window = limit.permits() + limit.burst();
     assert_no_window_over(&admitted, limit.interval(), 2 * per_window);
     assert_no_window_over(&after, limit.interval(), per_window);
@@ -120,7 +131,10 @@ async fn a_client_killed_mid_acquire_admits_nothing_more_and_the_others_go_on() 
     let server = spawned().await;
     let url = server.url();
     let name = unique("killed");
-    let limit = RateLimit::new(5, Duration::from_millis(100)).unwrap().with_burst(1).unwrap();
+    let limit = RateLimit::new(5, Duration::from_millis(100))
+        .unwrap()
+        .with_burst(1)
+        .unwrap();
     let mut limiters = Vec::new();
     for _ in 0..2 {
         limiters.push(client(&url).await.rate_limiter(&name).with_limit(limit));
@@ -136,9 +150,8 @@ async fn a_client_killed_mid_acquire_admits_nothing_more_and_the_others_go_on() 
         for (i, url) in [direct, frozen].into_iter().enumerate() {
             let rt = tokio::runtime::Runtime::new().expect("a runtime");
             let name = name_v.clone();
-            let limiter = rt.block_on(async {
-                client(&url).await.rate_limiter(&name).with_limit(limit)
-            });
+            let limiter =
+                rt.block_on(async { client(&url).await.rate_limiter(&name).with_limit(limit) });
             reserved.push((rt, limiter, i));
         }
         reserved
@@ -165,7 +178,10 @@ async fn a_client_killed_mid_acquire_admits_nothing_more_and_the_others_go_on() 
     tokio::time::sleep(Duration::from_millis(600)).await;
     stop.store(true, Ordering::SeqCst);
     let (admitted, _) = collect(tasks).await;
-    let after = admitted.iter().filter(|(at, _)| *at > killed + limit.interval()).count();
+    let after = admitted
+        .iter()
+        .filter(|(at, _)| *at > killed + limit.interval())
+        .count();
     assert!(after > 0, "the survivors went on after the kill");
     assert_no_window_over(&admitted, limit.interval(), limit.permits() + limit.burst());
 }
@@ -178,7 +194,10 @@ async fn a_script_cache_flushed_under_load_breaks_nothing() {
     let server = spawned().await;
     let url = server.url();
     let name = unique("flushed");
-    let limit = RateLimit::new(20, Duration::from_millis(100)).unwrap().with_burst(3).unwrap();
+    let limit = RateLimit::new(20, Duration::from_millis(100))
+        .unwrap()
+        .with_burst(3)
+        .unwrap();
     let mut limiters = Vec::new();
     for _ in 0..4 {
         limiters.push(client(&url).await.rate_limiter(&name).with_limit(limit));
@@ -188,7 +207,11 @@ async fn a_script_cache_flushed_under_load_breaks_nothing() {
     let mut flushes = 0;
     for _ in 0..20 {
         tokio::time::sleep(Duration::from_millis(75)).await;
-        assert!(!server.command(&["SCRIPT", "FLUSH"]).await.unwrap().is_error());
+        assert!(!server
+            .command(&["SCRIPT", "FLUSH"])
+            .await
+            .unwrap()
+            .is_error());
         flushes += 1;
     }
     stop.store(true, Ordering::SeqCst);
@@ -231,9 +254,17 @@ async fn frozen_try(flush: bool) {
     let caller = client_timing_out(&url, Duration::from_millis(500)).await;
     let limiter = caller.rate_limiter(&name).with_limit(limit);
     if flush {
-        assert!(!server.command(&["SCRIPT", "FLUSH"]).await.unwrap().is_error());
+        assert!(!server
+            .command(&["SCRIPT", "FLUSH"])
+            .await
+            .unwrap()
+            .is_error());
         let src = lockkit::protocol::rate_limiter::ACQUIRE.source();
-        assert!(!server.command(&["SCRIPT", "LOAD", src]).await.unwrap().is_error());
+        assert!(!server
+            .command(&["SCRIPT", "LOAD", src])
+            .await
+            .unwrap()
+            .is_error());
     }
     server.pause().unwrap();
     let out = within(
@@ -246,7 +277,10 @@ async fn frozen_try(flush: bool) {
     assert!(out.is_err(), "a frozen server's try returned {out:?}");
     within(HANG, "the give-back of the cut-off try", async {
         loop {
-            let (available, waiting) = (watcher.available().await.unwrap(), watcher.waiting().await.unwrap());
+            let (available, waiting) = (
+                watcher.available().await.unwrap(),
+                watcher.waiting().await.unwrap(),
+            );
             if available == 1 && waiting == 0 {
                 break;
             }

@@ -212,13 +212,9 @@ impl RateLimiterSpec {
     /// rounded up) and cost (µs).
     pub fn last(&self, client: &str) -> Option<(String, u64, f64)> {
         let s = self.schedule_ref(client)?;
-        s.last.as_ref().map(|(m, at, cost)| {
-            (
-                m.clone(),
-                self.ceil_us(*at),
-                *cost as f64 / self.den as f64,
-            )
-        })
+        s.last
+            .as_ref()
+            .map(|(m, at, cost)| (m.clone(), self.ceil_us(*at), *cost as f64 / self.den as f64))
     }
 
     /// The reservations to come: marker → moment in ms (rounded up), as the waiting ZSET has them
@@ -618,12 +614,7 @@ mod tests {
         assert_eq!(r.apply(S, &RateOp::Lose), RateRet::Done);
         assert_eq!(r.apply(S, &op("#5")), admitted(0, S));
         assert_eq!(r.limit(), configured);
-        let status = r.apply(
-            S,
-            &RateOp::Status {
-                client: "a".into(),
-            },
-        );
+        let status = r.apply(S, &RateOp::Status { client: "a".into() });
         assert_eq!(
             status,
             RateRet::Status {
