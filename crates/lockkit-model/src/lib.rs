@@ -17,6 +17,7 @@ pub mod election;
 pub mod latch;
 pub mod lock;
 pub mod multi;
+pub mod rate_limiter;
 pub mod rwlock;
 pub mod semaphore;
 pub mod spec;
