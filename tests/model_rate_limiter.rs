@@ -211,11 +211,11 @@ fn hash(v: &RespValue) -> BTreeMap<String, String> {
 }
 
 /// The keys of the object as the scripts take them, per client.
-fn script_keys(keys: &ObjectKeys, client: usize) -> Vec<String> {
+fn script_keys(keys: &ObjectKeys, name: &str, client: usize) -> Vec<String> {
     vec![
         keys.keys[0].clone(),
         keys.keys[1].clone(),
-        client_state_key(keys, CLIENTS[client]),
+        client_state_key(&Namespace::default(), name, CLIENTS[client]).expect("a valid name"),
     ]
 }
 
@@ -224,11 +224,12 @@ async fn exchange(
     script: &Script,
     keys: &[String],
     args: &[String],
+    name: &str,
 ) -> Exchange {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (main, waiting) = (keys[0].clone(), keys[1].clone());
     let client_keys: Vec<String> = (0..CLIENTS.len())
-        .map(|c| format!("{main}:client:{}", CLIENTS[c]))
+        .map(|c| client_state_key(&Namespace::default(), name, CLIENTS[c]).expect("a valid name"))
         .collect();
     loop {
         let mut call = eval(script.sha1(), keys, &args);
@@ -421,6 +422,7 @@ fn keys_agree(spec: &RateLimiterSpec, ex: &Exchange) -> Result<(), String> {
 
 struct Run {
     server: RedisServer,
+    name: String,
     keys: ObjectKeys,
     spec: RateLimiterSpec,
     saved: Option<RateLimiterSpec>,
@@ -445,8 +447,8 @@ impl Run {
         args: Vec<String>,
         op: RateOp,
     ) -> Result<(), String> {
-        let keys = script_keys(&self.keys, client);
-        let ex = exchange(&self.server, script, &keys, &args).await;
+        let keys = script_keys(&self.keys, &self.name, client);
+        let ex = exchange(&self.server, script, &keys, &args, &self.name).await;
         let (observed, at) = decode(&op, &ex.reply)?;
         // A re-sent copy answers with its first moment, which may have passed (delay 0): then
         // only the TIMEs around it bound the instant, and the answer is the same at any of them.
@@ -556,11 +558,15 @@ impl Run {
                 limit,
                 only_if_absent,
             } => {
+                self.sequence += 1;
+                let marker = format!("{}:{}", CLIENTS[0], self.sequence);
                 let mut args = limit_args(limit).to_vec();
                 args.push(if *only_if_absent { "1" } else { "0" }.to_owned());
+                args.push(marker.clone());
                 let op = RateOp::SetLimit {
                     limit: *limit,
                     only_if_absent: *only_if_absent,
+                    marker,
                 };
                 self.call(&prl::SET_LIMIT, 0, args, op).await
             }
@@ -636,6 +642,7 @@ fn run_programs(what: &str, default_cases: u32, restarts: bool) {
             let name = format!("model-rl-{case_seed:x}");
             let mut run = Run {
                 server: server.take().expect("the server"),
+                name: name.clone(),
                 keys: Namespace::default()
                     .object(Kind::RateLimiter, &name)
                     .expect("keys"),

@@ -68,12 +68,17 @@ pub struct Schedule {
     tat: Option<u128>,
     /// The last request: its marker, its moment (µs, exact ticks) and its cost (ticks).
     last: Option<(String, u128, u128)>,
+    /// The marker of the last request given back (a re-sent give-back answers `true` again).
+    given: Option<String>,
 }
 
 /// The state of one rate limiter.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RateLimiterSpec {
     limit: Option<Limit>,
+    /// The marker of the request that stored the limit (`set_limit`, `try_set_limit`; not a
+    /// request that stored its configured limit): a re-sent `try_set_limit` answers `true` again.
+    set_by: Option<String>,
     /// Ticks per µs: a multiple of every rate seen, so `T` is a whole number of ticks.
     den: u128,
     overall: Schedule,
@@ -117,6 +122,8 @@ pub enum RateOp {
         limit: Limit,
         /// `try_set_limit` rather than `set_limit`.
         only_if_absent: bool,
+        /// The request's marker (a re-send repeats it).
+        marker: String,
     },
     /// The limit, what one request of `client` could take now, and the reservations to come.
     Status {
@@ -190,6 +197,7 @@ impl RateLimiterSpec {
     pub fn new() -> Self {
         Self {
             limit: None,
+            set_by: None,
             den: 1,
             overall: Schedule::default(),
             clients: BTreeMap::new(),
@@ -301,11 +309,13 @@ impl RateLimiterSpec {
             RateOp::SetLimit {
                 limit,
                 only_if_absent,
+                marker,
             } => {
                 if self.limit.is_some() && *only_if_absent {
-                    return RateRet::Stored(false);
+                    return RateRet::Stored(self.set_by.as_ref() == Some(marker));
                 }
                 self.store(*limit);
+                self.set_by = Some(marker.clone());
                 RateRet::Stored(true)
             }
             RateOp::Cancel { client, marker } => {
@@ -314,9 +324,13 @@ impl RateLimiterSpec {
                     return RateRet::GivenBack(false);
                 }
                 let s = self.schedule_mut(client);
+                if s.given.as_ref() == Some(marker) {
+                    return RateRet::GivenBack(true);
+                }
                 match s.last.take() {
                     Some((m, _, cost)) if m == *marker => {
                         s.tat = s.tat.map(|t| t.saturating_sub(cost));
+                        s.given = Some(marker.clone());
                         RateRet::GivenBack(true)
                     }
                     other => {
@@ -410,7 +424,9 @@ impl RateLimiterSpec {
                         now_us,
                     };
                 }
-                let cost = u128::from(*permits) * t;
+                // The slots start at the moment when its rounding up put it past `tat`.
+                let start = tat.max(u128::from(at_us) * den);
+                let cost = start - tat + u128::from(*permits) * t;
                 s.tat = Some(tat + cost);
                 s.last = Some((marker.clone(), at, cost));
                 if delay_us > 0 {
@@ -529,9 +545,17 @@ mod tests {
         let set = RateOp::SetLimit {
             limit: limit(2, 1000, 1),
             only_if_absent: true,
+            marker: "#set".to_owned(),
         };
         assert_eq!(r.apply(S, &set), RateRet::Stored(true));
-        assert_eq!(r.apply(S, &set), RateRet::Stored(false));
+        // A re-sent copy answers as the first run did; another request finds a limit stored.
+        assert_eq!(r.apply(S, &set), RateRet::Stored(true));
+        let other = RateOp::SetLimit {
+            limit: limit(2, 1000, 1),
+            only_if_absent: true,
+            marker: "#set2".to_owned(),
+        };
+        assert_eq!(r.apply(S, &other), RateRet::Stored(false));
         assert_eq!(
             r.apply(S, &acquire("#0", 3, None)),
             RateRet::TooMany { most: 2 }
@@ -574,7 +598,8 @@ mod tests {
         };
         assert_eq!(r.apply(S, &cancel("#2")), RateRet::GivenBack(false));
         assert_eq!(r.apply(S, &cancel("#3")), RateRet::GivenBack(true));
-        assert_eq!(r.apply(S, &cancel("#3")), RateRet::GivenBack(false));
+        // A re-sent give-back answers as the first run did, and gives back nothing more.
+        assert_eq!(r.apply(S, &cancel("#3")), RateRet::GivenBack(true));
         assert_eq!(
             r.apply(S, &acquire("#5", 1, None)),
             admitted(1_000_000, S + 1_000_000)
@@ -599,6 +624,7 @@ mod tests {
             &RateOp::SetLimit {
                 limit: limit(3, 100, 0),
                 only_if_absent: false,
+                marker: "#set".to_owned(),
             },
         );
         // tat = S + 200 ms stays; T is now 33 333.3 µs.
@@ -637,6 +663,7 @@ mod tests {
                     ..limit(1, 10, 0)
                 },
                 only_if_absent: false,
+                marker: "#set".to_owned(),
             },
         );
         let op = |c: &str, m: &str| RateOp::Acquire {
@@ -662,6 +689,7 @@ mod tests {
             &RateOp::SetLimit {
                 limit: limit(3, 10, 0),
                 only_if_absent: false,
+                marker: "#set".to_owned(),
             },
         );
         r.apply(S, &acquire("#1", 1, None));

@@ -1,5 +1,6 @@
 -- rate_limiter_status: a rate limiter's limit, the permits one request could take now, and how
--- many reservations are still to come. Changes nothing but dropping reservations already past.
+-- many reservations are still to come (members of the waiting ZSET whose moment has not passed).
+-- Changes nothing.
 --
 -- KEYS[1]  limit HASH (see rate_limiter_acquire)
 -- KEYS[2]  waiting ZSET
