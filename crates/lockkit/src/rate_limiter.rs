@@ -568,7 +568,9 @@ fn check_permits(permits: u64, configured: Option<RateLimit>) -> Result<(), Erro
 }
 
 /// The stored limit as a [`RateLimit`].
-fn stored_limit(stored: lockkit_protocol::rate_limiter::StoredLimit) -> Result<RateLimit, Error> {
+pub(crate) fn stored_limit(
+    stored: lockkit_protocol::rate_limiter::StoredLimit,
+) -> Result<RateLimit, Error> {
     let limit = RateLimit::new(stored.rate, Duration::from_millis(stored.interval_ms))?
         .with_burst(stored.burst)?;
     Ok(limit.with_mode(if stored.per_client {
