@@ -335,3 +335,54 @@ async fn leadership_is_counted_while_it_lasts() {
     leadership.resign().await.unwrap();
     assert_eq!(store.get("lockkit_is_leader{election}"), leading - 1.0);
 }
+
+/// A rate limiter reports what it admitted (`lockkit_acquisitions_total`), refused
+/// (`lockkit_acquire_timeouts_total`) and how long each admitted call waited
+/// (`lockkit_wait_seconds`), and counts a call sleeping on its reservation in `lockkit_waiters`,
+/// all with `kind="ratelimiter"` (issue 30).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limiter_counts_admitted_refused_and_waited() {
+    let store = store();
+    let redis = redis().await;
+    let client = client(&redis.url()).await;
+    // One permit every 2 s: the second call waits for its reservation.
+    let limit = lockkit::RateLimit::new(1, Duration::from_secs(2)).unwrap();
+    let limiter = client
+        .rate_limiter(unique("metrics-rate"))
+        .with_limit(limit);
+
+    limiter.acquire(1).await.unwrap();
+    assert_eq!(store.get("lockkit_acquisitions_total{ratelimiter}"), 1.0);
+    assert_eq!(store.get("lockkit_wait_seconds{ratelimiter}"), 1.0);
+
+    // Refused at once: the next permit is 2 s away.
+    assert!(!limiter.try_acquire(1, Duration::ZERO).await.unwrap());
+    assert_eq!(
+        store.get("lockkit_acquire_timeouts_total{ratelimiter}"),
+        1.0
+    );
+    assert_eq!(store.get("lockkit_acquisitions_total{ratelimiter}"), 1.0);
+
+    // A reserved call sleeps until its moment: a waiter meanwhile, then an admission with its
+    // wait measured.
+    let waiter = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.acquire(1).await })
+    };
+    store
+        .until("lockkit_waiters{ratelimiter}", |n| n == 1.0)
+        .await;
+    assert_eq!(limiter.waiting().await.unwrap(), 1);
+    let admission = within(HANG, "the reserved call", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(admission.permits(), 1);
+    assert_eq!(store.get("lockkit_waiters{ratelimiter}"), 0.0);
+    assert_eq!(store.get("lockkit_acquisitions_total{ratelimiter}"), 2.0);
+    assert_eq!(store.get("lockkit_wait_seconds{ratelimiter}"), 2.0);
+    assert_eq!(
+        store.get("lockkit_acquire_timeouts_total{ratelimiter}"),
+        1.0
+    );
+}

@@ -66,7 +66,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Show an object: kind, holders and hold counts, TTL, queued waiters, fencing counter; an
-    /// election's leader, term, lease and candidates
+    /// election's leader, term, lease and candidates; a rate limiter's limit, the permits one
+    /// request could take now, and its reservations still to come (who waits, how far ahead)
     Inspect {
         /// The object's name
         name: String,
@@ -78,8 +79,10 @@ enum Command {
     /// their holders, waiters and lease
     ///
     /// An object is held when it has a holder: a lock of any kind, a semaphore with a permit
-    /// taken, an election with a leader (announced or not). A fencing counter or an election's
-    /// term counter left after the release, a latch's count and a `once_per` mark are not holds.
+    /// taken, an election with a leader (announced or not); a rate limiter when calls wait on
+    /// it (reservations still to come). A fencing counter or an election's term counter left
+    /// after the release, a latch's count, a `once_per` mark and a rate limiter's limit are not
+    /// holds.
     List {
         /// Glob over object names [default: every object]
         pattern: Option<String>,
@@ -88,7 +91,8 @@ enum Command {
         held: bool,
     },
     /// Print an object's state, then every change of its holders or waiters; an election's
-    /// leader, then every change of leader (elected, new value, resigned)
+    /// leader, then every change of leader (elected, new value, resigned); a rate limiter's
+    /// limit, available permits and waiting calls, then every change of them
     ///
     /// An election (`--kind election`, or the only object of that name) is followed through its
     /// change channel: one line per change, in order; after a reconnection a line says that
@@ -313,6 +317,8 @@ async fn inspect(
         for object in &found {
             if object.kind == Kind::Election {
                 print!("{}", election_table(object));
+            } else if object.kind == Kind::RateLimiter {
+                print!("{}", rate_limiter_table(object));
             } else {
                 print!("{}", table(object));
             }
@@ -327,10 +333,14 @@ async fn inspect(
 /// Whether `object` is held, for `list`: it has a holder (a lock of any kind: an owner; a
 /// semaphore: a permit taken; an election: its leader, announced or not). A latch's count and a
 /// `once_per` mark (kept until its window ends, by design) are no holds; a fencing counter or
-/// an election's term counter alone (kept a day after the release) has no holder.
+/// an election's term counter alone (kept a day after the release) has no holder. A rate
+/// limiter has no holders (admitted permits are spent, not held): it counts as held while calls
+/// wait on it, its reservations still to come, so that `list --held` after a shutdown says
+/// whether a call is still about to hit the rate-limited service.
 fn is_held(object: &Inspection) -> bool {
     match object.kind {
         Kind::CountDownLatch | Kind::OnceMark => false,
+        Kind::RateLimiter => !object.waiters.is_empty(),
         _ => !object.holders.is_empty(),
     }
 }
@@ -396,7 +406,7 @@ fn list_table(objects: &[Inspection]) -> String {
         } else {
             "-".to_owned()
         };
-        let (lease, holders) = if is_held(object) {
+        let (lease, holders) = if is_held(object) && object.kind != Kind::RateLimiter {
             // The longest lease left among the holders; a holder without one never expires.
             let lease = if object.holders.iter().any(|holder| holder.lease.is_none()) {
                 None
@@ -818,6 +828,18 @@ fn essence(mut found: Value) -> Value {
     for object in found.as_array_mut().into_iter().flatten() {
         if let Some(map) = object.as_object_mut() {
             map.remove("ttl_ms");
+            // A rate limiter's reservation comes nearer on its own: compared by who waits.
+            if map.get("kind").and_then(Value::as_str) == Some(Kind::RateLimiter.segment()) {
+                if let Some(Value::Array(waiters)) = map.get_mut("waiters") {
+                    for waiter in waiters {
+                        if let Some((client, _)) =
+                            waiter.as_str().and_then(|w| w.split_once(" in "))
+                        {
+                            *waiter = Value::String(client.to_owned());
+                        }
+                    }
+                }
+            }
             if let Some(Value::Array(holders)) = map.get_mut("holders") {
                 for holder in holders {
                     if let Some(holder) = holder.as_object_mut() {
@@ -832,6 +854,9 @@ fn essence(mut found: Value) -> Value {
 
 /// One line about an object, for `watch`.
 fn summary(object: &Inspection) -> String {
+    if object.kind == Kind::RateLimiter {
+        return rate_limiter_summary(object);
+    }
     let holders = if object.holders.is_empty() {
         "free".to_owned()
     } else {
@@ -939,6 +964,74 @@ fn table(object: &Inspection) -> String {
     }
     if let Some(evictions) = object.evictions {
         row("evictions", evictions.to_string());
+    }
+    for (index, warning) in object.warnings.iter().enumerate() {
+        row(if index == 0 { "warnings" } else { "" }, warning.clone());
+    }
+    out
+}
+
+/// A rate limit in words: `100 per 1s, burst 5 (up to 6 at once), overall`.
+fn limit_text(limit: &lockkit::RateLimit) -> String {
+    let interval = limit.interval();
+    let interval = if interval.subsec_millis() == 0 {
+        format!("{}s", interval.as_secs())
+    } else {
+        format!("{}ms", interval.as_millis())
+    };
+    let mode = match limit.mode() {
+        lockkit::RateMode::PerClient => "per client",
+        _ => "overall",
+    };
+    format!(
+        "{} per {interval}, burst {} (up to {} at once), {mode}",
+        limit.permits(),
+        limit.burst(),
+        limit.max_per_request()
+    )
+}
+
+/// A rate limiter's stored limit, or that none is stored.
+const NO_LIMIT: &str = "none stored (a handle's with_limit stores it at its next request)";
+
+/// A rate limiter in one line, for `watch`.
+fn rate_limiter_summary(object: &Inspection) -> String {
+    let mut line = format!("rate limiter {:?}: ", object.name);
+    match &object.rate_limit {
+        Some(limit) => line.push_str(&limit_text(limit)),
+        None => line.push_str("no limit stored"),
+    }
+    if let Some(available) = object.available {
+        line.push_str(&format!("; {available} available"));
+    }
+    line.push_str(&format!(", {} waiting", object.waiters.len()));
+    for warning in &object.warnings {
+        line.push_str(&format!("; warning: {warning}"));
+    }
+    line
+}
+
+/// A rate limiter as a small table: its limit, the permits one request could take now, and its
+/// reservations still to come (who waits, and how far ahead its permits are admitted).
+fn rate_limiter_table(object: &Inspection) -> String {
+    let mut out = format!("rate limiter {:?}  (key {})\n", object.name, object.key);
+    let mut row = |label: &str, value: String| out.push_str(&format!("  {label:<14} {value}\n"));
+    match &object.rate_limit {
+        Some(limit) => row("limit", limit_text(limit)),
+        None => row("limit", NO_LIMIT.into()),
+    }
+    if let Some(available) = object.available {
+        row("available", available.to_string());
+    }
+    if object.waiters.is_empty() {
+        row("waiters", "none".into());
+    } else {
+        for (index, waiter) in object.waiters.iter().enumerate() {
+            row(
+                if index == 0 { "waiters" } else { "" },
+                format!("{}. {waiter}", index + 1),
+            );
+        }
     }
     for (index, warning) in object.warnings.iter().enumerate() {
         row(if index == 0 { "warnings" } else { "" }, warning.clone());
@@ -1095,6 +1188,19 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    /// `watch` of a rate limiter prints a line when who waits changes, not as a reservation comes
+    /// nearer on its own.
+    #[test]
+    fn a_reservation_coming_nearer_is_no_change() {
+        let at = |ms: u64, waiters: &[&str]| {
+            let waiters: Vec<String> = waiters.iter().map(|w| format!("{w} in {ms}ms")).collect();
+            essence(json!([{"kind": "ratelimiter", "waiters": waiters, "ttl_ms": ms}]))
+        };
+        assert_eq!(at(2900, &["3f2a"]), at(1900, &["3f2a"]));
+        assert_ne!(at(2900, &["3f2a"]), at(2900, &["3f2a", "3f2a"]));
+        assert_ne!(at(2900, &["3f2a"]), at(2900, &["9e0a"]));
     }
 
     #[test]

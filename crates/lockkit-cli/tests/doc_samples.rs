@@ -377,6 +377,39 @@ async fn one_of_each_kind(url: &str, args: &str) -> String {
     printed
 }
 
+/// `inspect --kind ratelimiter sms-gateway`: 10 a minute (one every 6 s), the one free now taken;
+/// two calls of another client wait for the next two, 6 and 12 s ahead. They are cancelled
+/// after (a dropped acquire gives its reservation back).
+async fn rate_limiter_spent_with_two_waiting(url: &str, args: &str) -> String {
+    let first = client(url).await;
+    let other = client(url).await;
+    let limit = lockkit::RateLimit::per_minute(10).unwrap();
+    let gateway = first.rate_limiter("sms-gateway").with_limit(limit);
+    gateway.acquire(1).await.unwrap();
+    let mut waiters = Vec::new();
+    for n in 1..=2 {
+        let gateway = other.rate_limiter("sms-gateway").with_limit(limit);
+        waiters.push(tokio::spawn(async move { gateway.acquire(1).await }));
+        within("the reservation", async {
+            while gateway_waiting(&first).await != n {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    }
+    let printed = run(url, args).await;
+    for waiter in waiters {
+        waiter.abort();
+        assert!(waiter.await.unwrap_err().is_cancelled());
+    }
+    printed
+}
+
+/// The reservations of `sms-gateway` still to come, as the server counts them.
+async fn gateway_waiting(client: &Client) -> u64 {
+    client.rate_limiter("sms-gateway").waiting().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_sample_of_the_tool_in_the_guide_is_what_it_prints() {
     let samples = samples();
@@ -391,6 +424,9 @@ async fn every_sample_of_the_tool_in_the_guide_is_what_it_prints() {
             "watch scheduler" => election_watched(&url, &sample.args).await,
             "inspect --kind semaphore gpus" => {
                 semaphore_full_with_two_waiters(&url, &sample.args).await
+            }
+            "inspect --kind ratelimiter sms-gateway" => {
+                rate_limiter_spent_with_two_waiting(&url, &sample.args).await
             }
             "list" | "list --held; echo \"exit $?\"" => one_of_each_kind(&url, &sample.args).await,
             other => panic!(

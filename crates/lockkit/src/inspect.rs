@@ -68,13 +68,17 @@ pub struct Inspection {
     /// its line, head first, each waiting call as `<hold marker> for <k>` (the permits it asks
     /// for); for a read-write lock, its line, head first, each waiting call as `<owner> for read`
     /// or `<owner> for write`. Only waiters whose keep-alive has not run out (a waiter that gave
-    /// up leaves at once, one whose client died once its keep-alive passed). Empty for the other
-    /// kinds, whose waiters Redis does not keep: see [`waiters_listed`](Inspection::waiters_listed)
-    /// and [`waiting_clients`](Inspection::waiting_clients).
+    /// up leaves at once, one whose client died once its keep-alive passed). For a rate limiter,
+    /// its reservations still to come (callers sleeping until their moment, which is already
+    /// theirs), soonest first, each as `<client id> in <n>ms`: the id of the client whose call
+    /// waits, and how far ahead its permits are admitted, on the server's clock. Empty for the
+    /// other kinds, whose waiters Redis does not keep: see
+    /// [`waiters_listed`](Inspection::waiters_listed) and
+    /// [`waiting_clients`](Inspection::waiting_clients).
     pub waiters: Vec<String>,
     /// Whether [`waiters`](Inspection::waiters) lists this kind's waiters: `true` for a lock,
-    /// fenced lock, fair lock, read-write lock and both semaphores, whose waiters are kept in
-    /// Redis. A count-down latch's waiters wait in their own clients for a message on the
+    /// fenced lock, fair lock, read-write lock, both semaphores and a rate limiter, whose waiters
+    /// are kept in Redis. A count-down latch's waiters wait in their own clients for a message on the
     /// object's channel, and a spin lock's poll: Redis has no list of them, and `waiters` is
     /// empty however many there are.
     pub waiters_listed: bool,
@@ -97,6 +101,21 @@ pub struct Inspection {
     pub used_permits: Option<u64>,
     /// A count-down latch's count.
     pub count: Option<u64>,
+    /// A rate limiter's stored limit: permits per interval, burst and mode, as
+    /// [`RateLimiter::limit`](crate::RateLimiter::limit) reads it. `None` when no limit is stored
+    /// (the next request of a handle configured with
+    /// [`with_limit`](crate::RateLimiter::with_limit) stores one), and for the other kinds.
+    ///
+    /// With the `serde` feature: `"rate_limit": {"permits": .., "interval_ms": .., "burst": ..,
+    /// "mode": "overall" | "per_client"}`, or `null`.
+    #[cfg_attr(feature = "serde", serde(serialize_with = "serde_fields::rate_limit"))]
+    pub rate_limit: Option<crate::RateLimit>,
+    /// A rate limiter's permits that one request could take now, at most the burst + 1 (as
+    /// [`RateLimiter::available`](crate::RateLimiter::available) counts them). In the per-client
+    /// mode each client has a schedule of its own, and this is what a client that has asked
+    /// nothing within the last interval could take. `None` when no limit is stored, and for
+    /// the other kinds.
+    pub available: Option<u64>,
     /// A semaphore's count of repairs after an eviction: how many times a script found one of
     /// its two keys evicted (by a `maxmemory-policy` of `allkeys-*`) and dropped the holds that
     /// were left without it. `None` when that never happened. See `docs/topologies.md`.
@@ -178,7 +197,7 @@ pub struct ListedObject {
 impl Client {
     /// Reads the object called `name` from Redis, without changing anything: its kind, holders
     /// and hold counts, TTL, queued waiters and, per kind, its fencing counter, mode, permits,
-    /// count or leader.
+    /// count, leader, or rate limit and available permits.
     ///
     /// With a `kind`, looks at that kind only; without one, at every kind, since objects of
     /// different kinds may share a name. Returns the objects that exist (any of their keys is
@@ -221,6 +240,22 @@ impl Client {
                     // The leader record, read as `Election::leader` reads it (its script, its
                     // checks), not a second copy of that read here.
                     inspection.leader = self.election(name).leader().await?;
+                }
+                if *kind == Kind::RateLimiter {
+                    // The limit and what is available, read as `RateLimiter::limit` and
+                    // `available` read them (the read-only status script).
+                    let status = self.rate_limiter(name).status("inspect").await?;
+                    if let Some(stored) = status.limit {
+                        match crate::rate_limiter::stored_limit(stored) {
+                            Ok(limit) => inspection.rate_limit = Some(limit),
+                            Err(why) => inspection.warnings.push(format!(
+                                "the stored limit ({} per {} ms, burst {}) is not one this \
+                                 version can use: {why}",
+                                stored.rate, stored.interval_ms, stored.burst
+                            )),
+                        }
+                        inspection.available = Some(status.available);
+                    }
                 }
                 inspections.push(inspection);
             }
@@ -431,6 +466,7 @@ async fn read(
                 | Kind::ReadWriteLock
                 | Kind::Semaphore
                 | Kind::PermitExpirableSemaphore
+                | Kind::RateLimiter
         ),
         waiting_clients: None,
         fencing_token: None,
@@ -438,6 +474,8 @@ async fn read(
         permits: None,
         used_permits: None,
         count: None,
+        rate_limit: None,
+        available: None,
         evictions: None,
         leader: None,
         warnings: Vec::new(),
@@ -592,6 +630,26 @@ async fn read(
                     lease: left(*end, now),
                 })
                 .collect();
+        }
+        Kind::RateLimiter => {
+            // The reservations still to come: member = the request's marker,
+            // `#<client id>:<sequence>`, score = its moment (server ms). An entry already past
+            // is admitted (the next request drops it).
+            let now = now_ms(redis, key).await?;
+            inspection.waiters = scored(redis, kind, &aux("waiting"))
+                .await?
+                .into_iter()
+                .filter(|(_, at)| *at >= now as f64)
+                .map(|(marker, at)| {
+                    let client = marker
+                        .strip_prefix('#')
+                        .and_then(|owner| owner.rsplit_once(':'))
+                        .map_or(marker.as_str(), |(client, _)| client);
+                    let ahead = (at.max(0.0) as u64).saturating_sub(now);
+                    format!("{client} in {ahead}ms")
+                })
+                .collect();
+            // The limit and what is available: read by `Client::inspect` with the status script.
         }
         // A kind this version cannot read in detail: its TTL only.
         _ => {}
@@ -776,6 +834,32 @@ mod serde_fields {
         serializer: S,
     ) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(kind.segment())
+    }
+
+    /// A rate limit as `{"permits", "interval_ms", "burst", "mode"}`, `None` as none.
+    pub(super) fn rate_limit<S: serde::Serializer>(
+        limit: &Option<crate::RateLimit>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let Some(limit) = limit else {
+            return serializer.serialize_none();
+        };
+        let mut fields = serializer.serialize_struct("RateLimit", 4)?;
+        fields.serialize_field("permits", &limit.permits())?;
+        fields.serialize_field(
+            "interval_ms",
+            &u64::try_from(limit.interval().as_millis()).unwrap_or(u64::MAX),
+        )?;
+        fields.serialize_field("burst", &limit.burst())?;
+        fields.serialize_field(
+            "mode",
+            match limit.mode() {
+                crate::RateMode::PerClient => lockkit_protocol::rate_limiter::MODE_PER_CLIENT,
+                crate::RateMode::Overall => lockkit_protocol::rate_limiter::MODE_OVERALL,
+            },
+        )?;
+        fields.end()
     }
 
     /// A duration as whole milliseconds (saturating), `None` as none.

@@ -1,20 +1,21 @@
 //! Metrics, through the [`metrics`](https://docs.rs/metrics) facade, behind the `metrics` feature.
 //!
 //! Every metric but `lockkit_pubsub_messages_total` is labelled `kind`, the object kind's key
-//! segment (`lock`, `fenced`, `fair`, `rwlock`, `spin`, `semaphore`, `psemaphore`, `latch`). The
+//! segment (`lock`, `fenced`, `fair`, `rwlock`, `spin`, `semaphore`, `psemaphore`, `latch`,
+//! `ratelimiter`). The
 //! messages are counted where the subscriber connection delivers them, by channel name only, and a
 //! channel's kind can not be read back from its name without the client's key prefix (the prefix
 //! and the name may both contain `:`); what they measure is the load on the connection anyway:
 //!
 //! | metric | type | what |
 //! | --- | --- | --- |
-//! | `lockkit_wait_seconds` | histogram | from the acquire call to the acquisition |
+//! | `lockkit_wait_seconds` | histogram | from the acquire call to the acquisition (a rate limiter: to the admission, its reservation's sleep included) |
 //! | `lockkit_hold_seconds` | histogram | from the acquisition to the release (or the lease's loss) |
-//! | `lockkit_acquisitions_total` | counter | acquisitions |
-//! | `lockkit_acquire_timeouts_total` | counter | acquire calls that gave up at their `wait` (also `wait = 0` tries that found the object taken) |
+//! | `lockkit_acquisitions_total` | counter | acquisitions (a rate limiter: requests admitted, however many permits each) |
+//! | `lockkit_acquire_timeouts_total` | counter | acquire calls that gave up at their `wait` (also `wait = 0` tries that found the object taken; a rate limiter: `try_acquire` / `try_admission` calls refused because their permits come later than their `wait`) |
 //! | `lockkit_renewals_total` | counter | watchdog renewals that extended a lease |
 //! | `lockkit_leases_lost_total` | counter | holds whose lease was lost before they were released |
-//! | `lockkit_waiters` | gauge | tasks currently waiting for a release |
+//! | `lockkit_waiters` | gauge | tasks currently waiting for a release (a rate limiter: calls sleeping until their reservation's moment, or until they may ask again) |
 //! | `lockkit_pubsub_messages_total` | counter | pub/sub messages the clients' waiter hubs received (every message on an object's channel, whether it woke a waiter or not); no label |
 //! | `lockkit_leader_changes_total` | counter | times this client became the leader of an election (`kind="election"`) |
 //! | `lockkit_is_leader` | gauge | elections this client leads now: from the election until the [`Leadership`](crate::Leadership) is resigned or dropped (`kind="election"`) |

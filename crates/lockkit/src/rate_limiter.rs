@@ -26,6 +26,16 @@ static RATE_LEAVE: Leave = Leave {
 };
 
 /// Whether a limit counts the permits of every client together, or of each client alone.
+///
+/// ```
+/// use lockkit::{RateLimit, RateMode};
+///
+/// // Each pod its own 10 a second, set in one place for all of them.
+/// let each = RateLimit::per_second(10)?.with_mode(RateMode::PerClient);
+/// assert_eq!(each.mode(), RateMode::PerClient);
+/// assert_eq!(RateLimit::per_second(10)?.mode(), RateMode::Overall);
+/// # Ok::<(), lockkit::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum RateMode {
@@ -240,6 +250,16 @@ impl RateLimiter {
     /// rate limiter whose limit is not stored (never set, or lost with Redis' data) is set up
     /// with it. A limit already stored is kept: change it with
     /// [`set_limit`](RateLimiter::set_limit). Sends nothing.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use lockkit::RateLimit;
+    ///
+    /// // Every pod, at start-up: no call needed, the first request stores the limit.
+    /// let partner = client.rate_limiter("partner-api").with_limit(RateLimit::per_second(100)?);
+    /// assert_eq!(partner.configured_limit(), Some(RateLimit::per_second(100)?));
+    /// # Ok(()) }
+    /// ```
     pub fn with_limit(self, limit: RateLimit) -> Self {
         self.remember(limit);
         self
@@ -262,6 +282,17 @@ impl RateLimiter {
     /// already admitted or reserved keep their moments; the new limit applies from the next
     /// request on.
     ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use lockkit::RateLimit;
+    ///
+    /// let partner = client.rate_limiter("partner-api");
+    /// // The partner raised the account's limit: from the next request on.
+    /// partner.set_limit(RateLimit::per_second(200)?).await?;
+    /// assert_eq!(partner.limit().await?, Some(RateLimit::per_second(200)?));
+    /// # Ok(()) }
+    /// ```
+    ///
     /// # Errors
     /// [`Error::Redis`] when Redis fails; [`Error::WrongType`] when the key holds something else.
     pub async fn set_limit(&self, limit: RateLimit) -> Result<(), Error> {
@@ -270,6 +301,18 @@ impl RateLimiter {
 
     /// Stores `limit` only if no limit is stored; returns whether it did. Configures `limit` in
     /// this client either way (it is what this pod means the limit to be, should Redis lose it).
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use lockkit::RateLimit;
+    ///
+    /// // Every pod may call this at start-up: only the first one stores the limit.
+    /// let sms = client.rate_limiter("sms-gateway");
+    /// if !sms.try_set_limit(RateLimit::per_minute(10)?).await? {
+    ///     println!("kept the stored limit: {:?}", sms.limit().await?);
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`set_limit`](RateLimiter::set_limit).
@@ -322,7 +365,18 @@ impl RateLimiter {
 
     /// How many permits one request could take now (at most
     /// [`max_per_request`](RateLimit::max_per_request)). A limit configured in this client but
-    /// not stored yet counts as stored (the next request stores it).
+    /// not stored yet counts as stored (the next request stores it). In the per-client mode,
+    /// what this client could take.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lockkit::Client) -> Result<(), lockkit::Error> {
+    /// use lockkit::RateLimit;
+    ///
+    /// let partner = client.rate_limiter("partner-api").with_limit(RateLimit::per_second(100)?.with_burst(9)?);
+    /// // Up to 10 now after an idle spell (the burst + 1); how many calls sleep on a reservation.
+    /// println!("{} available, {} waiting", partner.available().await?, partner.waiting().await?);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// [`Error::Refused`] when no limit is stored or configured; [`Error::Redis`] when Redis
@@ -413,6 +467,23 @@ impl RateLimiter {
 
     /// As [`try_acquire`](RateLimiter::try_acquire), returning the admission (its moment, and a
     /// way to give its permits back) rather than `true`.
+    ///
+    /// ```no_run
+    /// # async fn send_batch(_: &[String]) -> usize { 0 }
+    /// # async fn demo(client: lockkit::Client, messages: Vec<String>) -> Result<(), lockkit::Error> {
+    /// use std::time::Duration;
+    /// use lockkit::RateLimit;
+    ///
+    /// let sms = client.rate_limiter("sms-gateway").with_limit(RateLimit::per_minute(60)?.with_burst(9)?);
+    /// if let Some(admission) = sms.try_admission(10, Duration::from_secs(1)).await? {
+    ///     if send_batch(&messages).await == 0 {
+    ///         // Nothing was sent: the permits go back if no request came since (else `false`,
+    ///         // and they stay spent: the limiter stays exact).
+    ///         admission.give_back().await?;
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     /// As [`acquire`](RateLimiter::acquire).
@@ -575,7 +646,9 @@ fn check_permits(permits: u64) -> Result<(), Error> {
 }
 
 /// The stored limit as a [`RateLimit`].
-fn stored_limit(stored: lockkit_protocol::rate_limiter::StoredLimit) -> Result<RateLimit, Error> {
+pub(crate) fn stored_limit(
+    stored: lockkit_protocol::rate_limiter::StoredLimit,
+) -> Result<RateLimit, Error> {
     let limit = RateLimit::new(stored.rate, Duration::from_millis(stored.interval_ms))?
         .with_burst(stored.burst)?;
     Ok(limit.with_mode(if stored.per_client {
