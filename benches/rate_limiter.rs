@@ -685,6 +685,9 @@ enum Candidate {
     GcraBurst,
     SlidingLog,
     FixedWindow,
+    /// lockkit's script without its waiting ZSET (the list of reservations to come that
+    /// `waiting()` and `inspect` read), burst 0: what that list costs a reserving request.
+    GcraNoWaiting,
 }
 
 impl Candidate {
@@ -694,6 +697,7 @@ impl Candidate {
             Candidate::GcraBurst => "GCRA + reservation (lockkit's script), burst n − 1",
             Candidate::SlidingLog => "sliding log (ZSET) + reservation",
             Candidate::FixedWindow => "fixed window counter (INCR + PEXPIRE)",
+            Candidate::GcraNoWaiting => "GCRA + reservation without the waiting ZSET, burst 0",
         }
     }
     fn key(self) -> &'static str {
@@ -702,6 +706,7 @@ impl Candidate {
             Candidate::GcraBurst => "gcra_burst",
             Candidate::SlidingLog => "sliding_log",
             Candidate::FixedWindow => "fixed_window",
+            Candidate::GcraNoWaiting => "gcra_no_waiting",
         }
     }
 }
@@ -709,6 +714,7 @@ impl Candidate {
 /// The shas of the three scripts.
 struct Shas {
     gcra: String,
+    gcra_no_waiting: String,
     sliding: String,
     fixed: String,
 }
@@ -716,9 +722,22 @@ struct Shas {
 async fn load(raw: &RedisClient) -> Shas {
     Shas {
         gcra: raw.script_load(ACQUIRE.source()).await.expect("load"),
+        gcra_no_waiting: raw
+            .script_load(without_waiting(ACQUIRE.source()))
+            .await
+            .expect("load"),
         sliding: raw.script_load(SLIDING_LOG).await.expect("load"),
         fixed: raw.script_load(FIXED_WINDOW).await.expect("load"),
     }
+}
+
+/// lockkit's acquire script without the block that lists a reservation in the waiting ZSET.
+fn without_waiting(source: &str) -> String {
+    let start = source
+        .find("if delay > 0 then\n  local now_ms")
+        .expect("the waiting block of the acquire script");
+    let len = source[start..].find("\nend\n").expect("its end") + "\nend\n".len();
+    format!("{}{}", &source[..start], &source[start + len..])
 }
 
 /// One request of `candidate` for a limit of `n` per `interval_ms` on `name`, waiting at most
@@ -732,15 +751,20 @@ fn request(
     wait_us: i64,
 ) -> (String, Vec<String>, Vec<String>, Option<usize>) {
     match candidate {
-        Candidate::Gcra | Candidate::GcraBurst => {
+        Candidate::Gcra | Candidate::GcraBurst | Candidate::GcraNoWaiting => {
             let (k1, k2) = limiter_keys(name);
             let burst = if candidate == Candidate::GcraBurst {
                 n - 1
             } else {
                 0
             };
+            let sha = if candidate == Candidate::GcraNoWaiting {
+                &shas.gcra_no_waiting
+            } else {
+                &shas.gcra
+            };
             (
-                shas.gcra.clone(),
+                sha.clone(),
                 vec![k1.clone(), k2, format!("{k1}:client:bench")],
                 vec![
                     "1".into(),
@@ -978,6 +1002,14 @@ async fn bench(url: &str, smoke: bool) {
 
     eprintln!("exact: {CALLERS} callers on {CLIENTS} clients, {rate}/s, {exact_run:?}");
     let ex = exact(&clients, &raw, rate, exact_run).await;
+    // The same 64 callers against a limit under 64 per interval: more callers wait than the
+    // reservations reach (one interval), the rest are told to ask again.
+    let low_rate: u64 = std::env::var("LOCKKIT_RL_LOW_RATE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    eprintln!("exact: {CALLERS} callers on {CLIENTS} clients, {low_rate}/s, {exact_run:?}");
+    let low = exact(&clients, &raw, low_rate, exact_run).await;
     eprintln!("idle waiting");
     // 16 callers of 20/s: every moment within one interval (the reservations' horizon); of
     // 10/s: the last five lie beyond it.
@@ -1066,6 +1098,31 @@ async fn bench(url: &str, smoke: bool) {
                 admitted: vec![],
             });
         }
+    }
+    // Every request reserved (a limit of 10⁶ per 600 s: 1 667/s, fewer than the callers ask, and
+    // a horizon far beyond the run): lockkit's script against the same without its waiting ZSET.
+    for candidate in [Candidate::Gcra, Candidate::GcraNoWaiting] {
+        let req = request(
+            &shas,
+            candidate,
+            &format!("rl-reserve-{}", candidate.key()),
+            1_000_000,
+            600_000,
+            -1,
+        );
+        let raws_c = raws.clone();
+        rows.push(Row {
+            name: format!("raw EVALSHA: {}, every request reserved", candidate.label()),
+            callers,
+            ops: Box::new(move || {
+                callers_on(&raws_c, callers)
+                    .iter()
+                    .map(|r| script_op(r, &req))
+                    .collect()
+            }),
+            rates: vec![],
+            admitted: vec![],
+        });
     }
     interleaved(&mut rows, rounds, round).await;
     let unc = uncontended(&clients[0], &raws[0], if smoke { 100 } else { 2000 }).await;
@@ -1160,6 +1217,27 @@ async fn bench(url: &str, smoke: bool) {
         ex.publishes,
         ex.messages,
         mark(ex.publishes == 0 && ex.messages == 0)
+    );
+    let low_err = (low.rate_whole - low.rate as f64).abs() / low.rate as f64;
+    let low_per = low.scripts as f64 / low.admitted as f64;
+    println!(
+        "| 1, 2. the same {CALLERS} callers against {}/s (more callers than one interval's \
+         permits: some are told to ask again) | admitted {:.1}/s ({:+.2} %), busiest 1 s window \
+         {} ≤ {}; {:.3} script calls per admission ({} / {}: {}); pub/sub {} + {} | {} |",
+        low.rate,
+        low.rate_whole,
+        (low.rate_whole - low.rate as f64) / low.rate as f64 * 100.0,
+        low.busiest,
+        low.rate,
+        low_per,
+        low.scripts,
+        low.admitted,
+        low.breakdown,
+        low.publishes,
+        low.messages,
+        mark(
+            low_err <= 0.01 && low.busiest <= low.rate && low_per <= 1.0 + 1e-9 && low.errors == 0
+        )
     );
     for idle in &idles {
         println!(
@@ -1300,6 +1378,13 @@ async fn bench(url: &str, smoke: bool) {
                 "busiest_window": ex.busiest, "script_calls": ex.scripts,
                 "script_calls_per_admission": per_admission, "publishes": ex.publishes,
                 "pubsub_messages": ex.messages, "errors": ex.errors,
+            },
+            "exact_low_rate": {
+                "callers": CALLERS, "clients": CLIENTS, "rate": low.rate, "secs": low.secs,
+                "admitted": low.admitted, "rate_whole_intervals": low.rate_whole,
+                "busiest_window": low.busiest, "script_calls": low.scripts,
+                "script_calls_per_admission": low_per, "publishes": low.publishes,
+                "pubsub_messages": low.messages, "errors": low.errors, "commands": low.breakdown,
             },
             "idle_waiting": idles.iter().map(|idle| json!({
                 "callers": idle.callers, "rate": idle.rate, "script_calls": idle.scripts,
