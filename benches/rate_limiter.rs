@@ -6,7 +6,9 @@
 //!   500, burst 0). From the admitted moments on the server's clock
 //!   ([`RateAdmission::admitted_at`](lockkit::RateAdmission::admitted_at)): the admitted rate over
 //!   the whole intervals from the first admission (and `(N − 1) / (last − first)`), and the
-//!   busiest window of one interval ([`busiest_window`]), against `rate + burst`.
+//!   busiest window of one interval ([`busiest_window`]), against `rate + burst`. Then the same
+//!   64 callers against `LOCKKIT_RL_LOW_RATE` (default 50/s): more callers than one interval
+//!   holds, so some lie beyond the reservations' horizon.
 //! - **Cheap** (target 2): over the same run, Redis' own count of script calls (`INFO
 //!   commandstats`: `EVALSHA` + `EVAL`) per admission, and the pub/sub messages (`PUBLISH` and
 //!   `SPUBLISH` calls, and lockkit's `lockkit_pubsub_messages_total`); then 16 callers of a limit
@@ -24,7 +26,9 @@
 //!   (iii) a fixed window counter (`INCR` + `PEXPIRE` on the first, Redisson's older
 //!   `RRateLimiter`): throughput (W = 16 on 8 clients, admit-all and mostly-refused loads),
 //!   `MEMORY USAGE` at 10 000 per interval, and the busiest window when `n − 1` tries come just
-//!   before a window's end and `n` just after it (the fixed window admits about 2 n).
+//!   before a window's end and `n` just after it (the fixed window admits about 2 n); and, on a
+//!   load where every request reserves, lockkit's script against the same without its waiting
+//!   ZSET.
 //! - **Peers**: when installed (`scripts/bench-rate-limiter` installs them into
 //!   `target/peers-rl`), node `rate-limiter-flexible` and python `limits` run the throughput rows
 //!   through their own runners (`benches/peers/rl_runner.{js,py}`), against their own client's
