@@ -520,6 +520,8 @@ async fn fair(clients: &[Client], run: Duration) -> Fair {
 enum Op {
     Ping(RedisClient),
     Try(lockkit::RateLimiter),
+    /// `lock()` + `unlock()` of one contended lock (hold 0).
+    Lock(lockkit::Lock),
     Script {
         raw: RedisClient,
         sha: String,
@@ -541,6 +543,15 @@ impl Op {
                 .try_acquire(1, Duration::ZERO)
                 .await
                 .expect("try_acquire"),
+            Op::Lock(lock) => {
+                lock.lock()
+                    .await
+                    .expect("lock")
+                    .unlock()
+                    .await
+                    .expect("unlock");
+                true
+            }
             Op::Script {
                 raw,
                 sha,
@@ -1068,6 +1079,24 @@ async fn bench(url: &str, smoke: bool) {
                 admitted: vec![],
             });
         }
+        // The lock bench's contended row in this run: W callers on one lock, hold 0.
+        let locks: Vec<_> = clients
+            .iter()
+            .map(|c| c.lock(format!("rl-tp-lock-{callers}")))
+            .collect();
+        rows.push(Row {
+            name: "Lock::lock() + unlock(), one lock, hold 0 (the lock bench's contended row)"
+                .into(),
+            callers,
+            ops: Box::new(move || {
+                callers_on(&locks, callers)
+                    .into_iter()
+                    .map(Op::Lock)
+                    .collect()
+            }),
+            rates: vec![],
+            admitted: vec![],
+        });
     }
     // The candidates, raw, W = 16.
     let callers = 16;
@@ -1267,7 +1296,10 @@ async fn bench(url: &str, smoke: bool) {
         let ping = ping_of(callers);
         let parts: Vec<String> = rows
             .iter()
-            .filter(|r| r.callers == callers && r.name.starts_with("try_acquire"))
+            .filter(|r| {
+                r.callers == callers
+                    && (r.name.starts_with("try_acquire") || r.name.starts_with("Lock::"))
+            })
             .map(|r| {
                 format!(
                     "{}: {:.0}/s = {:.2} × PING ({:.0}/s), {:.0} % admitted",
