@@ -789,6 +789,8 @@ fn request(
                     interval_ms.to_string(),
                     burst.to_string(),
                     "overall".into(),
+                    format!("{k1}:released"),
+                    "0".into(),
                 ],
                 Some(2),
             )

@@ -285,23 +285,17 @@ fn decode(op: &RateOp, reply: &RespValue) -> Result<(RateRet, Option<u64>), Stri
     let u = |v: i64| u64::try_from(v).map_err(|_| format!("negative figure in {ints:?}"));
     Ok(match op {
         RateOp::Acquire { .. } => match *ints.as_slice() {
-            [1, delay, at] => (
+            [1, delay, at, far @ (0 | 1)] => (
                 RateRet::Admitted {
                     delay_us: u(delay)?,
                     at_us: u(at)?,
+                    far: far == 1,
                 },
                 Some(u(at)? - u(delay)?),
             ),
             [0, e, now] => (
                 RateRet::Refused {
                     earliest_us: u(e)?,
-                    now_us: u(now)?,
-                },
-                Some(u(now)?),
-            ),
-            [2, r, now] => (
-                RateRet::TooFar {
-                    retry_us: u(r)?,
                     now_us: u(now)?,
                 },
                 Some(u(now)?),
@@ -528,6 +522,7 @@ impl Run {
                     Some(cfg) => args.extend(cfg),
                     None => args.extend(["", "", "", ""].map(str::to_owned)),
                 }
+                args.extend([self.keys.channel.clone(), "0".to_owned()]);
                 let op = RateOp::Acquire {
                     client: CLIENTS[*client].to_owned(),
                     marker,

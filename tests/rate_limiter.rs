@@ -316,3 +316,113 @@ async fn the_stored_limit_decides_what_one_request_may_take() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+/// The script calls counted in `INFO commandstats` (EVALSHA and EVAL), and ZSCORE calls.
+async fn script_and_zscore_calls(server: &lockkit_suite::RedisServer) -> (u64, u64) {
+    let info = server.command(&["INFO", "commandstats"]).await.unwrap();
+    let text = info.as_str().unwrap_or_default().to_owned();
+    let calls = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("cmdstat_{name}:calls=")))
+            .and_then(|rest| rest.split(',').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    (calls("evalsha") + calls("eval"), calls("zscore"))
+}
+
+/// One script call per admitted request, however far ahead its moment: 8 callers of a limit of 1
+/// per 50 ms wait up to 350 ms (7 intervals), and the server ran exactly 8 scripts for them and
+/// nothing while they slept (no re-check without a loss to re-check for).
+#[tokio::test]
+async fn a_caller_waiting_many_intervals_costs_one_script_call() {
+    let server = spawned().await;
+    let client = client(&server.url()).await;
+    let limiter = client
+        .rate_limiter(unique("far-cost"))
+        .with_limit(RateLimit::new(1, Duration::from_millis(50)).unwrap());
+    limiter
+        .set_limit(limiter.configured_limit().unwrap())
+        .await
+        .unwrap();
+    // The script cached (a first EVALSHA meets NOSCRIPT and is followed by EVAL: two calls).
+    let warm = client
+        .rate_limiter(unique("far-cost-warm"))
+        .with_limit(RateLimit::per_second(1).unwrap());
+    warm.acquire(1).await.unwrap();
+    let (scripts_before, zscores_before) = script_and_zscore_calls(&server).await;
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let limiter = limiter.clone();
+        tasks.push(tokio::spawn(async move { limiter.acquire(1).await }));
+    }
+    for task in tasks {
+        within(HANG, "the callers", task).await.unwrap().unwrap();
+    }
+    let (scripts_after, zscores_after) = script_and_zscore_calls(&server).await;
+    assert_eq!(
+        scripts_after - scripts_before,
+        8,
+        "script calls for 8 admissions"
+    );
+    assert_eq!(
+        zscores_after - zscores_before,
+        0,
+        "re-checks without a loss"
+    );
+}
+
+/// A reservation far ahead (more than one interval) that Redis loses is asked for again once the
+/// loss is known: 10 callers of client A hold reservations up to 900 ms ahead of a limit of 1 per
+/// 100 ms; the keys are flushed; 9 callers of client B then ask. B's first request stores the
+/// limit again and announces the loss, A's far sleepers ask again, and every admission after the
+/// flush is in one schedule: at most the near sleeper (within one interval, which keeps its moment)
+/// stands closer than one emission interval to another. Without the re-check, A's eight far
+/// moments and B's nine would pair up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn far_reservations_lost_with_the_data_are_asked_for_again() {
+    let server = spawned().await;
+    let url = server.url();
+    let name = unique("far-lost");
+    let limit = RateLimit::new(1, Duration::from_millis(100)).unwrap();
+    let (a, b) = (client(&url).await, client(&url).await);
+    let la = a.rate_limiter(&name).with_limit(limit);
+    let lb = b.rate_limiter(&name).with_limit(limit);
+    let mut tasks = Vec::new();
+    for _ in 0..10 {
+        let limiter = la.clone();
+        tasks.push(tokio::spawn(async move { limiter.acquire(1).await }));
+    }
+    within(HANG, "nine reservations", async {
+        while la.waiting().await.unwrap() < 9 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let t = server.command(&["TIME"]).await.unwrap();
+    let part = |i: usize| -> u64 { t.as_array().unwrap()[i].as_str().unwrap().parse().unwrap() };
+    let flushed = std::time::UNIX_EPOCH + Duration::from_micros(part(0) * 1_000_000 + part(1));
+    server.command(&["FLUSHALL"]).await.unwrap();
+    for _ in 0..9 {
+        let limiter = lb.clone();
+        tasks.push(tokio::spawn(async move { limiter.acquire(1).await }));
+    }
+    let mut after: Vec<SystemTime> = Vec::new();
+    for task in tasks {
+        let admitted = within(HANG, "the callers", task).await.unwrap().unwrap();
+        if admitted.admitted_at() > flushed {
+            after.push(admitted.admitted_at());
+        }
+    }
+    after.sort();
+    let step = Duration::from_millis(100);
+    let close = after
+        .windows(2)
+        .filter(|pair| pair[1].duration_since(pair[0]).unwrap_or_default() < step)
+        .count();
+    assert!(
+        close <= 2,
+        "{close} admissions after the flush stood closer than one emission interval to the next: \
+         {after:?}"
+    );
+}

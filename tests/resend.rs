@@ -760,7 +760,9 @@ fn cases(name: &str) -> Vec<(&'static str, Case)> {
         call(
             &rate_limiter::ACQUIRE,
             &rk,
-            &["1", "-1", marker, "2", "3600000", "0", mode],
+            &[
+                "1", "-1", marker, "2", "3600000", "0", mode, &k.channel, "0",
+            ],
         )
     };
     let rate_case = |setup: Vec<Call>, subject: Call| Case {

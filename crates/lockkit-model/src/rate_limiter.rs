@@ -143,18 +143,13 @@ pub enum RateRet {
         delay_us: u64,
         /// The moment the permits are admitted.
         at_us: u64,
+        /// The moment is more than one interval ahead (the caller listens for a loss).
+        far: bool,
     },
     /// Refused: the permits come in `earliest_us`, more than the caller may wait.
     Refused {
         /// In how long.
         earliest_us: u64,
-        /// The instant of the decision.
-        now_us: u64,
-    },
-    /// The permits come more than one interval ahead: ask again in `retry_us`.
-    TooFar {
-        /// In how long.
-        retry_us: u64,
         /// The instant of the decision.
         now_us: u64,
     },
@@ -400,9 +395,11 @@ impl RateLimiterSpec {
                 if let Some((m, at, _)) = &s.last {
                     if m == marker {
                         let at_us = u64::try_from(at.div_ceil(den)).unwrap_or(u64::MAX);
+                        let delay_us = at_us.saturating_sub(now_us);
                         return RateRet::Admitted {
-                            delay_us: at_us.saturating_sub(now_us),
+                            delay_us,
                             at_us,
+                            far: delay_us > horizon,
                         };
                     }
                 }
@@ -418,12 +415,6 @@ impl RateLimiterSpec {
                         now_us,
                     };
                 }
-                if delay_us > horizon {
-                    return RateRet::TooFar {
-                        retry_us: delay_us - horizon,
-                        now_us,
-                    };
-                }
                 // The slots start at the moment when its rounding up put it past `tat`.
                 let start = tat.max(u128::from(at_us) * den);
                 let cost = start - tat + u128::from(*permits) * t;
@@ -434,14 +425,18 @@ impl RateLimiterSpec {
                     self.waiting.retain(|_, ms| *ms >= now_ms);
                     self.waiting.insert(marker.clone(), at_us.div_ceil(1000));
                 }
-                RateRet::Admitted { delay_us, at_us }
+                RateRet::Admitted {
+                    delay_us,
+                    at_us,
+                    far: delay_us > horizon,
+                }
             }
         }
     }
 
     /// Every `(result, next state)` the contract allows for `op` at `now_us`: the exact
     /// schedule's first, then those of a schedule up to [`PRECISION_US`] earlier or later where
-    /// they differ (a decision on the edge of a wait, of the horizon, or of a whole permit).
+    /// they differ (a decision on the edge of a wait, of one interval ahead, or of a whole permit).
     pub fn outcomes(&self, now_us: u64, op: &RateOp) -> Vec<(RateRet, Self)> {
         let eps = i128::try_from(self.ticks(PRECISION_US)).unwrap_or(i128::MAX);
         let mut out: Vec<(RateRet, Self)> = Vec::new();
@@ -460,12 +455,17 @@ impl RateLimiterSpec {
         let near = |a: u64, b: u64| a.abs_diff(b) <= PRECISION_US;
         match (expected, observed) {
             (
-                RateRet::Admitted { delay_us, at_us },
+                RateRet::Admitted {
+                    delay_us,
+                    at_us,
+                    far,
+                },
                 RateRet::Admitted {
                     delay_us: d,
                     at_us: a,
+                    far: f,
                 },
-            ) => near(*delay_us, *d) && near(*at_us, *a),
+            ) => near(*delay_us, *d) && near(*at_us, *a) && far == f,
             (
                 RateRet::Refused {
                     earliest_us,
@@ -476,13 +476,6 @@ impl RateLimiterSpec {
                     now_us: n,
                 },
             ) => near(*earliest_us, *e) && now_us == n,
-            (
-                RateRet::TooFar { retry_us, now_us },
-                RateRet::TooFar {
-                    retry_us: r,
-                    now_us: n,
-                },
-            ) => near(*retry_us, *r) && now_us == n,
             _ => expected == observed,
         }
     }
@@ -535,7 +528,11 @@ mod tests {
     }
 
     fn admitted(delay_us: u64, at_us: u64) -> RateRet {
-        RateRet::Admitted { delay_us, at_us }
+        RateRet::Admitted {
+            delay_us,
+            at_us,
+            far: false,
+        }
     }
 
     #[test]
@@ -579,16 +576,17 @@ mod tests {
             r.apply(S + 10, &acquire("#2", 1, None)),
             admitted(499_990, S + 500_000)
         );
-        // The next at S + 1 s, one interval ahead; the one after is further: asked again.
+        // The next at S + 1 s, one interval ahead; the one after is further: reserved, far.
         assert_eq!(
             r.apply(S, &acquire("#3", 1, None)),
             admitted(1_000_000, S + 1_000_000)
         );
         assert_eq!(
             r.apply(S, &acquire("#4", 1, None)),
-            RateRet::TooFar {
-                retry_us: 500_000,
-                now_us: S
+            RateRet::Admitted {
+                delay_us: 1_500_000,
+                at_us: S + 1_500_000,
+                far: true
             }
         );
         // Give-back: only the last.
@@ -597,12 +595,17 @@ mod tests {
             marker: m.into(),
         };
         assert_eq!(r.apply(S, &cancel("#2")), RateRet::GivenBack(false));
-        assert_eq!(r.apply(S, &cancel("#3")), RateRet::GivenBack(true));
+        assert_eq!(r.apply(S, &cancel("#3")), RateRet::GivenBack(false));
+        assert_eq!(r.apply(S, &cancel("#4")), RateRet::GivenBack(true));
         // A re-sent give-back answers as the first run did, and gives back nothing more.
-        assert_eq!(r.apply(S, &cancel("#3")), RateRet::GivenBack(true));
+        assert_eq!(r.apply(S, &cancel("#4")), RateRet::GivenBack(true));
         assert_eq!(
             r.apply(S, &acquire("#5", 1, None)),
-            admitted(1_000_000, S + 1_000_000)
+            RateRet::Admitted {
+                delay_us: 1_500_000,
+                at_us: S + 1_500_000,
+                far: true
+            }
         );
     }
 
@@ -632,9 +635,10 @@ mod tests {
         assert_eq!(r.apply(later, &op("#3")), admitted(100_000, S + 200_000));
         assert_eq!(
             r.apply(later, &op("#4")),
-            RateRet::TooFar {
-                retry_us: 33_334,
-                now_us: later
+            RateRet::Admitted {
+                delay_us: 133_334,
+                at_us: later + 133_334,
+                far: true
             }
         );
         assert_eq!(r.apply(S, &RateOp::Lose), RateRet::Done);

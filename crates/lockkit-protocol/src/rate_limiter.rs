@@ -15,9 +15,13 @@
 //! and one script call admits one request. In any window of one interval at most
 //! `rate + burst` permits are admitted, and no request may ask for more than `burst + 1`.
 //!
-//! Reservations reach at most one interval ahead: a request further out is told when to ask
-//! again. That bounds what a Redis that loses its data can over-admit: the reservations made
-//! before the loss, at most one window's worth.
+//! A reservation more than one interval ahead is *far*: should Redis lose its data meanwhile
+//! (the reservation with it), the caller must not take its moment in a schedule that no longer
+//! has it. The first request that finds the limit missing writes it again (from its handle) and
+//! announces `all` on the limiter's channel; a far sleeper listens there (and to its client's
+//! reconnects, which a restart causes), and on either re-checks that its marker is still in the
+//! waiting ZSET, asking again when it is not. A sleeper within one interval does not listen: what
+//! it can over-admit after a loss is bounded by one window.
 //!
 //! Only the last request of a schedule can be given back (every later one was placed after it):
 //! the schedule remembers its marker and cost (`last`, `last_cost`).
@@ -70,16 +74,14 @@ pub enum AcquireReply {
         delay_us: u64,
         /// When the permits are admitted, on the server's clock (µs since the Unix epoch).
         at_us: u64,
+        /// The moment is more than one interval ahead: the caller listens, while it sleeps, for
+        /// the announcement that the data was lost, and then re-checks its reservation.
+        far: bool,
     },
     /// Refused: the permits come in `earliest_us`, more than the caller may wait.
     Refused {
         /// In how many µs the permits could be had.
         earliest_us: u64,
-    },
-    /// The permits come more than one interval ahead: ask again in `retry_us`.
-    TooFar {
-        /// How long to sleep before asking again, in µs.
-        retry_us: u64,
     },
     /// No limit is stored, and the caller configured none.
     NoLimit,
@@ -96,15 +98,13 @@ impl AcquireReply {
         let err = || DecodeError::new(ACQUIRE.name(), reply);
         let u = |v: i64| u64::try_from(v).map_err(|_| err());
         match *reply {
-            [1, delay, at] => Ok(Self::Admitted {
+            [1, delay, at, far @ (0 | 1)] => Ok(Self::Admitted {
                 delay_us: u(delay)?,
                 at_us: u(at)?,
+                far: far == 1,
             }),
             [0, earliest, _now] => Ok(Self::Refused {
                 earliest_us: u(earliest)?,
-            }),
-            [2, retry, _now] => Ok(Self::TooFar {
-                retry_us: u(retry)?,
             }),
             [-1] => Ok(Self::NoLimit),
             [-2, most] => Ok(Self::TooMany { most: u(most)? }),
@@ -192,26 +192,38 @@ mod tests {
     #[test]
     fn decodes_acquire() {
         assert_eq!(
-            AcquireReply::decode(&[1, 0, 5]),
+            AcquireReply::decode(&[1, 0, 5, 0]),
             Ok(AcquireReply::Admitted {
                 delay_us: 0,
-                at_us: 5
+                at_us: 5,
+                far: false
+            })
+        );
+        assert_eq!(
+            AcquireReply::decode(&[1, 7, 5, 1]),
+            Ok(AcquireReply::Admitted {
+                delay_us: 7,
+                at_us: 5,
+                far: true
             })
         );
         assert_eq!(
             AcquireReply::decode(&[0, 7, 5]),
             Ok(AcquireReply::Refused { earliest_us: 7 })
         );
-        assert_eq!(
-            AcquireReply::decode(&[2, 7, 5]),
-            Ok(AcquireReply::TooFar { retry_us: 7 })
-        );
         assert_eq!(AcquireReply::decode(&[-1]), Ok(AcquireReply::NoLimit));
         assert_eq!(
             AcquireReply::decode(&[-2, 3]),
             Ok(AcquireReply::TooMany { most: 3 })
         );
-        for bad in [&[][..], &[1, -1, 5], &[3, 0, 0], &[0, 1]] {
+        for bad in [
+            &[][..],
+            &[1, -1, 5, 0],
+            &[1, 0, 5],
+            &[1, 0, 5, 2],
+            &[2, 7, 5],
+            &[0, 1],
+        ] {
             assert!(AcquireReply::decode(bad).is_err(), "{bad:?}");
         }
     }

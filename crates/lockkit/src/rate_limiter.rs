@@ -11,11 +11,15 @@ use lockkit_protocol::rate_limiter::{
 };
 use tokio::time::Instant;
 
-use crate::error::Error;
+use crate::error::{command_error, Error};
 use crate::exec::{far_or, Bound, Deadline, Resend};
 use crate::metrics;
 use crate::object::Object;
 use crate::queued::{Leave, Queued};
+use fred::interfaces::ClientLike;
+use fred::types::{ClusterHash, CustomCommand};
+use futures::TryFutureExt;
+use lockkit_protocol::slot::key_slot;
 
 /// How a rate limiter's request is given back: its cancel script, on the limit HASH and the
 /// waiting ZSET (the caller's own schedule key follows them).
@@ -208,9 +212,11 @@ impl RateLimit {
 /// One script call per request decides at once, on the server's clock, when the permits are
 /// admitted: now, or at a moment ahead (a *reservation*). A reserved caller sleeps until its
 /// moment and asks Redis nothing more: no polling, no pub/sub message, and callers are served in
-/// the order their requests reached Redis. A request whose moment lies more than one interval
-/// ahead is told when to ask again (so a Redis that loses its data over-admits at most the
-/// reservations of one window). See `docs/design.md` for the algorithm (GCRA) and its bounds.
+/// the order their requests reached Redis. Should Redis lose its data, a caller whose moment is
+/// more than one interval ahead learns it (the first request that stores the limit again
+/// announces it; a restart reconnects its client), finds its reservation gone and asks again, so
+/// the loss over-admits at most the reservations of one window. See `docs/design.md` for the
+/// algorithm (GCRA) and its bounds.
 ///
 /// ```no_run
 /// # async fn call_partner() {}
@@ -420,8 +426,10 @@ impl RateLimiter {
     /// Waits until `permits` are admitted, however long that takes, and returns the admission.
     ///
     /// The wait is decided at once by one script call: the call then sleeps until its moment,
-    /// sending nothing (a moment more than one interval ahead costs one more call per interval).
-    /// Callers are admitted in the order their requests reached Redis.
+    /// sending nothing, however far ahead the moment is. Callers are admitted in the order their
+    /// requests reached Redis. Only when Redis loses its data while a call sleeps more than one
+    /// interval ahead does it send more: one check that its reservation is gone, and the request
+    /// again.
     ///
     /// # Cancel safety
     /// Cancel-safe: a dropped future gives its reservation back, in the background, when no later
@@ -575,20 +583,45 @@ impl RateLimiter {
                     &ACQUIRE,
                     Kind::RateLimiter,
                     &[keys.keys[0].as_str(), keys.keys[1].as_str(), &own],
-                    &[&permits_arg, &wait_us, &marker, rate, interval, burst, mode],
+                    &[
+                        &permits_arg,
+                        &wait_us,
+                        &marker,
+                        rate,
+                        interval,
+                        burst,
+                        mode,
+                        &keys.channel,
+                        inner.exec.publish_flag(),
+                    ],
                     Resend::Allowed,
                     deadline,
                 )
                 .await
                 .map_err(|err| err.during(method))?;
             match AcquireReply::decode(&reply)? {
-                AcquireReply::Admitted { delay_us, at_us } => {
+                AcquireReply::Admitted {
+                    delay_us,
+                    at_us,
+                    far,
+                } => {
                     if delay_us > 0 {
                         let _waiting = metrics::Waiting::new(Kind::RateLimiter.segment());
-                        tracing::trace!(name = %self.object.name, permits, delay_us, "reserved");
-                        tokio::select! {
-                            () = tokio::time::sleep(Duration::from_micros(delay_us)) => {}
-                            () = inner.shutdown.cancelled() => {
+                        tracing::trace!(name = %self.object.name, permits, delay_us, far, "reserved");
+                        let until = Instant::now() + Duration::from_micros(delay_us);
+                        match self.sleep_until(until, far, keys, &marker).await {
+                            Slept::Until => {}
+                            Slept::Lost => {
+                                // The reservation went with the data: ask again, in the schedule
+                                // that starts afresh.
+                                tracing::debug!(
+                                    name = %self.object.name,
+                                    "a reservation was lost with Redis' data; asking again"
+                                );
+                                queued.granted();
+                                continue;
+                            }
+                            Slept::Shutdown => {
                                 queued.leave_now().await;
                                 return Err(Error::Shutdown);
                             }
@@ -610,14 +643,6 @@ impl RateLimiter {
                     tracing::trace!(name = %self.object.name, permits, earliest_us, "refused");
                     return Ok(None);
                 }
-                AcquireReply::TooFar { retry_us } => {
-                    queued.granted();
-                    let _waiting = metrics::Waiting::new(Kind::RateLimiter.segment());
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_micros(retry_us)) => {}
-                        () = inner.shutdown.cancelled() => return Err(Error::Shutdown),
-                    }
-                }
                 AcquireReply::NoLimit => {
                     queued.granted();
                     return Err(self.no_limit());
@@ -630,6 +655,94 @@ impl RateLimiter {
                         self.object.name
                     )));
                 }
+            }
+        }
+    }
+}
+
+/// How a reserved caller's sleep ended.
+enum Slept {
+    /// Its moment came.
+    Until,
+    /// Its reservation is gone (Redis lost its data): it asks again.
+    Lost,
+    /// The client was shut down.
+    Shutdown,
+}
+
+impl RateLimiter {
+    /// Sleeps until `until`, the moment of the reservation `marker`. A reservation `far` ahead
+    /// (more than one interval) listens meanwhile on the limiter's channel, where the first
+    /// request that finds the limit missing announces the loss, and to its client's reconnects
+    /// (a restart): woken so, it re-checks that its marker is still among the reservations to
+    /// come, and reports [`Slept::Lost`] when it is not. Nothing else is sent while it sleeps.
+    async fn sleep_until(
+        &self,
+        until: Instant,
+        far: bool,
+        keys: &ObjectKeys,
+        marker: &str,
+    ) -> Slept {
+        let inner = self.object.inner();
+        // Listening narrows the loss bound; it is never a reason to fail: a sleeper that cannot
+        // subscribe sleeps as a near one does.
+        let waiter = if far {
+            match inner.hub.register(&keys.channel, None, 1).await {
+                Ok(waiter) => Some(waiter),
+                Err(err) => {
+                    tracing::debug!(
+                        name = %self.object.name,
+                        "a far reservation sleeps without listening for a data loss: {}",
+                        crate::error::Chain(&err)
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        loop {
+            let woken = async {
+                match &waiter {
+                    Some(waiter) => {
+                        waiter.woken().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => return Slept::Until,
+                () = inner.shutdown.cancelled() => return Slept::Shutdown,
+                () = woken => {}
+            }
+            if let Some(waiter) = &waiter {
+                waiter.tried(false);
+            }
+            if !self.still_reserved(keys, marker).await {
+                return Slept::Lost;
+            }
+        }
+    }
+
+    /// Whether the reservation `marker` is still among the reservations to come. An error (Redis
+    /// unreachable) counts as still reserved: the caller keeps its moment.
+    async fn still_reserved(&self, keys: &ObjectKeys, marker: &str) -> bool {
+        let exec = &self.object.inner().exec;
+        let waiting = keys.keys[1].as_str();
+        let score = exec.redis().custom::<Option<String>, &str>(
+            CustomCommand::new_static("ZSCORE", ClusterHash::Custom(key_slot(waiting)), false),
+            vec![waiting, marker],
+        );
+        let score = score.map_err(command_error("acquire", waiting, Kind::RateLimiter));
+        match exec.command("acquire", &self.object.name, score).await {
+            Ok(score) => score.is_some(),
+            Err(err) => {
+                tracing::debug!(
+                    name = %self.object.name,
+                    "could not re-check a reservation; keeping its moment: {}",
+                    crate::error::Chain(&err)
+                );
+                true
             }
         }
     }

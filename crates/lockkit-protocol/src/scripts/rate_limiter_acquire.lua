@@ -1,23 +1,25 @@
 -- rate_limiter_acquire: take `permits` permits now, or reserve them for the moment the limit
--- frees them (the caller sleeps until then, asking nothing more), or say when they could be had.
+-- frees them (the caller sleeps until then), or say when they could be had.
 --
--- KEYS[1]  limit HASH: rate, interval (ms), burst, mode ('overall' | 'per_client'); in the
---          overall mode also the schedule: tat (µs), last, last_at (µs), last_cost (µs)
+-- KEYS[1]  limit HASH: rate, interval (ms), burst, mode ('overall' | 'per_client'), set_by; in
+--          the overall mode also the schedule: tat (µs), last, last_at (µs), last_cost (µs), given
 -- KEYS[2]  waiting ZSET: member = marker of a reservation still to come, score = its time (ms)
--- KEYS[3]  this client's schedule HASH (per-client mode only): tat, last, last_at, last_cost;
---          it expires once idle
+-- KEYS[3]  this client's schedule HASH (per-client mode only): tat, last, last_at, last_cost,
+--          given; it expires once idle
 -- ARGV[1]  permits (>= 1)
 -- ARGV[2]  the longest the caller may wait for them, in µs (-1: no bound)
 -- ARGV[3]  request marker (<client id>:<sequence>), unique per request
 -- ARGV[4..7] the limit the caller's handle is configured with (rate, interval ms, burst, mode),
 --          written when none is stored (the data was lost); ARGV[4] = '' when none
+-- ARGV[8]  the limiter's channel
+-- ARGV[9]  announce with 1: SPUBLISH (sharded), 0: PUBLISH, 2: PUBLISH on a cluster
 --
--- Reply    {1, delay, at}     admitted at `at` (server µs); delay > 0: reserved, the caller
---                             sleeps `delay` µs (then the permits are its)
+-- Reply    {1, delay, at, far} admitted at `at` (server µs); delay > 0: reserved, the caller
+--                             sleeps `delay` µs (then the permits are its); far = 1 when the
+--                             moment is more than one interval ahead (the caller listens for a
+--                             loss of the data meanwhile, and re-checks its reservation)
 --          {0, earliest, now} refused: the permits come in `earliest` µs, more than the caller
 --                             may wait; nothing changed
---          {2, retry, now}    the permits come more than one interval ahead: the caller sleeps
---                             `retry` µs and asks again; nothing changed
 --          {-1}               no limit is set, and the caller configured none
 --          {-2, most}         more permits than the limit ever admits at once (most = burst + 1)
 --          error WRONGTYPE    the keys hold something else
@@ -27,6 +29,9 @@
 -- max(tat, now) + (permits - 1) * T - tolerance <= at (rounded up to a whole µs), and tat moves
 -- on by permits * T (from `at`, should the rounding put `at` past tat). In any window of one
 -- interval at most rate + burst permits are admitted.
+-- A limit found missing and written from the caller's configured one means the data was lost
+-- (or this is the first use): the script announces `all` on the channel, so callers sleeping on
+-- a reservation far ahead re-check it (theirs is gone with the data) and ask again.
 -- Idempotent per request: a re-sent copy finds its marker as the last request and answers as
 -- the first run did.
 local now = rate_now()
@@ -41,6 +46,11 @@ if not limit then
   redis.call('HSET', KEYS[1], 'rate', ARGV[4], 'interval', ARGV[5], 'burst', ARGV[6],
     'mode', ARGV[7])
   limit = rate_limit(KEYS[1])
+  if ARGV[9] == '1' then
+    redis.pcall('SPUBLISH', ARGV[8], 'all')
+  else
+    redis.pcall('PUBLISH', ARGV[8], 'all')
+  end
 end
 local permits = tonumber(ARGV[1])
 if permits > limit.burst + 1 then
@@ -53,9 +63,14 @@ if limit.mode == 'per_client' then
 end
 local marker = ARGV[3]
 local s = redis.call('HMGET', state, 'tat', 'last', 'last_at')
+local horizon = limit.interval * 1000
 if s[2] == marker then
   local at = tonumber(s[3])
-  return {1, math.max(0, at - now), at}
+  local far = 0
+  if at - now > horizon then
+    far = 1
+  end
+  return {1, math.max(0, at - now), at, far}
 end
 local t = rate_emission(limit)
 local tat = tonumber(s[1]) or now
@@ -70,10 +85,6 @@ local delay = at - now
 local wait = tonumber(ARGV[2])
 if wait >= 0 and delay > wait then
   return {0, delay, now}
-end
-local horizon = limit.interval * 1000
-if delay > horizon then
-  return {2, delay - horizon, now}
 end
 -- The request's permits take the slots start, start + T, ... of the schedule. `at` is a whole µs,
 -- rounded up: should that put it past the first slot, the slots start at `at`, so every permit's
@@ -95,4 +106,8 @@ if delay > 0 then
   redis.call('ZADD', KEYS[2], math.ceil(at / 1000), marker)
   redis.call('PEXPIRE', KEYS[2], math.ceil(delay / 1000) + 1000)
 end
-return {1, delay, at}
+local far = 0
+if delay > horizon then
+  far = 1
+end
+return {1, delay, at, far}
