@@ -166,7 +166,7 @@ async fn redisson_7342_permits_given_back_are_admitted_again() {
 /// Redisson #3025, #5516, #2987: `ERR Error running script … unpack` after a config change or
 /// under concurrency. Here the limit changes 50 times while 8 callers take permits: no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redisson_3025_limit_changes_under_concurrency_break_no_call() {
+async fn redisson_3025_5516_2987_limit_changes_under_concurrency_break_no_call() {
     let redis = redis().await;
     let client = client(&redis.url()).await;
     let name = unique("changes");
@@ -425,4 +425,44 @@ async fn far_reservations_lost_with_the_data_are_asked_for_again() {
         "{close} admissions after the flush stood closer than one emission interval to the next: \
          {after:?}"
     );
+}
+
+/// Redisson #5687: under load the limit broke before the configured rate (callers were refused
+/// while the rate was not reached). Here 64 callers on 8 clients keep asking a limit of 100 a
+/// second for 2 s: counted on the server's clock over the whole intervals from the first
+/// admission, exactly the rate is admitted (the schedule never runs dry while callers wait), and
+/// never more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redisson_5687_under_load_the_limit_is_reached_and_not_exceeded() {
+    let redis = redis().await;
+    let url = redis.url();
+    let name = unique("under-load");
+    let limit = RateLimit::per_second(100).unwrap();
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(client(&url).await);
+    }
+    let stop = tokio::time::Instant::now() + Duration::from_millis(2500);
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let limiter = clients[i % 8].rate_limiter(&name).with_limit(limit);
+        tasks.push(tokio::spawn(async move {
+            let mut admitted = Vec::new();
+            while tokio::time::Instant::now() < stop {
+                admitted.push(limiter.acquire(1).await.unwrap().admitted_at());
+            }
+            admitted
+        }));
+    }
+    let mut admitted: Vec<SystemTime> = Vec::new();
+    for task in tasks {
+        admitted.extend(within(HANG, "callers", task).await.unwrap());
+    }
+    admitted.sort();
+    let first = admitted[0];
+    let whole = Duration::from_secs(2);
+    let in_span = admitted.iter().filter(|at| **at < first + whole).count();
+    assert_eq!(in_span, 200, "admitted in the 2 s from the first admission");
+    let pairs: Vec<(SystemTime, u64)> = admitted.iter().map(|at| (*at, 1)).collect();
+    assert_no_window_over(&pairs, Duration::from_secs(1), 100);
 }
