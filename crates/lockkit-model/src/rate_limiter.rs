@@ -481,6 +481,339 @@ impl RateLimiterSpec {
     }
 }
 
+// === Histories: the client-visible operations, for the linearizability checker ===
+
+/// A rate limiter operation as a client sees it, for [`RateHistorySpec`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RateHistoryOp {
+    /// `acquire(permits)` (`wait_us: None`), `try_acquire(permits, wait)` or
+    /// `try_admission(permits, wait)`.
+    Acquire {
+        /// Names the request, for its give-back (the history's label, not the library's marker).
+        marker: String,
+        /// How many permits.
+        permits: u64,
+        /// The caller's wait, µs (`None`: `acquire`, no bound). The wait the script is given is
+        /// at most this (what is left of it when the request is sent).
+        wait_us: Option<u64>,
+        /// A lower bound of the wait the script was given: the caller's wait less the time the
+        /// call took, call to return (a refusal's script cannot have had less). Only refusals
+        /// read it; `0` is always sound.
+        wait_floor_us: u64,
+    },
+    /// `RateAdmission::give_back` of the request `marker` (also the give-back a dropped or
+    /// failed call runs in the background).
+    GiveBack {
+        /// The request's label.
+        marker: String,
+    },
+}
+
+/// What a client saw of a [`RateHistoryOp`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RateHistoryRet {
+    /// Admitted at `at_us` (server µs, `RateAdmission::admitted_at`); `None`: admitted at a
+    /// moment the client does not see (`try_acquire`'s `true`, or a call cut off that may have
+    /// taken effect).
+    Admitted {
+        /// The moment, when known.
+        at_us: Option<u64>,
+    },
+    /// Refused (`try_acquire`'s `false`, `try_admission`'s `None`).
+    Refused,
+    /// A give-back's answer.
+    GivenBack(bool),
+}
+
+/// What the tat (ticks) may be at a server instant `x` (µs): in `[lo, max(hi, x·den + float)]`.
+/// `float` is set by an admission whose moment is unknown: it took its permits at some instant
+/// not later than the next operation's, so the schedule may reach as far past that instant as
+/// the permits (and the wait they may have had) reach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct TatBound {
+    lo: u128,
+    hi: u128,
+    float: Option<u128>,
+}
+
+impl TatBound {
+    fn exact(tat: u128) -> Self {
+        Self {
+            lo: tat,
+            hi: tat,
+            float: None,
+        }
+    }
+
+    /// The greatest tat possible at instant `x` (in ticks).
+    fn hi_at(&self, x: u128) -> u128 {
+        self.float.map_or(self.hi, |f| self.hi.max(x + f))
+    }
+}
+
+/// The sequential specification of a rate limiter's **client-visible** operations (one limit,
+/// the overall mode, no data loss), for the linearizability checker: `acquire`, `try_acquire`,
+/// `try_admission` and `give_back`, with the moments the client sees
+/// (`RateAdmission::admitted_at`) and nothing else.
+///
+/// The arithmetic is [`RateLimiterSpec`]'s (its ticks, `T`, the tolerance, the rounded-up moment,
+/// the slots that start at the moment when rounding puts it past `tat`, [`PRECISION_US`]); what
+/// differs is what is known. A client does not see the server instant `now` at which the script
+/// decided, so a result is accepted iff **some** instant explains it, not earlier than the
+/// instant of the operation linearized before it (the server's clock only moves forward):
+/// - an admission at `at` either was immediate (`now = at`, the schedule's earliest moment for
+///   the request was not after `at`) or reserved (`now < at`, `at` is the earliest moment, within
+///   the precision, and `at − now` is at most the wait and one interval);
+/// - a refusal needs an instant at which the earliest moment is more than the wait away; the
+///   earliest instant allowed is the one that makes this likeliest, and it changes nothing;
+/// - an admission whose moment is not seen (`try_acquire`'s `true`, a cut-off call that took
+///   effect) is always possible (at a late enough instant every permit is free): it moves the
+///   schedule on by its permits from an instant that is not known.
+///
+/// **The state** keeps what can be known: a lower bound of the server clock (`clock`, µs), and
+/// the tat as an interval (ticks) that is a single point while every admission's moment is seen
+/// (then this spec is exactly [`RateLimiterSpec`]: `tests` cross-check it). Where several
+/// instants explain a result, the state keeps every one of them: the earliest instant as the
+/// clock's lower bound (a later instant only forbids futures, never allows one: every bound on
+/// later operations is "not before the clock"), and the tat's interval the union of what each
+/// explanation leaves (an immediate and a reserved admission at the same `at` leave the same tat,
+/// `max(tat, at) + k·T`). An admission at an unseen instant widens the interval's top by the
+/// unknown instant (`TatBound::float`) until an admission whose moment is seen pins it again: a
+/// reservation tells the tat to within a µs, an immediate admission bounds it by the moment.
+/// Every step is thus an over-approximation that is exact without unseen moments: it never
+/// rejects a legal history, and it rejects an admission before the schedule's earliest moment
+/// (over-admission) whenever the tat's interval is a point, as it is between seen moments. An
+/// interval wider than a point loosens the check by its width, at most the permits of the
+/// unseen admissions plus their wait: the sliding-window check on the admitted moments
+/// (`lockkit_suite::rate_window`) covers what it lets through.
+///
+/// **Give-back:** `true` iff the request is the last of the schedule (or the last given back:
+/// a re-sent give-back), and then the tat is what it was before the request (`max(tat, now)`),
+/// kept as an interval with the request. A call cut off (an error, a dropped future) may have
+/// taken effect at an unseen moment, and its give-back runs in the background: the histories
+/// record both as pending operations (the acquire with `Admitted { at_us: None }`, the give-back
+/// with either answer), each linearized or left out by the checker.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RateHistorySpec {
+    /// Ticks per µs, `T` and the tolerance in ticks (from [`RateLimiterSpec`]).
+    den: u128,
+    t: u128,
+    tolerance: u128,
+    /// One interval, µs: no reservation reaches further.
+    horizon_us: u64,
+    /// `burst + 1`.
+    most: u64,
+    /// A lower bound of the server clock, µs.
+    clock: u64,
+    tat: TatBound,
+    /// The last request: its label and what its give-back restores.
+    last: Option<(String, TatBound)>,
+    /// The last request given back.
+    given: Option<String>,
+}
+
+impl RateHistorySpec {
+    /// A rate limiter with `limit` stored (overall mode) and an empty schedule.
+    pub fn new(limit: Limit) -> Self {
+        let mut exact = RateLimiterSpec::new();
+        exact.store(limit);
+        let t = exact.emission(&limit);
+        Self {
+            den: exact.den,
+            t,
+            tolerance: u128::from(limit.burst) * t,
+            horizon_us: limit.interval_ms * 1000,
+            most: limit.most(),
+            clock: 0,
+            tat: TatBound::exact(0),
+            last: None,
+            given: None,
+        }
+    }
+
+    /// The tat's bounds (µs, as fractions) at the clock's lower bound, and the clock's lower
+    /// bound: for messages and tests.
+    pub fn bounds_us(&self) -> (f64, f64, u64) {
+        let den = self.den as f64;
+        let x = u128::from(self.clock) * self.den;
+        (
+            self.tat.lo as f64 / den,
+            self.tat.hi_at(x) as f64 / den,
+            self.clock,
+        )
+    }
+
+    fn ticks(&self, us: u64) -> u128 {
+        u128::from(us) * self.den
+    }
+
+    /// `(k − 1)·T − τ`, ticks (never positive for a valid request).
+    fn reach(&self, permits: u64) -> i128 {
+        let ahead =
+            i128::try_from(u128::from(permits.saturating_sub(1)) * self.t).unwrap_or(i128::MAX);
+        ahead - i128::try_from(self.tolerance).unwrap_or(i128::MAX)
+    }
+
+    /// An admission at the seen moment `at`.
+    fn admitted_at(&self, marker: &str, permits: u64, wait: Option<u64>, at: u64) -> Option<Self> {
+        let eps = self.ticks(PRECISION_US);
+        let reach = self.reach(permits);
+        let shift = |v: u128, by: i128| -> u128 {
+            u128::try_from(i128::try_from(v).unwrap_or(i128::MAX) + by).unwrap_or(0)
+        };
+        let at_t = self.ticks(at);
+        // Immediate (now = at): the script's tat, within the precision, was at most
+        // `at − ((k − 1)·T − τ)`.
+        let immediate = (at >= self.clock)
+            .then(|| {
+                let hi = self.tat.hi_at(at_t).min(shift(at_t + eps, -reach));
+                (self.tat.lo <= hi).then_some((self.tat.lo, hi, at))
+            })
+            .flatten();
+        // Reserved (now < at, now ≥ at − min(wait, interval)): `at` is the rounded-up earliest
+        // moment `tat + (k − 1)·T − τ` of a script's tat within the precision.
+        let reach_back = wait.unwrap_or(u64::MAX).min(self.horizon_us);
+        let earliest_now = self.clock.max(at.saturating_sub(reach_back));
+        let reserved = (earliest_now < at)
+            .then(|| {
+                let lo = self
+                    .tat
+                    .lo
+                    .max(shift(self.ticks(at - 1) + 1, -reach).saturating_sub(eps));
+                let hi = self
+                    .tat
+                    .hi_at(self.ticks(at - 1))
+                    .min(shift(at_t + eps, -reach));
+                (lo <= hi).then_some((lo, hi, earliest_now))
+            })
+            .flatten();
+        let (lo, hi, clock) = match (immediate, reserved) {
+            (Some(a), Some(b)) => (a.0.min(b.0), a.1.max(b.1), a.2.min(b.2)),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
+        };
+        let k_t = u128::from(permits) * self.t;
+        // The slots start at the moment when it lies past the tat (`RateLimiterSpec::apply`).
+        let tat = TatBound {
+            lo: lo.max(at_t) + k_t,
+            hi: hi.max(at_t) + k_t,
+            float: None,
+        };
+        // A give-back restores `max(tat, now)`: now = at (immediate) or before at (reserved).
+        let restore = TatBound {
+            lo: lo.max(self.ticks(clock)),
+            hi: hi.max(at_t),
+            float: None,
+        };
+        Some(Self {
+            clock,
+            tat,
+            last: Some((marker.to_owned(), restore)),
+            ..self.clone()
+        })
+    }
+
+    /// An admission at an unseen moment: at some instant `y ≥ clock`, not later than the next
+    /// operation's, with a delay of at most `min(wait, interval)`.
+    fn admitted_unseen(&self, marker: &str, permits: u64, wait: Option<u64>) -> Self {
+        let k_t = u128::from(permits) * self.t;
+        let delay = self.ticks(wait.unwrap_or(u64::MAX).min(self.horizon_us));
+        let x = self.ticks(self.clock);
+        // tat' = max(tat, at) + k·T with at ≤ y + delay: at most max(hi, y + float, y + delay)
+        // + k·T, y not later than the next operation's instant.
+        let float = Some(self.tat.float.unwrap_or(0).max(delay) + k_t);
+        let tat = TatBound {
+            lo: self.tat.lo.max(x) + k_t,
+            hi: self.tat.hi + k_t,
+            float,
+        };
+        let restore = TatBound {
+            lo: self.tat.lo.max(x),
+            hi: self.tat.hi,
+            float: Some(self.tat.float.unwrap_or(0)),
+        };
+        Self {
+            tat,
+            last: Some((marker.to_owned(), restore)),
+            ..self.clone()
+        }
+    }
+
+    /// A refusal: at the earliest instant allowed (the likeliest to refuse), the latest tat
+    /// possible put the earliest moment more than `floor` away. Nothing changes but what the
+    /// refusal tells of the tat.
+    fn refused(&self, permits: u64, floor: u64) -> Option<Self> {
+        let eps = self.ticks(PRECISION_US);
+        let reach = self.reach(permits);
+        let x = self.ticks(self.clock);
+        let latest = i128::try_from(self.tat.hi_at(x) + eps).unwrap_or(i128::MAX) + reach;
+        let bar = i128::try_from(self.ticks(self.clock.saturating_add(floor))).unwrap_or(i128::MAX);
+        if latest <= bar {
+            return None;
+        }
+        // The script's tat exceeded `(now + floor)·den − reach` at some now ≥ clock.
+        let above = u128::try_from(bar - reach - i128::try_from(eps).unwrap_or(0) + 1).unwrap_or(0);
+        let mut next = self.clone();
+        next.tat.lo = next.tat.lo.max(above);
+        Some(next)
+    }
+
+    fn give_back(&self, marker: &str, answered: bool) -> Option<Self> {
+        if self.given.as_deref() == Some(marker) {
+            return answered.then(|| self.clone());
+        }
+        match &self.last {
+            Some((m, restore)) if m == marker => answered.then(|| Self {
+                tat: *restore,
+                last: None,
+                given: Some(marker.to_owned()),
+                ..self.clone()
+            }),
+            _ => (!answered).then(|| self.clone()),
+        }
+    }
+}
+
+impl crate::spec::Spec for RateHistorySpec {
+    type Op = RateHistoryOp;
+    type Ret = RateHistoryRet;
+
+    fn step(&self, op: &RateHistoryOp, ret: &RateHistoryRet) -> Option<Self> {
+        match (op, ret) {
+            (
+                RateHistoryOp::Acquire {
+                    marker,
+                    permits,
+                    wait_us,
+                    ..
+                },
+                RateHistoryRet::Admitted { at_us },
+            ) => {
+                if *permits == 0 || *permits > self.most {
+                    return None;
+                }
+                match at_us {
+                    Some(at) => self.admitted_at(marker, *permits, *wait_us, *at),
+                    None => Some(self.admitted_unseen(marker, *permits, *wait_us)),
+                }
+            }
+            (
+                RateHistoryOp::Acquire {
+                    permits,
+                    wait_us: Some(_),
+                    wait_floor_us,
+                    ..
+                },
+                RateHistoryRet::Refused,
+            ) => self.refused(*permits, *wait_floor_us),
+            (RateHistoryOp::GiveBack { marker }, RateHistoryRet::GivenBack(answered)) => {
+                self.give_back(marker, *answered)
+            }
+            _ => None,
+        }
+    }
+}
+
 fn skewed(tat: u128, skew: i128) -> u128 {
     if skew >= 0 {
         tat.saturating_add(skew.unsigned_abs())
@@ -703,5 +1036,212 @@ mod tests {
         assert!(matches!(outcomes[0].0, RateRet::Refused { .. }));
         assert!(matches!(outcomes[1].0, RateRet::Admitted { .. }));
         assert_eq!(most_per_window(&limit(3, 10, 2), 1), 10);
+    }
+
+    // === RateHistorySpec ===
+
+    use crate::spec::Spec;
+
+    fn h_acquire(marker: &str, permits: u64, wait_us: Option<u64>) -> RateHistoryOp {
+        RateHistoryOp::Acquire {
+            marker: marker.into(),
+            permits,
+            wait_us,
+            wait_floor_us: wait_us.unwrap_or(0),
+        }
+    }
+
+    fn seen(at: u64) -> RateHistoryRet {
+        RateHistoryRet::Admitted { at_us: Some(at) }
+    }
+
+    fn give_back(marker: &str) -> RateHistoryOp {
+        RateHistoryOp::GiveBack {
+            marker: marker.into(),
+        }
+    }
+
+    /// 10 per second (T = 100 ms), burst 1.
+    fn history_spec() -> RateHistorySpec {
+        RateHistorySpec::new(limit(10, 1000, 1))
+    }
+
+    #[test]
+    fn a_legal_history_steps_through() {
+        let s = history_spec();
+        // The burst: two at once, then one per 100 ms; a reservation; a refusal; a give-back.
+        let s = s.step(&h_acquire("a", 1, Some(0)), &seen(S)).unwrap();
+        let s = s.step(&h_acquire("b", 1, Some(0)), &seen(S)).unwrap();
+        let s = s
+            .step(&h_acquire("c", 1, Some(50_000)), &RateHistoryRet::Refused)
+            .unwrap();
+        let s = s
+            .step(&h_acquire("d", 1, None), &seen(S + 100_000))
+            .unwrap();
+        let s = s
+            .step(&give_back("b"), &RateHistoryRet::GivenBack(false))
+            .unwrap();
+        let s = s
+            .step(&give_back("d"), &RateHistoryRet::GivenBack(true))
+            .unwrap();
+        // A re-sent give-back answers true again.
+        let s = s
+            .step(&give_back("d"), &RateHistoryRet::GivenBack(true))
+            .unwrap();
+        // d's slot is free again: taken by e.
+        let s = s
+            .step(&h_acquire("e", 1, None), &seen(S + 100_000))
+            .unwrap();
+        let (lo, hi, _) = s.bounds_us();
+        assert_eq!(lo, hi, "every moment seen: the tat is exact");
+        assert_eq!(lo, (S + 300_000) as f64);
+    }
+
+    #[test]
+    fn two_admissions_too_close_are_rejected() {
+        let s = history_spec();
+        let s = s.step(&h_acquire("a", 2, Some(0)), &seen(S)).unwrap();
+        // The burst is spent: the next permit is at S + 100 ms.
+        assert!(s
+            .step(&h_acquire("b", 1, Some(0)), &seen(S + 50_000))
+            .is_none());
+        assert!(s
+            .step(&h_acquire("b", 1, None), &seen(S + 50_000))
+            .is_none());
+        assert!(s
+            .step(
+                &h_acquire("b", 1, None),
+                &seen(S + 100_000 - PRECISION_US - 1)
+            )
+            .is_none());
+        assert!(s
+            .step(&h_acquire("b", 1, None), &seen(S + 100_000))
+            .is_some());
+        // Immediately at any later instant is fine too (the caller came later).
+        assert!(s
+            .step(&h_acquire("b", 1, Some(0)), &seen(S + 170_000))
+            .is_some());
+        // A reservation further ahead than the wait allows cannot be: refused, then.
+        assert!(s
+            .step(&h_acquire("b", 1, Some(10)), &RateHistoryRet::Refused)
+            .is_some());
+        // Nor a refusal once the clock has passed the permit's moment, by more than the wait.
+        let later = s
+            .step(&h_acquire("x", 1, Some(0)), &seen(S + 300_000))
+            .unwrap();
+        assert!(later
+            .step(&h_acquire("y", 1, Some(1000)), &RateHistoryRet::Refused)
+            .is_none());
+        assert!(history_spec()
+            .step(&h_acquire("y", 1, Some(0)), &RateHistoryRet::Refused)
+            .is_none());
+    }
+
+    #[test]
+    fn a_give_back_answered_true_when_not_last_is_rejected() {
+        let s = history_spec();
+        let s = s.step(&h_acquire("a", 1, Some(0)), &seen(S)).unwrap();
+        let s = s.step(&h_acquire("b", 1, Some(0)), &seen(S)).unwrap();
+        assert!(s
+            .step(&give_back("a"), &RateHistoryRet::GivenBack(true))
+            .is_none());
+        assert!(s
+            .step(&give_back("b"), &RateHistoryRet::GivenBack(false))
+            .is_none());
+        assert!(s
+            .step(&give_back("zz"), &RateHistoryRet::GivenBack(true))
+            .is_none());
+    }
+
+    #[test]
+    fn an_unseen_admission_loosens_the_tat_until_a_reservation_pins_it() {
+        let s = history_spec();
+        let s = s.step(&h_acquire("a", 2, Some(0)), &seen(S)).unwrap();
+        // try_acquire's true: taken at some instant, moment unknown.
+        let s = s
+            .step(
+                &h_acquire("b", 1, Some(0)),
+                &RateHistoryRet::Admitted { at_us: None },
+            )
+            .unwrap();
+        // A refusal is explained (b may have come late), and so is a later admission.
+        assert!(s
+            .step(&h_acquire("c", 1, Some(150_000)), &RateHistoryRet::Refused)
+            .is_some());
+        // But not one further than b can reach (b's moment is at most its wait away).
+        assert!(s
+            .step(&h_acquire("c", 1, Some(250_000)), &RateHistoryRet::Refused)
+            .is_none());
+        // Not before the schedule's earliest moment: a and b took 3 slots from S on.
+        assert!(s
+            .step(&h_acquire("c", 1, None), &seen(S + 150_000))
+            .is_none());
+        let s = s
+            .step(&h_acquire("c", 1, None), &seen(S + 200_000))
+            .unwrap();
+        let (lo, hi, _) = s.bounds_us();
+        assert!(hi - lo <= 2.0 * PRECISION_US as f64 + 1.0, "{lo}..{hi}");
+    }
+
+    /// Exactly `RateLimiterSpec` while every moment is seen: its admissions and refusals at
+    /// random instants are accepted, and its tat is the history spec's.
+    #[test]
+    fn the_history_spec_accepts_what_the_exact_model_decides() {
+        let mut seed = 7u64;
+        let mut rnd = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for case in 0..50 {
+            let lim = limit(1 + rnd(7), 1 + rnd(300), rnd(3));
+            let mut exact = RateLimiterSpec::new();
+            exact.apply(
+                S,
+                &RateOp::SetLimit {
+                    limit: lim,
+                    only_if_absent: false,
+                    marker: "#set".into(),
+                },
+            );
+            let mut h = RateHistorySpec::new(lim);
+            let mut now = S;
+            for i in 0..60 {
+                now += rnd(lim.interval_ms * 400);
+                let marker = format!("#{i}");
+                if i > 0 && rnd(5) == 0 {
+                    let target = format!("#{}", i - 1 - rnd(2).min(i - 1));
+                    let op = RateOp::Cancel {
+                        client: "a".into(),
+                        marker: target.clone(),
+                    };
+                    let RateRet::GivenBack(b) = exact.apply(now, &op) else {
+                        panic!()
+                    };
+                    h = h
+                        .step(&give_back(&target), &RateHistoryRet::GivenBack(b))
+                        .unwrap_or_else(|| panic!("case {case} step {i}: give-back {b}"));
+                    continue;
+                }
+                let permits = 1 + rnd(lim.most());
+                let wait_us = match rnd(3) {
+                    0 => None,
+                    1 => Some(0),
+                    _ => Some(rnd(lim.interval_ms * 1000)),
+                };
+                let ret = match exact.apply(now, &acquire(&marker, permits, wait_us)) {
+                    RateRet::Admitted { at_us, .. } => seen(at_us),
+                    RateRet::Refused { .. } => RateHistoryRet::Refused,
+                    _ => continue,
+                };
+                h = h
+                    .step(&h_acquire(&marker, permits, wait_us), &ret)
+                    .unwrap_or_else(|| panic!("case {case} step {i}: {ret:?} of {h:?}"));
+                let (lo, hi, _) = h.bounds_us();
+                assert_eq!(lo, hi, "case {case} step {i}");
+                assert_eq!(Some(lo), exact.tat_us("a"), "case {case} step {i}");
+            }
+        }
     }
 }
