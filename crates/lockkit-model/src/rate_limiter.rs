@@ -9,8 +9,7 @@
 //! > and `tat` moves on by `k·T`. A request whose moment lies ahead is *reserved* […] In any
 //! > window of one interval at most `rate + burst` permits are admitted, and no request may ask
 //! > for more than `burst + 1`.
-//! > Reservations reach at most one interval ahead: a request further out is told when to ask
-//! > again.
+//! > A reservation more than one interval ahead is *far*: [...] the caller listens for a loss.
 //! > Only the last request of a schedule can be given back (every later one was placed after it).
 //!
 //! and `set_limit`: "Permits already admitted or reserved keep their moments; the new limit
@@ -599,7 +598,8 @@ pub struct RateHistorySpec {
     den: u128,
     t: u128,
     tolerance: u128,
-    /// One interval, µs: no reservation reaches further.
+    /// How far ahead a reservation may reach, µs: any distance (`u64::MAX`); the caller's wait
+    /// bounds it.
     horizon_us: u64,
     /// `burst + 1`.
     most: u64,
@@ -622,7 +622,7 @@ impl RateHistorySpec {
             den: exact.den,
             t,
             tolerance: u128::from(limit.burst) * t,
-            horizon_us: limit.interval_ms * 1000,
+            horizon_us: u64::MAX,
             most: limit.most(),
             clock: 0,
             tat: TatBound::exact(0),
@@ -670,7 +670,7 @@ impl RateHistorySpec {
                 (self.tat.lo <= hi).then_some((self.tat.lo, hi, at))
             })
             .flatten();
-        // Reserved (now < at, now ≥ at − min(wait, interval)): `at` is the rounded-up earliest
+        // Reserved (now < at, now ≥ at − wait): `at` is the rounded-up earliest
         // moment `tat + (k − 1)·T − τ` of a script's tat within the precision.
         let reach_back = wait.unwrap_or(u64::MAX).min(self.horizon_us);
         let earliest_now = self.clock.max(at.saturating_sub(reach_back));
@@ -714,7 +714,7 @@ impl RateHistorySpec {
     }
 
     /// An admission at an unseen moment: at some instant `y ≥ clock`, not later than the next
-    /// operation's, with a delay of at most `min(wait, interval)`.
+    /// operation's, with a delay of at most `wait`.
     fn admitted_unseen(&self, marker: &str, permits: u64, wait: Option<u64>) -> Self {
         let k_t = u128::from(permits) * self.t;
         let delay = self.ticks(wait.unwrap_or(u64::MAX).min(self.horizon_us));

@@ -408,7 +408,9 @@ impl Exec {
     /// read back from the main key; `None` for a call over several objects' keys (a renewal
     /// batch) or keys of no object.
     fn object_name(&self, kind: Kind, keys: &[&str]) -> Option<String> {
-        if keys.len() > 1 + kind.aux_suffixes().len() {
+        // A rate limiter's calls also take the caller's own schedule key.
+        let own = usize::from(kind == Kind::RateLimiter);
+        if keys.len() > 1 + kind.aux_suffixes().len() + own {
             return None;
         }
         let parsed = self.namespace.parse(keys.first()?)?;

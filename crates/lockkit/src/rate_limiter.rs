@@ -143,12 +143,27 @@ impl RateLimit {
     /// once.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a burst over [`MAX_BURST`](RateLimit::MAX_BURST).
+    /// [`Error::InvalidArgument`] for a burst over [`MAX_BURST`](RateLimit::MAX_BURST), or one
+    /// whose `burst + 1` emission intervals (`interval / permits` each) span more than
+    /// [`MAX_INTERVAL`](RateLimit::MAX_INTERVAL).
     pub fn with_burst(self, burst: u64) -> Result<Self, Error> {
         if burst > Self::MAX_BURST {
             return Err(Error::InvalidArgument(format!(
                 "a rate limit's burst must be at most {}, not {burst}",
                 Self::MAX_BURST
+            )));
+        }
+        // The schedule is kept in µs as a double: a burst's span, (burst + 1) emission intervals,
+        // stays within MAX_INTERVAL, so every figure a script computes is exact to a fraction
+        // of a µs.
+        let span = u128::from(burst + 1) * self.interval.as_micros() / u128::from(self.permits);
+        if span > Self::MAX_INTERVAL.as_micros() {
+            return Err(Error::InvalidArgument(format!(
+                "a burst of {burst} at {} permits per {:?} spans more than {:?} (burst + 1 \
+                 emission intervals): give a smaller burst or a higher rate",
+                self.permits,
+                self.interval,
+                Self::MAX_INTERVAL
             )));
         }
         Ok(Self { burst, ..self })
@@ -840,6 +855,14 @@ mod tests {
             .unwrap()
             .with_burst(RateLimit::MAX_BURST + 1)
             .is_err());
+        // A burst's span (burst + 1 emission intervals) stays within MAX_INTERVAL.
+        let yearly = RateLimit::new(1, RateLimit::MAX_INTERVAL).unwrap();
+        assert!(yearly.with_burst(0).is_ok());
+        assert!(yearly.with_burst(1).is_err());
+        assert!(RateLimit::per_second(1_000_000)
+            .unwrap()
+            .with_burst(RateLimit::MAX_BURST)
+            .is_ok());
         assert!(check_permits(0).is_err());
         assert!(check_permits(2).is_ok());
     }
