@@ -1710,3 +1710,87 @@ async fn the_rustdoc_examples_run() {
     })
     .await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Edge values.
+// ---------------------------------------------------------------------------------------------
+
+/// `acquire`: "Waits until permits are admitted, however long that takes ... (a moment more than
+/// one interval ahead costs one more call per interval)"; `try_acquire(k, Duration::MAX)`: takes
+/// them "if they can be admitted within wait". Callers queued three intervals deep with
+/// `Duration::MAX` waits are all admitted, in every window within the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duration_max_waits_beyond_one_interval_are_served() {
+    let _gate = METRICS_GATE.read().await;
+    let server = spawned().await;
+    let client = client(&server.url()).await;
+    let interval = Duration::from_millis(500);
+    // One every 250 ms: 8 callers reach 2 s ahead, four intervals.
+    let limit = RateLimit::new(2, interval).unwrap();
+    let limiter = client.rate_limiter(unique("docs-rl-max-wait")).with_limit(limit);
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let limiter = limiter.clone();
+            tokio::spawn(async move {
+                match i % 3 {
+                    0 => limiter.acquire(1).await.map(|a| a.admitted_at()),
+                    1 => limiter
+                        .try_admission(1, Duration::MAX)
+                        .await
+                        .map(|a| a.expect("Duration::MAX is long enough").admitted_at()),
+                    _ => {
+                        let before = limiter.clone();
+                        assert!(before.try_acquire(1, Duration::MAX).await?);
+                        Ok(SystemTime::now())
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut moments = Vec::new();
+    for (i, task) in tasks.into_iter().enumerate() {
+        let at = within(HANG, "a caller", task).await.unwrap().unwrap();
+        if i % 3 != 2 {
+            moments.push((at, 1));
+        }
+    }
+    assert_no_window_over(&moments, interval, 2);
+    assert_eq!(limiter.waiting().await.unwrap(), 0);
+}
+
+/// The extremes the docs allow: `MAX_INTERVAL` with `MAX_BURST` (an idle limiter "admits up to
+/// `b + 1` at once", then nothing more in that window), and one permit per microsecond.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extreme_limits_keep_the_window_promise() {
+    let _gate = METRICS_GATE.read().await;
+    let server = spawned().await;
+    let client = client(&server.url()).await;
+    let huge = RateLimit::new(1, RateLimit::MAX_INTERVAL)
+        .unwrap()
+        .with_burst(RateLimit::MAX_BURST)
+        .unwrap();
+    let limiter = client.rate_limiter(unique("docs-rl-extreme")).with_limit(huge);
+    assert_eq!(limiter.available().await.unwrap(), RateLimit::MAX_BURST + 1);
+    assert!(limiter
+        .try_acquire(RateLimit::MAX_BURST, Duration::ZERO)
+        .await
+        .unwrap());
+    assert_eq!(limiter.available().await.unwrap(), 1);
+    assert!(limiter.try_acquire(1, Duration::ZERO).await.unwrap());
+    assert_eq!(limiter.available().await.unwrap(), 0);
+    assert!(!limiter.try_acquire(1, Duration::ZERO).await.unwrap());
+    assert!(!limiter
+        .try_acquire(1, Duration::from_secs(86_400))
+        .await
+        .unwrap());
+
+    // 1000 per ms, no burst: one at a time, and never more than 1000 in a window of 1 ms.
+    let fast = RateLimit::new(1000, Duration::from_millis(1)).unwrap();
+    let limiter = client.rate_limiter(unique("docs-rl-fast")).with_limit(fast);
+    let mut moments = Vec::new();
+    for _ in 0..200 {
+        moments.push((limiter.acquire(1).await.unwrap().admitted_at(), 1));
+    }
+    assert_no_window_over(&moments, Duration::from_millis(1), 1000);
+    assert!(is_invalid(&limiter.acquire(2).await));
+}
