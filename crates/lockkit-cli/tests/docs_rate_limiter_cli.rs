@@ -69,10 +69,7 @@ async fn inspect_shows_the_limit_available_and_the_waiters_as_the_guide_does() {
     // Shut down: the reservations are given back, the calls end with Error::Shutdown.
     client.shutdown().await.unwrap();
     for call in calls {
-        assert!(matches!(
-            call.await.unwrap(),
-            Err(lockkit::Error::Shutdown)
-        ));
+        assert!(matches!(call.await.unwrap(), Err(lockkit::Error::Shutdown)));
     }
 }
 
@@ -93,7 +90,11 @@ async fn inspect_json_and_the_per_client_mode() {
     let limiter = client.rate_limiter("exports").with_limit(limit);
     limiter.acquire(50).await.unwrap();
     assert_eq!(limiter.available().await.unwrap(), 0);
-    let output = lockkit(&url, &["--json", "inspect", "--kind", "ratelimiter", "exports"]).await;
+    let output = lockkit(
+        &url,
+        &["--json", "inspect", "--kind", "ratelimiter", "exports"],
+    )
+    .await;
     assert_eq!(code(&output), Some(0), "{output:?}");
     let report = json(&output);
     let object = &report[0];
@@ -165,10 +166,19 @@ async fn list_held_counts_a_limiter_held_only_while_calls_wait_and_none_stored_i
             .any(|l| l.starts_with("  limit          none stored")),
         "{text}"
     );
-    let object = json(&lockkit(&url, &["--json", "inspect", "--kind", "ratelimiter", "partner-api"]).await);
+    let object = json(
+        &lockkit(
+            &url,
+            &["--json", "inspect", "--kind", "ratelimiter", "partner-api"],
+        )
+        .await,
+    );
     assert_eq!(object[0]["rate_limit"], Value::Null);
     assert_eq!(object[0]["available"], Value::Null);
-    within("the sleeping call", sleeping).await.unwrap().unwrap();
+    within("the sleeping call", sleeping)
+        .await
+        .unwrap()
+        .unwrap();
 }
 
 /// Exit codes: "1 | not found: `inspect` of a missing object"; "3 | Redis error: ... a key
@@ -203,7 +213,15 @@ async fn watch_prints_a_line_when_a_call_waits_and_when_available_grows_back() {
     limiter.acquire(2).await.unwrap();
     let mut watch = Command::new(BIN)
         .args([
-            "--url", &url, "--json", "watch", "--kind", "ratelimiter", "gateway", "--count", "2",
+            "--url",
+            &url,
+            "--json",
+            "watch",
+            "--kind",
+            "ratelimiter",
+            "gateway",
+            "--count",
+            "2",
         ])
         .env_remove("REDIS_URL")
         .stdin(Stdio::null())
@@ -233,13 +251,24 @@ async fn watch_prints_a_line_when_a_call_waits_and_when_available_grows_back() {
         Some(1),
         "{second}"
     );
-    within("the sleeping call", sleeping).await.unwrap().unwrap();
+    within("the sleeping call", sleeping)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(within("watch", watch.wait()).await.unwrap().success());
 
     // Nothing else happens: `available` grows back on its own, and watch says so.
     let mut watch = Command::new(BIN)
         .args([
-            "--url", &url, "--json", "watch", "--kind", "ratelimiter", "gateway", "--count", "1",
+            "--url",
+            &url,
+            "--json",
+            "watch",
+            "--kind",
+            "ratelimiter",
+            "gateway",
+            "--count",
+            "1",
         ])
         .env_remove("REDIS_URL")
         .stdin(Stdio::null())
