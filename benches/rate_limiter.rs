@@ -8,7 +8,7 @@
 //!   the whole intervals from the first admission (and `(N − 1) / (last − first)`), and the
 //!   busiest window of one interval ([`busiest_window`]), against `rate + burst`. Then the same
 //!   64 callers against `LOCKKIT_RL_LOW_RATE` (default 50/s): more callers than one interval
-//!   holds, so some lie beyond the reservations' horizon.
+//!   holds, so some wait more than one interval ahead (far: they listen for a data loss).
 //! - **Cheap** (target 2): over the same run, Redis' own count of script calls (`INFO
 //!   commandstats`: `EVALSHA` + `EVAL`) per admission, and the pub/sub messages (`PUBLISH` and
 //!   `SPUBLISH` calls, and lockkit's `lockkit_pubsub_messages_total`); then 16 callers of a limit
@@ -412,6 +412,9 @@ async fn idle_waiting(clients: &[Client], raw: &RedisClient, rate: u64) -> Idle 
         .set_limit(limit)
         .await
         .expect("set_limit");
+    // Earlier rows' limiter channels are unsubscribed by the hub once idle for its linger
+    // (2 s after their last waiter): that UNSUBSCRIBE belongs to them, so let it pass first.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
     let before = stats(raw).await;
     let done = Arc::new(AtomicU64::new(0));
     let tasks: Vec<_> = (0..callers)
@@ -427,13 +430,16 @@ async fn idle_waiting(clients: &[Client], raw: &RedisClient, rate: u64) -> Idle 
             })
         })
         .collect();
-    // Every caller has made its one script call (Redis' count), then the window.
+    // Every caller has made its one script call (Redis' count), and the callers sleeping more
+    // than one interval ahead have registered on the limiter's channel (one SUBSCRIBE per
+    // client, right after its script call), then the window.
     loop {
         if stats(raw).await.since(&before).scripts() >= callers as u64 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    tokio::time::sleep(Duration::from_millis(50)).await;
     // Half the span of the reservations: every caller but the first few still asleep.
     let window = Duration::from_millis((callers as u64 - 1) * 1000 / rate / 2);
     let start = stats(raw).await;
@@ -1019,8 +1025,8 @@ async fn bench(url: &str, smoke: bool) {
 
     eprintln!("exact: {CALLERS} callers on {CLIENTS} clients, {rate}/s, {exact_run:?}");
     let ex = exact(&clients, &raw, rate, exact_run).await;
-    // The same 64 callers against a limit under 64 per interval: more callers wait than the
-    // reservations reach (one interval), the rest are told to ask again.
+    // The same 64 callers against a limit under 64 per interval: callers wait more than one
+    // interval ahead (they listen for a data loss meanwhile, and send nothing).
     let low_rate: u64 = std::env::var("LOCKKIT_RL_LOW_RATE")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -1028,8 +1034,8 @@ async fn bench(url: &str, smoke: bool) {
     eprintln!("exact: {CALLERS} callers on {CLIENTS} clients, {low_rate}/s, {exact_run:?}");
     let low = exact(&clients, &raw, low_rate, exact_run).await;
     eprintln!("idle waiting");
-    // 16 callers of 20/s: every moment within one interval (the reservations' horizon); of
-    // 10/s: the last five lie beyond it.
+    // 16 callers of 20/s: every moment within one interval; of 10/s: the last five lie beyond it
+    // (far: they listen for a data loss, one subscription per client).
     let idles = [
         idle_waiting(&clients, &raw, 20).await,
         idle_waiting(&clients, &raw, 10).await,
@@ -1134,8 +1140,8 @@ async fn bench(url: &str, smoke: bool) {
             });
         }
     }
-    // Every request reserved (a limit of 10⁶ per 600 s: 1 667/s, fewer than the callers ask, and
-    // a horizon far beyond the run): lockkit's script against the same without its waiting ZSET.
+    // Every request reserved (a limit of 10⁶ per 600 s: 1 667/s, fewer than the callers ask):
+    // lockkit's script against the same without its waiting ZSET.
     for candidate in [Candidate::Gcra, Candidate::GcraNoWaiting] {
         let req = request(
             &shas,
@@ -1257,7 +1263,7 @@ async fn bench(url: &str, smoke: bool) {
     let low_per = low.scripts as f64 / low.admitted as f64;
     println!(
         "| 1, 2. the same {CALLERS} callers against {}/s (more callers than one interval's \
-         permits: some are told to ask again) | admitted {:.1}/s ({:+.2} %), busiest 1 s window \
+         permits: some wait more than one interval ahead) | admitted {:.1}/s ({:+.2} %), busiest 1 s window \
          {} ≤ {}; {:.3} script calls per admission ({} / {}: {}); pub/sub {} + {} | {} |",
         low.rate,
         low.rate_whole,
@@ -1276,7 +1282,7 @@ async fn bench(url: &str, smoke: bool) {
     );
     for idle in &idles {
         println!(
-        "| 2. a waiting caller costs Redis nothing | {} callers of {}/s (their moments up to {} ms ahead; reservations reach one interval, 1 s) reserved with {} script \
+        "| 2. a waiting caller costs Redis nothing | {} callers of {}/s (their moments up to {} ms ahead; those more than one interval, 1 s, ahead listen for a data loss) reserved with {} script \
          calls, then in a {:?} window while {} of them slept: {} commands (all but `INFO`: {}); \
          all {} admitted one emission interval apart: {}; {} commands in all ({}) | {} |",
         idle.callers,
