@@ -30,6 +30,7 @@ async fn an_inspection_of_a_held_lock_serializes_as_the_cli_prints_it() {
     assert_eq!(
         fields,
         [
+            "available",
             "count",
             "evictions",
             "fencing_token",
@@ -40,6 +41,7 @@ async fn an_inspection_of_a_held_lock_serializes_as_the_cli_prints_it() {
             "mode",
             "name",
             "permits",
+            "rate_limit",
             "ttl_ms",
             "used_permits",
             "waiters",
