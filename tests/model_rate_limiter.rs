@@ -35,7 +35,9 @@ use std::time::{Duration, UNIX_EPOCH};
 use lockkit::protocol::keys::{Kind, Namespace, ObjectKeys};
 use lockkit::protocol::rate_limiter::{self as prl, client_state_key};
 use lockkit::protocol::script::Script;
-use lockkit_model::rate_limiter::{most_per_window, Limit, RateLimiterSpec, RateOp, RateRet};
+use lockkit_model::rate_limiter::{
+    most_per_window, Limit, RateLimiterSpec, RateOp, RateRet, PRECISION_US,
+};
 use lockkit_suite::checker::save_model_cases;
 use lockkit_suite::model_io::cases_scaled;
 use lockkit_suite::rate_window::busiest_window;
@@ -257,7 +259,11 @@ async fn exchange(
         }
         let zset = hash(&out[4])
             .into_iter()
-            .map(|(m, s)| (m, s.parse().expect("an integer score")))
+            // The moment in ms with its µs as the fraction: read back as µs.
+            .map(|(m, s)| {
+                let ms: f64 = s.parse().expect("a score");
+                (m, (ms * 1000.0).round() as u64)
+            })
             .collect();
         return Exchange {
             t0: time_us(&out[0]),
@@ -333,9 +339,9 @@ fn decode(op: &RateOp, reply: &RespValue) -> Result<(RateRet, Option<u64>), Stri
     })
 }
 
-/// The keys as the spec has them: `Err` names the first difference (µs figures within the
-/// spec's precision; ZSET scores, ms rounded up, within 1; entries of the waiting ZSET already
-/// past are not compared, as its expiry may have dropped them).
+/// The keys as the spec has them: `Err` names the first difference (µs figures, and the waiting
+/// ZSET's scores, ms with the µs as the fraction, within the spec's precision; entries of the
+/// waiting ZSET already past are not compared, as its expiry may have dropped them).
 fn keys_agree(spec: &RateLimiterSpec, ex: &Exchange) -> Result<(), String> {
     let eps = lockkit_model::rate_limiter::PRECISION_US as f64 + 1.0;
     let near = |got: Option<&String>, want: Option<f64>, what: &str| -> Result<(), String> {
@@ -393,10 +399,10 @@ fn keys_agree(spec: &RateLimiterSpec, ex: &Exchange) -> Result<(), String> {
             }
         }
     }
-    let now_ms = ex.t1 / 1000 + 2;
+    let later = ex.t1 + 2000;
     let future = |z: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
         z.iter()
-            .filter(|(_, ms)| **ms > now_ms)
+            .filter(|(_, at)| **at > later)
             .map(|(m, s)| (m.clone(), *s))
             .collect()
     };
@@ -405,7 +411,7 @@ fn keys_agree(spec: &RateLimiterSpec, ex: &Exchange) -> Result<(), String> {
         && got
             .iter()
             .zip(&want)
-            .all(|((a, x), (b, y))| a == b && x.abs_diff(*y) <= 1);
+            .all(|((a, x), (b, y))| a == b && x.abs_diff(*y) <= PRECISION_US);
     if !same {
         return Err(format!(
             "the waiting ZSET: the key has {got:?}, the spec {want:?}"

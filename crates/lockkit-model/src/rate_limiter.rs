@@ -82,7 +82,7 @@ pub struct RateLimiterSpec {
     den: u128,
     overall: Schedule,
     clients: BTreeMap<String, Schedule>,
-    /// Reservations still to come: marker → its moment in ms (rounded up).
+    /// Reservations still to come: marker → its moment in µs.
     waiting: BTreeMap<String, u64>,
 }
 
@@ -219,8 +219,9 @@ impl RateLimiterSpec {
             .map(|(m, at, cost)| (m.clone(), self.ceil_us(*at), *cost as f64 / self.den as f64))
     }
 
-    /// The reservations to come: marker → moment in ms (rounded up), as the waiting ZSET has them
-    /// (entries already past included until a request drops them).
+    /// The reservations to come: marker → moment in µs, as the waiting ZSET has them (its score
+    /// is the moment in ms with the µs as the fraction; entries already past included until a
+    /// request drops them).
     pub fn waiting(&self) -> &BTreeMap<String, u64> {
         &self.waiting
     }
@@ -334,8 +335,7 @@ impl RateLimiterSpec {
                 }
             }
             RateOp::Status { client } => {
-                let now_ms = now_us / 1000;
-                let waiting = self.waiting.values().filter(|ms| **ms >= now_ms).count() as u64;
+                let waiting = self.waiting.values().filter(|at| **at > now_us).count() as u64;
                 let Some(limit) = self.limit else {
                     return RateRet::Status {
                         limit: None,
@@ -420,9 +420,8 @@ impl RateLimiterSpec {
                 s.tat = Some(tat + cost);
                 s.last = Some((marker.clone(), at, cost));
                 if delay_us > 0 {
-                    let now_ms = now_us / 1000;
-                    self.waiting.retain(|_, ms| *ms >= now_ms);
-                    self.waiting.insert(marker.clone(), at_us.div_ceil(1000));
+                    self.waiting.retain(|_, at| *at >= now_us);
+                    self.waiting.insert(marker.clone(), at_us);
                 }
                 RateRet::Admitted {
                     delay_us,

@@ -3,7 +3,7 @@
 //! | key | type | content |
 //! |---|---|---|
 //! | `<prefix>:ratelimiter:{name}` | HASH | the limit: `rate`, `interval` (ms), `burst`, `mode`, `set_by` (the request that stored it); in the overall mode also the schedule: `tat`, `last`, `last_at`, `last_cost`, `given` (the last request given back) |
-//! | `<prefix>:ratelimiter.waiting:{name}` | ZSET | member = marker of a reservation still to come, score = its time (server ms) |
+//! | `<prefix>:ratelimiter.waiting:{name}` | ZSET | member = marker of a reservation still to come, score = its moment (server ms, its µs as the fraction) |
 //! | `<prefix>:ratelimiter.client:{name}:<client id>` | HASH | in the per-client mode, one client's schedule; expires once idle |
 //!
 //! The schedule is one number, `tat` (server µs): the theoretical arrival time of the next

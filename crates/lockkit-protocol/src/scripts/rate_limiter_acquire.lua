@@ -3,7 +3,8 @@
 --
 -- KEYS[1]  limit HASH: rate, interval (ms), burst, mode ('overall' | 'per_client'), set_by; in
 --          the overall mode also the schedule: tat (µs), last, last_at (µs), last_cost (µs), given
--- KEYS[2]  waiting ZSET: member = marker of a reservation still to come, score = its time (ms)
+-- KEYS[2]  waiting ZSET: member = marker of a reservation still to come, score = its moment
+--          (server ms, with its µs as the fraction)
 -- KEYS[3]  this client's schedule HASH (per-client mode only): tat, last, last_at, last_cost,
 --          given; it expires once idle
 -- ARGV[1]  permits (>= 1)
@@ -101,9 +102,9 @@ if state ~= KEYS[1] then
   redis.call('PEXPIRE', state, math.ceil((tat + cost - now) / 1000) + 60000)
 end
 if delay > 0 then
-  local now_ms = math.floor(now / 1000)
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms - 1)
-  redis.call('ZADD', KEYS[2], math.ceil(at / 1000), marker)
+  -- Scores are the moments in ms with their µs, so "to come" is exact: moment > now.
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', '(' .. rate_fmt(now / 1000))
+  redis.call('ZADD', KEYS[2], rate_fmt(at / 1000), marker)
   redis.call('PEXPIRE', KEYS[2], math.ceil(delay / 1000) + 1000)
 end
 local far = 0

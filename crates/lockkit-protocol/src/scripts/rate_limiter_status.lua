@@ -10,8 +10,7 @@
 --          {0, now (µs), waiting}  no limit is stored
 --          error WRONGTYPE  the keys hold something else
 local now = rate_now()
-local now_ms = math.floor(now / 1000)
-local waiting = redis.call('ZCOUNT', KEYS[2], now_ms, '+inf')
+local waiting = redis.call('ZCOUNT', KEYS[2], '(' .. rate_fmt(now / 1000), '+inf')
 local limit = rate_limit(KEYS[1])
 if limit and limit.err then
   return limit
