@@ -623,7 +623,7 @@ impl RateLimiter {
                     if delay_us > 0 {
                         let _waiting = metrics::Waiting::new(Kind::RateLimiter.segment());
                         tracing::trace!(name = %self.object.name, permits, delay_us, far, "reserved");
-                        let until = Instant::now() + Duration::from_micros(delay_us);
+                        let until = far_or(Instant::now(), Duration::from_micros(delay_us));
                         match self.sleep_until(until, far, keys, &marker).await {
                             Slept::Until => {}
                             Slept::Lost => {
